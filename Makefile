@@ -1,0 +1,139 @@
+# inferd build. `make run` and `make test` set everything up on a fresh
+# Debian 12 machine (scripts/install-deps.sh installs what is missing).
+#
+#   make [all]            build build/inferd and the test binaries
+#   make test [SAN=1]     unit tests, reference checks, invariance checks
+#   make run [MODEL=DIR]  generate from MODEL (default: ../shared/models/stories260K)
+#   make bench            engine speed on a TinyLlama-shaped bf16 model
+#   make install [PREFIX=/usr/local] [DESTDIR=]
+#   make clean
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+PYTHON  ?= /usr/bin/python3
+SAN     ?= 0
+
+ifeq ($(SAN),1)
+BUILD   ?= build/san
+OPT     ?= -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDSAN   := -fsanitize=address,undefined
+else
+BUILD   ?= build
+OPT     ?= -O2
+LDSAN   :=
+endif
+
+CC      ?= cc
+CXX     ?= c++
+# -ffp-contract=off: no silent FMA contraction, so every reduction's rounding
+# is exactly what the code says (batch invariance depends on it).
+WARN     = -Wall -Wextra -Werror
+CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
+           $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
+CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
+LDLIBS  := -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+
+# Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
+# kernels are picked at run time from what the CPU reports.
+AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
+AVX2_FLAGS   := -mavx2 -mfma -mf16c
+
+LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c)
+LIB_CXX  := $(wildcard engine/*.cpp)
+LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o)
+MAIN_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TOOL_SRC := $(wildcard tests/tools/*.c) $(wildcard bench/*.c)
+TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
+
+.PHONY: all deps test unit check run bench install clean
+
+all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
+
+deps:
+	@./scripts/install-deps.sh
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX2_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libinferd.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Each unit test links only its module and what that module needs (T_name);
+# a test without a T_ line links the whole library.
+T_test_st     := engine/st.o
+T_test_model  := engine/model.o engine/st.o
+T_test_tok    := engine/tok.o
+T_test_smp    := engine/smp.o
+T_test_kv     := engine/kv.o
+.SECONDEXPANSION:
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
+		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
+
+# Fixtures the tests make for themselves (no ../shared needed): a tiny Llama
+# with random weights and a SentencePiece tokenizer trained on built-in text.
+FIXTURES := $(BUILD)/fixtures
+$(FIXTURES)/tiny/config.json: scripts/make_model.py
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
+
+$(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libinferd.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: $(BUILD)/obj/bench/%.o $(BUILD)/libinferd.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Unit tests (cmocka, one binary per module), then the end-to-end checks
+# against the numpy reference and the batch-invariance checks.
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory unit check
+
+unit: $(TEST_BIN) $(FIXTURES)/tiny/config.json
+	@set -e; mkdir -p $(BUILD)/tmp; for t in $(TEST_BIN); do echo "== $$t"; \
+	  INFERD_TEST_TMP=$(BUILD)/tmp INFERD_TEST_FIXTURES=$(FIXTURES) $$t; done
+
+check: all
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run-checks.sh
+
+MODEL ?= $(shell [ -d ../shared/models/stories260K ] && echo ../shared/models/stories260K)
+PROMPT ?= Once upon a time
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@model="$(MODEL)"; if [ -z "$$model" ]; then \
+	  model=models/random-tiny; \
+	  echo "run: ../shared/models/stories260K is absent; using $$model, a tiny model with RANDOM weights made by scripts/make_model.py (its text is gibberish)" >&2; \
+	  [ -f $$model/config.json ] || $(PYTHON) scripts/make_model.py $$model --seed 1 >&2; fi; \
+	$(BUILD)/inferd generate --model "$$model" --prompt "$(PROMPT)" --max-tokens 200
+
+bench: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/bench_engine
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench
+
+install: $(BUILD)/inferd
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BUILD)/inferd $(DESTDIR)$(PREFIX)/bin/inferd
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,114 @@
+#include "common.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int inf_fail(inf_err *e, int code, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+        e->code = code;
+    }
+    return code;
+}
+
+size_t inf_dtype_size(inf_dtype t)
+{
+    switch (t) {
+    case INF_F32: return 4;
+    case INF_F16:
+    case INF_BF16: return 2;
+    default: return 0;
+    }
+}
+
+const char *inf_dtype_name(inf_dtype t)
+{
+    switch (t) {
+    case INF_F32: return "f32";
+    case INF_F16: return "f16";
+    case INF_BF16: return "bf16";
+    default: return "none";
+    }
+}
+
+float inf_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t inf_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet, keep the sign */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float inf_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t u;
+    if (exp == 0) {
+        if (man == 0) {
+            u = sign;
+        } else { /* subnormal: value = man * 2^-24, exact in f32 */
+            float f = ldexpf((float)man, -24);
+            memcpy(&u, &f, sizeof u);
+            u |= sign;
+        }
+    } else if (exp == 31) {
+        u = sign | 0x7f800000u | (man << 13);
+    } else {
+        u = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint16_t inf_f32_to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) /* rounds to >= 65520: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (absu < 0x38800000u) { /* below the smallest normal f16: subnormal or 0 */
+        float a;
+        memcpy(&a, &absu, sizeof a);
+        /* scale so the subnormal unit (2^-24) becomes 1, round to nearest even */
+        float r = nearbyintf(a * 16777216.0f);
+        return (uint16_t)(sign | (uint32_t)r);
+    }
+    uint32_t exp = ((absu >> 23) - 112u) << 10;
+    uint32_t man = (absu >> 13) & 0x3ffu;
+    uint32_t h = exp | man;
+    uint32_t rest = absu & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+double inf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,51 @@
+/* Shared basics for every inferd module: error codes and messages, dtypes. */
+#ifndef INFERD_COMMON_H
+#define INFERD_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes: 0 is success, negative values are failures. */
+enum {
+    INF_OK = 0,
+    INF_ERR_IO = -1,          /* a file is missing or unreadable            */
+    INF_ERR_FORMAT = -2,      /* a file's contents are malformed            */
+    INF_ERR_UNSUPPORTED = -3, /* well-formed, but not something we handle   */
+    INF_ERR_NOMEM = -4,       /* an allocation failed                       */
+    INF_ERR_INVALID = -5,     /* a caller passed a bad argument             */
+    INF_ERR_NOSPACE = -6,     /* a pool is full right now (not fatal)       */
+};
+
+/* A failure's code and its one-line message, filled in by the callee so the
+ * caller can report it. */
+typedef struct inf_err {
+    int code;
+    char msg[512];
+} inf_err;
+
+/* Records code and a printf-style message in e (e may be NULL); returns code
+ * so callers can write `return inf_fail(err, INF_ERR_IO, "...")`. */
+int inf_fail(inf_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Element types of weights. INF_DTYPE_NONE marks a type we do not compute in. */
+typedef enum inf_dtype {
+    INF_DTYPE_NONE = -1,
+    INF_F32 = 0,
+    INF_F16 = 1,
+    INF_BF16 = 2,
+} inf_dtype;
+
+size_t inf_dtype_size(inf_dtype t);      /* bytes per element; 0 for NONE */
+const char *inf_dtype_name(inf_dtype t); /* "f32", "f16", "bf16", "none"  */
+
+/* Exact conversions of single elements (used by reference paths and tests). */
+float inf_bf16_to_f32(uint16_t h);
+float inf_f16_to_f32(uint16_t h);
+uint16_t inf_f32_to_bf16(float f); /* round to nearest even */
+uint16_t inf_f32_to_f16(float f);  /* round to nearest even */
+
+/* Monotonic clock in seconds. */
+double inf_now(void);
+
+#endif

@@ -1,0 +1,56 @@
+/* kv_: the paged KV cache's block manager.
+ *
+ * The KV cache is num_blocks fixed-size blocks of block_size token slots; the
+ * backend stores K and V only at slot numbers (block * block_size + offset)
+ * that come from here. Blocks are reference counted so that later features
+ * (prefix caching, forked sequences) can share them. Block 0 is reserved as
+ * the null block (pads block tables; never handed out). */
+#ifndef INFERD_KV_H
+#define INFERD_KV_H
+
+#include "common.h"
+
+typedef struct kv_config {
+    int num_blocks;  /* including the null block; >= 2     */
+    int block_size;  /* tokens per block; default 16       */
+} kv_config;
+
+kv_config kv_config_default(void);
+
+typedef struct kv_pool kv_pool;
+
+int kv_create(const kv_config *cfg, kv_pool **out, inf_err *err);
+void kv_destroy(kv_pool *p); /* NULL-safe */
+
+int kv_block_size(const kv_pool *p);
+int kv_num_blocks(const kv_pool *p); /* usable blocks: num_blocks - 1 */
+int kv_num_free(const kv_pool *p);
+
+/* Takes a free block with ref count 1; INF_ERR_NOSPACE when none is free. */
+int kv_alloc(kv_pool *p, int32_t *block);
+/* Adds a reference to an allocated block. */
+void kv_ref(kv_pool *p, int32_t block);
+/* Drops a reference; the block is free again at zero. */
+void kv_unref(kv_pool *p, int32_t block);
+int kv_refcount(const kv_pool *p, int32_t block);
+
+/* One sequence's block table: blocks[i] holds positions
+ * [i*block_size, (i+1)*block_size). */
+typedef struct kv_seq {
+    int32_t *blocks;
+    int n_blocks;
+    int cap;
+} kv_seq;
+
+/* Makes the table cover positions [0, n_tokens): all or nothing, so on
+ * INF_ERR_NOSPACE the sequence is as before. INF_ERR_NOMEM if the table
+ * itself cannot grow. */
+int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_tokens);
+/* Keeps only the blocks needed for n_tokens positions (rollback, eviction). */
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens);
+/* Drops every block and frees the table; the struct is zeroed. */
+void kv_seq_release(kv_pool *p, kv_seq *s);
+/* Slot of position pos (which the table must cover). */
+int32_t kv_seq_slot(const kv_pool *p, const kv_seq *s, int pos);
+
+#endif

@@ -1,0 +1,79 @@
+/* model_: Llama-family configuration and weights bound to a checkpoint.
+ *
+ * Supported: architectures LlamaForCausalLM / MistralForCausalLM (model_type
+ * "llama" or "mistral"), hidden_act silu, no biases, RoPE without scaling.
+ * Weights are used in place from the mapped safetensors (f32, f16, bf16). */
+#ifndef INFERD_MODEL_H
+#define INFERD_MODEL_H
+
+#include "common.h"
+#include "st.h"
+
+#define MODEL_MAX_EOS 8
+
+typedef struct model_config {
+    char arch[64];             /* architectures[0]                        */
+    int hidden_size;           /* D                                       */
+    int intermediate_size;     /* F                                       */
+    int n_layers;
+    int n_heads;               /* H query heads                           */
+    int n_kv_heads;            /* KV heads (GQA); defaults to n_heads     */
+    int head_dim;              /* defaults to hidden_size / n_heads       */
+    int vocab_size;
+    int max_position_embeddings;
+    double rope_theta;         /* default 10000                           */
+    double rms_norm_eps;       /* default 1e-6                            */
+    int tie_word_embeddings;   /* default 0 (HF's Llama default)          */
+    int bos_token_id;          /* -1 when absent                          */
+    int n_eos;                 /* eos_token_id may be one id or a list     */
+    int eos_token_ids[MODEL_MAX_EOS];
+} model_config;
+
+/* Parses config.json at path into cfg. Refuses (INF_ERR_UNSUPPORTED, message
+ * naming the file and key) what we would otherwise compute wrongly: another
+ * architecture, rope_scaling, a hidden_act other than silu, biases. */
+int model_config_load(const char *path, model_config *cfg, inf_err *err);
+
+/* A 1-D or 2-D row-major weight in place: rows x cols (1-D: rows = 1). */
+typedef struct model_tensor {
+    inf_dtype dtype;
+    const void *data;
+    int64_t rows, cols;
+    const char *name;          /* checkpoint name, for messages           */
+} model_tensor;
+
+typedef struct model_layer {
+    model_tensor attn_norm;    /* [D]                                     */
+    model_tensor wq;           /* [H*hd, D]                               */
+    model_tensor wk;           /* [KV*hd, D]                              */
+    model_tensor wv;           /* [KV*hd, D]                              */
+    model_tensor wo;           /* [D, H*hd]                               */
+    model_tensor ffn_norm;     /* [D]                                     */
+    model_tensor w_gate;       /* [F, D]                                  */
+    model_tensor w_up;         /* [F, D]                                  */
+    model_tensor w_down;       /* [D, F]                                  */
+} model_layer;
+
+typedef struct model {
+    model_config cfg;
+    model_tensor embed;        /* [V, D]                                  */
+    model_tensor norm;         /* [D]                                     */
+    model_tensor lm_head;      /* [V, D]; the embedding when tied         */
+    model_layer *layers;       /* [n_layers]                              */
+    st_set *st;                /* owns the mappings                       */
+    char *dir;
+} model;
+
+/* Loads DIR/config.json and binds every tensor from DIR's safetensors.
+ * Errors (one line naming the file and tensor): missing file, corrupt header,
+ * missing tensor, shape not matching the config, unsupported dtype or
+ * architecture. */
+int model_load(const char *dir, model **out, inf_err *err);
+
+/* Unmaps and frees; NULL-safe. */
+void model_destroy(model *m);
+
+/* Bytes of weights the forward pass reads per token (all matrices once). */
+size_t model_weight_bytes(const model *m);
+
+#endif

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Install inferd's build, test and benchmark dependencies from Debian 12's archive.
+# Idempotent: packages already present are not touched and apt is not even called.
+# Runs as root, or through sudo when it is available.
+set -eu
+
+PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
+libsentencepiece-dev libcmocka-dev libyaml-dev python3 python3-numpy \
+python3-sentencepiece gnuplot-nox curl"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -z "$missing" ]; then
+    exit 0
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+else
+    echo "install-deps: need root or sudo to install:$missing" >&2
+    exit 1
+fi
+
+echo "install-deps: installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
