@@ -24,6 +24,9 @@ typedef struct model_config {
     double rope_theta;         /* default 10000                           */
     double rms_norm_eps;       /* default 1e-6                            */
     int tie_word_embeddings;   /* default 0 (HF's Llama default)          */
+    int sliding_window;        /* Mistral's window; 0 when none. The engine
+                                  caps the context at it (no windowed
+                                  attention yet).                         */
     int bos_token_id;          /* -1 when absent                          */
     int n_eos;                 /* eos_token_id may be one id or a list     */
     int eos_token_ids[MODEL_MAX_EOS];
