@@ -48,6 +48,7 @@ TOOL_SRC := $(wildcard tests/tools/*.c) $(wildcard bench/*.c)
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
 .PHONY: all deps test unit check run bench install clean
+.SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
 
@@ -84,6 +85,7 @@ T_test_model  := engine/model.o engine/st.o
 T_test_tok    := engine/tok.o
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
+T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)

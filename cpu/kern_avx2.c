@@ -1,0 +1,193 @@
+/* AVX2+FMA kernels: the canonical reduction of kern.h with each 16-lane
+ * accumulator held as two ymm halves (lanes 0-7, 8-15). One path for every M:
+ * 2x2 tiles widen weights in registers (16 ymm registers leave no room for a
+ * packed 6x4 tile); this table is the fallback for CPUs without AVX-512. */
+#include "cpu/kern.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define ALWAYS static inline __attribute__((always_inline))
+
+typedef struct v16 {
+    __m256 lo, hi;
+} v16;
+
+ALWAYS __m256 widen8(const uint16_t *p, int wt)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (wt == INF_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+ALWAYS v16 load_w(const void *w, int wt, size_t off)
+{
+    v16 r;
+    if (wt == INF_F32) {
+        r.lo = _mm256_loadu_ps((const float *)w + off);
+        r.hi = _mm256_loadu_ps((const float *)w + off + 8);
+    } else {
+        r.lo = widen8((const uint16_t *)w + off, wt);
+        r.hi = widen8((const uint16_t *)w + off + 8, wt);
+    }
+    return r;
+}
+
+ALWAYS v16 load_x(const float *p)
+{
+    v16 r = {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    return r;
+}
+
+ALWAYS v16 fma16(v16 a, v16 b, v16 c)
+{
+    v16 r = {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+    return r;
+}
+
+/* kern.h's tree on one accumulator. */
+ALWAYS float tree(v16 v)
+{
+    __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+}
+
+static float w_at(const void *w, int wt, size_t i)
+{
+    if (wt == INF_F32)
+        return ((const float *)w)[i];
+    uint16_t h = ((const uint16_t *)w)[i];
+    return wt == INF_F16 ? inf_f16_to_f32(h) : inf_bf16_to_f32(h);
+}
+
+/* One K block for an MR x NR tile (see kern_avx512.c's tile()). The last
+ * partial 16-chunk goes through zero-padded copies. */
+ALWAYS void tile(const int MR, const int NR, const int WT, const float *x,
+                 size_t ldx, const void *w, size_t ldw, int klen, float *y,
+                 size_t ldy, int first)
+{
+    v16 acc[4];
+    const v16 zero = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+#pragma GCC unroll 4
+    for (int a = 0; a < MR * NR; a++)
+        acc[a] = zero;
+    int k = 0;
+    for (; k + 16 <= klen; k += 16) {
+        v16 wv[2];
+#pragma GCC unroll 2
+        for (int j = 0; j < NR; j++)
+            wv[j] = load_w(w, WT, (size_t)j * ldw + (size_t)k);
+#pragma GCC unroll 2
+        for (int i = 0; i < MR; i++) {
+            v16 xv = load_x(x + (size_t)i * ldx + k);
+#pragma GCC unroll 2
+            for (int j = 0; j < NR; j++)
+                acc[i * NR + j] = fma16(xv, wv[j], acc[i * NR + j]);
+        }
+    }
+    if (k < klen) {
+        float wt_[2][16], xt[2][16];
+        memset(wt_, 0, sizeof wt_);
+        memset(xt, 0, sizeof xt);
+        for (int j = 0; j < NR; j++)
+            for (int l = 0; k + l < klen; l++)
+                wt_[j][l] = w_at(w, WT, (size_t)j * ldw + (size_t)(k + l));
+        for (int i = 0; i < MR; i++)
+            memcpy(xt[i], x + (size_t)i * ldx + k, (size_t)(klen - k) * sizeof(float));
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++)
+                acc[i * NR + j] = fma16(load_x(xt[i]), load_x(wt_[j]), acc[i * NR + j]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 2
+        for (int j = 0; j < NR; j++) {
+            float s = tree(acc[i * NR + j]);
+            float *p = y + (size_t)i * ldy + j;
+            *p = first ? s : *p + s;
+        }
+}
+
+typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
+                        int klen, float *y, size_t ldy, int first);
+
+#define TILE(MR, NR, WT, NAME)                                              \
+    static void NAME(const float *x, size_t ldx, const void *w, size_t ldw, \
+                     int klen, float *y, size_t ldy, int first)             \
+    {                                                                       \
+        tile(MR, NR, WT, x, ldx, w, ldw, klen, y, ldy, first);              \
+    }
+#define TILE_SET(WT, T)                                                     \
+    TILE(1, 1, WT, t_##T##_1x1) TILE(1, 2, WT, t_##T##_1x2)                 \
+    TILE(2, 1, WT, t_##T##_2x1) TILE(2, 2, WT, t_##T##_2x2)
+TILE_SET(INF_F32, f32)
+TILE_SET(INF_F16, f16)
+TILE_SET(INF_BF16, bf16)
+
+/* [dtype][MR-1][NR-1] */
+#define TILE_ROW(T) {{t_##T##_1x1, t_##T##_1x2}, {t_##T##_2x1, t_##T##_2x2}}
+static const tile_fn tiles[3][2][2] = {
+    [INF_F32] = TILE_ROW(f32),
+    [INF_F16] = TILE_ROW(f16),
+    [INF_BF16] = TILE_ROW(bf16),
+};
+
+static void mm(const cpu_mm *a, int n0, int n1, float *pack)
+{
+    (void)pack;
+    size_t es = inf_dtype_size(a->wt);
+    for (int j = n0; j < n1;) {
+        int nr = n1 - j >= 2 ? 2 : 1;
+        for (int i = 0; i < a->M;) {
+            int mr = a->M - i >= 2 ? 2 : 1;
+            tile_fn f = tiles[a->wt][mr - 1][nr - 1];
+            for (int kb = 0; kb < a->K; kb += CPU_KB) {
+                int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
+                f(a->x + (size_t)i * a->ldx + kb, a->ldx,
+                  (const char *)a->w + ((size_t)j * a->ldw + kb) * es, a->ldw,
+                  klen, a->y + (size_t)i * a->ldy + j, a->ldy, kb == 0);
+            }
+            i += mr;
+        }
+        j += nr;
+    }
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+    float y = 0.0f;
+    for (int kb = 0; kb < n; kb += CPU_KB) {
+        int klen = n - kb < CPU_KB ? n - kb : CPU_KB;
+        t_f32_1x1(a + kb, 0, b + kb, 0, klen, &y, 0, kb == 0);
+    }
+    return y;
+}
+
+static void axpy(float a, const float *x, float *y, int n)
+{
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(x[i]),
+                                          _mm_set_ss(y[i])));
+}
+
+static void to_f32(const void *w, inf_dtype wt, float *out, int n)
+{
+    int i = 0;
+    if (wt != INF_F32)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(out + i, widen8((const uint16_t *)w + i, wt));
+    for (; i < n; i++)
+        out[i] = w_at(w, wt, (size_t)i);
+}
+
+const cpu_kern cpu_kern_avx2 = {
+    .name = "avx2", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+};

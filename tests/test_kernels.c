@@ -1,0 +1,202 @@
+/* CPU kernels: every SIMD table equals the portable oracle bit for bit, for
+ * all dtypes and shapes with tails; results never depend on how rows are
+ * grouped or columns split; and all are close to a float64 reference. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cpu/kern.h"
+
+static uint64_t rng_state = 42;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+/* Random weights of dtype wt; also their exact f32 values in wf. */
+static void *rand_weights(inf_dtype wt, size_t n, float *wf)
+{
+    void *w = malloc(n * inf_dtype_size(wt));
+    for (size_t i = 0; i < n; i++) {
+        float v = frand();
+        if (wt == INF_F32) {
+            ((float *)w)[i] = v;
+        } else if (wt == INF_F16) {
+            uint16_t h = inf_f32_to_f16(v);
+            ((uint16_t *)w)[i] = h;
+            v = inf_f16_to_f32(h);
+        } else {
+            uint16_t h = inf_f32_to_bf16(v);
+            ((uint16_t *)w)[i] = h;
+            v = inf_bf16_to_f32(h);
+        }
+        wf[i] = v;
+    }
+    return w;
+}
+
+static const cpu_kern *tables[3];
+static int n_tables;
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *names[] = {"generic", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        const cpu_kern *k = cpu_kern_select(names[i]);
+        if (k)
+            tables[n_tables++] = k;
+        else
+            printf("note: %s kernels not supported on this CPU; not tested here\n",
+                   names[i]);
+    }
+    return 0;
+}
+
+static void run_mm(const cpu_kern *k, const float *x, int M, int K, const void *w,
+                   inf_dtype wt, int N, float *y, int n0, int n1)
+{
+    float *pack = malloc(CPU_PACK_FLOATS * sizeof(float));
+    cpu_mm a = {.x = x, .ldx = (size_t)K, .w = w, .ldw = (size_t)K, .wt = wt,
+                .y = y, .ldy = (size_t)N, .M = M, .N = N, .K = K};
+    k->mm(&a, n0, n1, pack);
+    free(pack);
+}
+
+/* mm of every table equals the generic table bit for bit and is within
+ * float rounding of a float64 dot product, over shapes with K, M and N tails
+ * and every weight dtype. */
+static void test_kernels_mm_matches_oracle_all_shapes(void **state)
+{
+    (void)state;
+    const int Ms[] = {1, 2, 3, 4, 5, 7, 13};
+    const int Ns[] = {1, 7, 8, 9, 33};
+    const int Ks[] = {1, 5, 16, 17, 64, 100, 512, 513, 1100};
+    for (int dt = 0; dt < 3; dt++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+                for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+                    int M = Ms[mi], N = Ns[ni], K = Ks[ki];
+                    float *x = malloc(sizeof(float) * (size_t)M * K);
+                    float *wf = malloc(sizeof(float) * (size_t)N * K);
+                    for (int i = 0; i < M * K; i++)
+                        x[i] = frand();
+                    void *w = rand_weights((inf_dtype)dt, (size_t)N * K, wf);
+                    float *ref = malloc(sizeof(float) * (size_t)M * N);
+                    float *y = malloc(sizeof(float) * (size_t)M * N);
+                    run_mm(tables[0], x, M, K, w, (inf_dtype)dt, N, ref, 0, N);
+                    for (int m = 0; m < M; m++)
+                        for (int n = 0; n < N; n++) {
+                            double d = 0, mag = 0;
+                            for (int k = 0; k < K; k++) {
+                                d += (double)x[m * K + k] * wf[n * K + k];
+                                mag += fabs((double)x[m * K + k] * wf[n * K + k]);
+                            }
+                            double got = ref[m * N + n];
+                            assert_true(fabs(got - d) <= 1e-6 * mag + 1e-30);
+                        }
+                    for (int t = 1; t < n_tables; t++) {
+                        run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, y, 0, N);
+                        if (memcmp(y, ref, sizeof(float) * (size_t)M * N)) {
+                            fail_msg("%s mm differs from generic: dtype %s M=%d N=%d K=%d",
+                                     tables[t]->name, inf_dtype_name((inf_dtype)dt), M, N, K);
+                        }
+                    }
+                    free(x), free(wf), free(w), free(ref), free(y);
+                }
+}
+
+/* A row's result is the same whether it is computed alone or among 64 rows,
+ * and whatever column range a thread is given. */
+static void test_kernels_mm_row_and_split_invariant(void **state)
+{
+    (void)state;
+    enum { M = 64, N = 77, K = 1100 };
+    for (int t = 0; t < n_tables; t++)
+        for (int dt = 0; dt < 3; dt++) {
+            float *x = malloc(sizeof(float) * M * K);
+            float *wf = malloc(sizeof(float) * N * K);
+            for (int i = 0; i < M * K; i++)
+                x[i] = frand();
+            void *w = rand_weights((inf_dtype)dt, (size_t)N * K, wf);
+            float *all = malloc(sizeof(float) * M * N);
+            float *part = malloc(sizeof(float) * M * N);
+            float one[N];
+            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, all, 0, N);
+            /* split columns at odd places, as threads might */
+            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, part, 0, 13);
+            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, part, 13, 50);
+            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, part, 50, N);
+            assert_memory_equal(all, part, sizeof(float) * M * N);
+            for (int m = 0; m < M; m += 5) {
+                run_mm(tables[t], x + (size_t)m * K, 1, K, w, (inf_dtype)dt, N, one, 0, N);
+                assert_memory_equal(one, all + (size_t)m * N, sizeof one);
+            }
+            /* rows 3..9 as a batch of 7 */
+            run_mm(tables[t], x + 3 * K, 7, K, w, (inf_dtype)dt, N, part, 0, N);
+            assert_memory_equal(part, all + 3 * N, sizeof(float) * 7 * N);
+            free(x), free(wf), free(w), free(all), free(part);
+        }
+}
+
+/* dot, axpy and to_f32 of every table equal the generic table's exactly. */
+static void test_kernels_dot_axpy_convert_match_oracle(void **state)
+{
+    (void)state;
+    const int ns[] = {1, 3, 8, 15, 16, 17, 64, 511, 512, 513, 2048, 3000};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        int n = ns[i];
+        float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+        float *y0 = malloc(sizeof(float) * n), *y1 = malloc(sizeof(float) * n);
+        for (int j = 0; j < n; j++)
+            a[j] = frand(), b[j] = frand(), y0[j] = frand();
+        float d0 = tables[0]->dot(a, b, n);
+        memcpy(y1, y0, sizeof(float) * n);
+        float *yr = malloc(sizeof(float) * n);
+        memcpy(yr, y0, sizeof(float) * n);
+        tables[0]->axpy(0.37f, a, yr, n);
+        for (int t = 1; t < n_tables; t++) {
+            float d = tables[t]->dot(a, b, n);
+            assert_memory_equal(&d, &d0, sizeof d);
+            memcpy(y1, y0, sizeof(float) * n);
+            tables[t]->axpy(0.37f, a, y1, n);
+            assert_memory_equal(y1, yr, sizeof(float) * n);
+            for (int dt = 0; dt < 3; dt++) {
+                float *wf = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n);
+                void *w = rand_weights((inf_dtype)dt, (size_t)n, wf);
+                tables[t]->to_f32(w, (inf_dtype)dt, out, n);
+                assert_memory_equal(out, wf, sizeof(float) * n);
+                free(wf), free(out), free(w);
+            }
+        }
+        free(a), free(b), free(y0), free(y1), free(yr);
+    }
+}
+
+/* "auto" picks a table; unknown names are refused. */
+static void test_kernels_select_names(void **state)
+{
+    (void)state;
+    assert_non_null(cpu_kern_select("auto"));
+    assert_non_null(cpu_kern_select("generic"));
+    assert_null(cpu_kern_select("sse9"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_mm_matches_oracle_all_shapes),
+        cmocka_unit_test(test_kernels_mm_row_and_split_invariant),
+        cmocka_unit_test(test_kernels_dot_axpy_convert_match_oracle),
+        cmocka_unit_test(test_kernels_select_names),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
