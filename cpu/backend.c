@@ -1,0 +1,468 @@
+/* The Llama forward pass on the CPU over one flattened batch.
+ *
+ * Every step is either a matmul (cpu_kern.mm, columns split across threads),
+ * a per-token elementwise op, or attention for one (token, KV head) pair; none
+ * of them lets one row's numbers depend on the other rows in the batch. */
+#include "cpu/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/kern.h"
+#include "cpu/pool.h"
+
+typedef struct cpu_be {
+    be_backend base;
+    const model *m;
+    const cpu_kern *k;
+    cpu_pool *pool;
+    int nt;                   /* threads                                    */
+    int max_tokens, max_ctx;
+    int D, H, KV, hd, F, V, L, qdim, kvdim, group;
+    float eps;
+    float *norms;             /* [L][2][D] attn, ffn gains; then [D] final  */
+    float *kc, *vc;           /* [L][num_blocks*block_size][kvdim]          */
+    size_t layer_kv;          /* floats per layer in kc / vc                */
+    float *x;                 /* [T][D] residual stream                     */
+    float *h;                 /* [T][max(D, qdim)] normed input / outputs   */
+    float *q;                 /* [T][qdim]                                  */
+    float *kb, *vb;           /* [T][kvdim] this step's keys and values     */
+    float *att;               /* [T][qdim] attention output                 */
+    float *gate, *up;         /* [T][F]                                     */
+    float *cosv, *sinv;       /* [T][hd/2] RoPE rotation per token          */
+    double *inv_freq;         /* [hd/2]                                     */
+    int32_t *tok_seq;         /* [T] sequence index of each token           */
+    float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
+    float *scores;            /* [nt][group][max_ctx]                       */
+} cpu_be;
+
+cpu_config cpu_config_default(void)
+{
+    cpu_config c = {.n_threads = 0, .num_blocks = 256, .block_size = 16,
+                    .max_tokens = 512, .max_context = 0, .kernels = "auto"};
+    return c;
+}
+
+size_t cpu_kv_bytes_per_token(const model *m)
+{
+    const model_config *c = &m->cfg;
+    return (size_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * sizeof(float);
+}
+
+/* ---- parallel jobs ---------------------------------------------------- */
+
+typedef struct mm_job {
+    const cpu_be *be;
+    cpu_mm mm[3];
+    int n;
+} mm_job;
+
+static void mm_run(void *ctx, int t, int nt)
+{
+    mm_job *j = ctx;
+    for (int i = 0; i < j->n; i++) {
+        int lo, hi;
+        cpu_pool_split(j->mm[i].N, 16, t, nt, &lo, &hi);
+        if (lo < hi)
+            j->be->k->mm(&j->mm[i], lo, hi, j->be->pack + (size_t)t * CPU_PACK_FLOATS);
+    }
+}
+
+static cpu_mm mm_args(const float *x, size_t ldx, const model_tensor *w, float *y,
+                      size_t ldy, int M)
+{
+    cpu_mm a = {.x = x, .ldx = ldx, .w = w->data, .ldw = (size_t)w->cols,
+                .wt = w->dtype, .y = y, .ldy = ldy, .M = M, .N = (int)w->rows,
+                .K = (int)w->cols};
+    return a;
+}
+
+/* Up to three matmuls sharing one trip through the pool. */
+static void matmuls(cpu_be *be, int n, const cpu_mm *a)
+{
+    mm_job j = {.be = be, .n = n};
+    memcpy(j.mm, a, (size_t)n * sizeof *a);
+    long work = 0;
+    for (int i = 0; i < n; i++)
+        work += (long)a[i].M * a[i].N * a[i].K;
+    if (work < 64 * 1024) /* tiny: threads cost more than they save */
+        mm_run(&j, 0, 1);
+    else
+        cpu_pool_run(be->pool, mm_run, &j);
+}
+
+typedef void (*row_fn)(cpu_be *be, int t, const void *arg);
+
+typedef struct rows_job {
+    cpu_be *be;
+    row_fn fn;
+    const void *arg;
+    int T;
+} rows_job;
+
+static void rows_run(void *ctx, int t, int nt)
+{
+    rows_job *j = ctx;
+    int lo, hi;
+    cpu_pool_split(j->T, 1, t, nt, &lo, &hi);
+    for (int i = lo; i < hi; i++)
+        j->fn(j->be, i, j->arg);
+}
+
+/* fn(be, t, arg) for every token t. */
+static void per_token(cpu_be *be, int T, row_fn fn, const void *arg)
+{
+    rows_job j = {.be = be, .fn = fn, .arg = arg, .T = T};
+    if (T < 4)
+        rows_run(&j, 0, 1);
+    else
+        cpu_pool_run(be->pool, rows_run, &j);
+}
+
+/* ---- per-token ops ------------------------------------------------------ */
+
+static void rmsnorm(const cpu_be *be, const float *x, const float *g, float *out)
+{
+    float ss = be->k->dot(x, x, be->D);
+    float inv = 1.0f / sqrtf(ss / (float)be->D + be->eps);
+    for (int i = 0; i < be->D; i++)
+        out[i] = (x[i] * inv) * g[i];
+}
+
+static void op_norm(cpu_be *be, int t, const void *gain)
+{
+    rmsnorm(be, be->x + (size_t)t * be->D, gain, be->h + (size_t)t * be->D);
+}
+
+/* HF Llama's rotate-half: pairs (i, i + hd/2) of every head. */
+static void rope_vec(const cpu_be *be, int t, float *v, int n_heads)
+{
+    int half = be->hd / 2;
+    const float *c = be->cosv + (size_t)t * half, *s = be->sinv + (size_t)t * half;
+    for (int hh = 0; hh < n_heads; hh++) {
+        float *p = v + (size_t)hh * be->hd;
+        for (int i = 0; i < half; i++) {
+            float a = p[i], b = p[i + half];
+            p[i] = a * c[i] - b * s[i];
+            p[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+typedef struct rope_arg {
+    const be_batch *b;
+    int layer;
+} rope_arg;
+
+/* RoPE on q and k, then k and v into the paged cache at the token's slot. */
+static void op_rope_store(cpu_be *be, int t, const void *arg)
+{
+    const rope_arg *ra = arg;
+    float *k = be->kb + (size_t)t * be->kvdim;
+    rope_vec(be, t, be->q + (size_t)t * be->qdim, be->H);
+    rope_vec(be, t, k, be->KV);
+    size_t off = (size_t)ra->layer * be->layer_kv + (size_t)ra->b->slots[t] * be->kvdim;
+    memcpy(be->kc + off, k, (size_t)be->kvdim * sizeof(float));
+    memcpy(be->vc + off, be->vb + (size_t)t * be->kvdim, (size_t)be->kvdim * sizeof(float));
+}
+
+static void op_swiglu(cpu_be *be, int t, const void *arg)
+{
+    (void)arg;
+    float *g = be->gate + (size_t)t * be->F;
+    const float *u = be->up + (size_t)t * be->F;
+    for (int i = 0; i < be->F; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void op_residual(cpu_be *be, int t, const void *arg)
+{
+    (void)arg;
+    float *x = be->x + (size_t)t * be->D;
+    const float *h = be->h + (size_t)t * be->D;
+    for (int i = 0; i < be->D; i++)
+        x[i] += h[i];
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+typedef struct attn_job {
+    cpu_be *be;
+    const be_batch *b;
+    int layer;
+} attn_job;
+
+/* Causal attention of token t's query heads that share KV head g over
+ * positions 0..pos of its sequence, read through the block table. */
+static void attend(cpu_be *be, const be_batch *b, int layer, int t, int g,
+                   float *scores, float *pack)
+{
+    const cpu_kern *k = be->k;
+    int s = be->tok_seq[t], n = b->positions[t] + 1, bs = be->base.block_size;
+    int G = be->group, hd = be->hd;
+    const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
+    const float *kc = be->kc + (size_t)layer * be->layer_kv + (size_t)g * hd;
+    const float *vc = be->vc + (size_t)layer * be->layer_kv + (size_t)g * hd;
+    const float *q = be->q + (size_t)t * be->qdim + (size_t)g * G * hd;
+    float *out = be->att + (size_t)t * be->qdim + (size_t)g * G * hd;
+    /* scores[j][p] = q_j . k_p, one block of keys at a time */
+    for (int p0 = 0; p0 < n; p0 += bs) {
+        int cnt = n - p0 < bs ? n - p0 : bs;
+        cpu_mm a = {.x = q, .ldx = (size_t)hd,
+                    .w = kc + (size_t)table[p0 / bs] * bs * be->kvdim,
+                    .ldw = (size_t)be->kvdim, .wt = INF_F32, .y = scores + p0,
+                    .ldy = (size_t)be->max_ctx, .M = G, .N = cnt, .K = hd};
+        k->mm(&a, 0, cnt, pack);
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int j = 0; j < G; j++) {
+        float *sc = scores + (size_t)j * be->max_ctx;
+        float mx = -INFINITY;
+        for (int p = 0; p < n; p++) {
+            sc[p] *= scale;
+            if (sc[p] > mx)
+                mx = sc[p];
+        }
+        double sum = 0;
+        for (int p = 0; p < n; p++) {
+            sc[p] = expf(sc[p] - mx);
+            sum += sc[p];
+        }
+        float *o = out + (size_t)j * hd;
+        memset(o, 0, (size_t)hd * sizeof *o);
+        for (int p = 0; p < n; p++) {
+            size_t slot = (size_t)table[p / bs] * bs + (size_t)(p % bs);
+            k->axpy(sc[p], vc + slot * be->kvdim, o, hd);
+        }
+        float inv = (float)(1.0 / sum);
+        for (int d = 0; d < hd; d++)
+            o[d] *= inv;
+    }
+}
+
+static void attn_run(void *ctx, int t, int nt)
+{
+    attn_job *j = ctx;
+    cpu_be *be = j->be;
+    int tasks = j->b->n_tokens * be->KV, lo, hi;
+    cpu_pool_split(tasks, 1, t, nt, &lo, &hi);
+    float *scores = be->scores + (size_t)t * be->group * be->max_ctx;
+    float *pack = be->pack + (size_t)t * CPU_PACK_FLOATS;
+    for (int i = lo; i < hi; i++)
+        attend(be, j->b, j->layer, i / be->KV, i % be->KV, scores, pack);
+}
+
+/* ---- the forward pass --------------------------------------------------- */
+
+static void embed(cpu_be *be, const be_batch *b)
+{
+    const model_tensor *e = &be->m->embed;
+    size_t es = inf_dtype_size(e->dtype);
+    for (int t = 0; t < b->n_tokens; t++)
+        be->k->to_f32((const char *)e->data + (size_t)b->tokens[t] * be->D * es,
+                      e->dtype, be->x + (size_t)t * be->D, be->D);
+}
+
+static void rope_tables(cpu_be *be, const be_batch *b)
+{
+    int half = be->hd / 2;
+    for (int t = 0; t < b->n_tokens; t++)
+        for (int i = 0; i < half; i++) {
+            double ang = (double)b->positions[t] * be->inv_freq[i];
+            be->cosv[(size_t)t * half + i] = (float)cos(ang);
+            be->sinv[(size_t)t * half + i] = (float)sin(ang);
+        }
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++)
+            be->tok_seq[t] = s;
+}
+
+static void layer_forward(cpu_be *be, const be_batch *b, int l)
+{
+    const model_layer *w = &be->m->layers[l];
+    int T = b->n_tokens;
+    const float *g_attn = be->norms + (size_t)l * 2 * be->D;
+    const float *g_ffn = g_attn + be->D;
+
+    per_token(be, T, op_norm, g_attn);
+    cpu_mm qkv[3] = {
+        mm_args(be->h, (size_t)be->D, &w->wq, be->q, (size_t)be->qdim, T),
+        mm_args(be->h, (size_t)be->D, &w->wk, be->kb, (size_t)be->kvdim, T),
+        mm_args(be->h, (size_t)be->D, &w->wv, be->vb, (size_t)be->kvdim, T),
+    };
+    matmuls(be, 3, qkv);
+    rope_arg ra = {.b = b, .layer = l};
+    per_token(be, T, op_rope_store, &ra);
+    attn_job aj = {.be = be, .b = b, .layer = l};
+    if (T * be->KV < 2)
+        attn_run(&aj, 0, 1);
+    else
+        cpu_pool_run(be->pool, attn_run, &aj);
+    cpu_mm o = mm_args(be->att, (size_t)be->qdim, &w->wo, be->h, (size_t)be->D, T);
+    matmuls(be, 1, &o);
+    per_token(be, T, op_residual, NULL);
+
+    per_token(be, T, op_norm, g_ffn);
+    cpu_mm gu[2] = {
+        mm_args(be->h, (size_t)be->D, &w->w_gate, be->gate, (size_t)be->F, T),
+        mm_args(be->h, (size_t)be->D, &w->w_up, be->up, (size_t)be->F, T),
+    };
+    matmuls(be, 2, gu);
+    per_token(be, T, op_swiglu, NULL);
+    cpu_mm down = mm_args(be->gate, (size_t)be->F, &w->w_down, be->h, (size_t)be->D, T);
+    matmuls(be, 1, &down);
+    per_token(be, T, op_residual, NULL);
+}
+
+static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
+{
+    cpu_be *be = (cpu_be *)base;
+    int rc = be_batch_check(base, b, be->max_tokens, err);
+    if (rc)
+        return rc;
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->seq_len[s] > be->max_ctx)
+            return inf_fail(err, INF_ERR_INVALID,
+                            "batch: sequence %d length %d exceeds the context limit %d",
+                            s, b->seq_len[s], be->max_ctx);
+    embed(be, b);
+    rope_tables(be, b);
+    for (int l = 0; l < be->L; l++)
+        layer_forward(be, b, l);
+    if (b->n_logits == 0)
+        return INF_OK;
+    const float *g = be->norms + (size_t)be->L * 2 * be->D;
+    for (int i = 0; i < b->n_logits; i++)
+        rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D);
+    cpu_mm lm = mm_args(be->h, (size_t)be->D, &be->m->lm_head, logits, (size_t)be->V,
+                        b->n_logits);
+    matmuls(be, 1, &lm);
+    return INF_OK;
+}
+
+static void cpu_destroy(be_backend *base)
+{
+    cpu_be *be = (cpu_be *)base;
+    if (!be)
+        return;
+    cpu_pool_destroy(be->pool);
+    free(be->norms);
+    free(be->kc);
+    free(be->vc);
+    free(be->x);
+    free(be->h);
+    free(be->q);
+    free(be->kb);
+    free(be->vb);
+    free(be->att);
+    free(be->gate);
+    free(be->up);
+    free(be->cosv);
+    free(be->sinv);
+    free(be->inv_freq);
+    free(be->tok_seq);
+    free(be->pack);
+    free(be->scores);
+    free(be);
+}
+
+static const be_ops cpu_ops = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+
+const char *cpu_backend_kernels(const be_backend *base)
+{
+    return ((const cpu_be *)base)->k->name;
+}
+
+static float *falloc(size_t n)
+{
+    return n ? malloc(n * sizeof(float)) : NULL;
+}
+
+int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, inf_err *err)
+{
+    *out = NULL;
+    const model_config *c = &m->cfg;
+    const cpu_kern *k = cpu_kern_select(cfg->kernels);
+    if (!k)
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "cpu: kernels '%s' are unknown or not supported by this CPU "
+                        "(auto, avx512, avx2, generic)", cfg->kernels ? cfg->kernels : "");
+    if (cfg->max_tokens < 1 || cfg->block_size < 1 || cfg->num_blocks < 2)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: bad sizes (max_tokens %d, block_size %d, "
+                        "num_blocks %d)", cfg->max_tokens, cfg->block_size, cfg->num_blocks);
+    cpu_be *be = calloc(1, sizeof *be);
+    if (!be)
+        return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory");
+    be->base.ops = &cpu_ops;
+    be->base.vocab_size = c->vocab_size;
+    be->base.block_size = cfg->block_size;
+    be->base.num_blocks = cfg->num_blocks;
+    be->m = m;
+    be->k = k;
+    be->D = c->hidden_size;
+    be->H = c->n_heads;
+    be->KV = c->n_kv_heads;
+    be->hd = c->head_dim;
+    be->F = c->intermediate_size;
+    be->V = c->vocab_size;
+    be->L = c->n_layers;
+    be->qdim = be->H * be->hd;
+    be->kvdim = be->KV * be->hd;
+    be->group = be->H / be->KV;
+    be->eps = (float)c->rms_norm_eps;
+    be->max_tokens = cfg->max_tokens;
+    be->max_ctx = cfg->max_context > 0 ? cfg->max_context : c->max_position_embeddings;
+    int rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
+    if (rc) {
+        cpu_destroy(&be->base);
+        return rc;
+    }
+    be->nt = cpu_pool_size(be->pool);
+
+    size_t T = (size_t)cfg->max_tokens, D = (size_t)be->D;
+    size_t wide = D > (size_t)be->qdim ? D : (size_t)be->qdim;
+    be->layer_kv = (size_t)cfg->num_blocks * cfg->block_size * be->kvdim;
+    be->norms = falloc((size_t)be->L * 2 * D + D);
+    be->kc = falloc((size_t)be->L * be->layer_kv);
+    be->vc = falloc((size_t)be->L * be->layer_kv);
+    be->x = falloc(T * D);
+    be->h = falloc(T * wide);
+    be->q = falloc(T * be->qdim);
+    be->kb = falloc(T * be->kvdim);
+    be->vb = falloc(T * be->kvdim);
+    be->att = falloc(T * be->qdim);
+    be->gate = falloc(T * be->F);
+    be->up = falloc(T * be->F);
+    be->cosv = falloc(T * (be->hd / 2));
+    be->sinv = falloc(T * (be->hd / 2));
+    be->inv_freq = malloc((size_t)(be->hd / 2) * sizeof(double));
+    be->tok_seq = malloc(T * sizeof(int32_t));
+    be->pack = falloc((size_t)be->nt * CPU_PACK_FLOATS);
+    be->scores = falloc((size_t)be->nt * be->group * be->max_ctx);
+    if (!be->norms || !be->kc || !be->vc || !be->x || !be->h || !be->q || !be->kb ||
+        !be->vb || !be->att || !be->gate || !be->up || !be->cosv || !be->sinv ||
+        !be->inv_freq || !be->tok_seq || !be->pack || !be->scores) {
+        size_t kv_mb = 2 * (size_t)be->L * be->layer_kv * sizeof(float) >> 20;
+        cpu_destroy(&be->base);
+        return inf_fail(err, INF_ERR_NOMEM,
+                        "cpu: cannot allocate buffers (KV cache %zu MiB for %d blocks "
+                        "of %d tokens, activations for %d tokens)",
+                        kv_mb, cfg->num_blocks, cfg->block_size, cfg->max_tokens);
+    }
+    /* Fresh KV storage reads as zeros; touching it now also makes the pool's
+     * memory resident up front rather than on the first long request. */
+    memset(be->kc, 0, (size_t)be->L * be->layer_kv * sizeof(float));
+    memset(be->vc, 0, (size_t)be->L * be->layer_kv * sizeof(float));
+    for (int l = 0; l < be->L; l++) {
+        k->to_f32(m->layers[l].attn_norm.data, m->layers[l].attn_norm.dtype,
+                  be->norms + (size_t)l * 2 * D, be->D);
+        k->to_f32(m->layers[l].ffn_norm.data, m->layers[l].ffn_norm.dtype,
+                  be->norms + (size_t)l * 2 * D + D, be->D);
+    }
+    k->to_f32(m->norm.data, m->norm.dtype, be->norms + (size_t)be->L * 2 * D, be->D);
+    for (int i = 0; i < be->hd / 2; i++)
+        be->inv_freq[i] = pow(c->rope_theta, -2.0 * i / be->hd);
+    *out = &be->base;
+    return INF_OK;
+}

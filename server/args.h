@@ -1,0 +1,30 @@
+/* args_: long-option parsing shared by inferd's commands. "--name value",
+ * "--name=value" and underscore spellings ("--max_tokens") all work, as in
+ * vLLM's CLI. */
+#ifndef INFERD_ARGS_H
+#define INFERD_ARGS_H
+
+#include <stdio.h>
+
+#include "engine/common.h"
+
+typedef enum arg_kind { ARG_STR, ARG_INT, ARG_FLOAT, ARG_FLAG } arg_kind;
+
+typedef struct arg_spec {
+    const char *name;    /* without dashes, e.g. "max-tokens"          */
+    arg_kind kind;
+    void *dst;           /* const char **, int *, float * or int *     */
+    const char *metavar; /* shown in --help; NULL for flags            */
+    const char *help;
+} arg_spec;
+
+/* Parses argv[0..argc) (no program name) into the specs' destinations.
+ * Unknown options, missing or malformed values: INF_ERR_INVALID with a
+ * message naming the option. A bare "--help" sets *want_help. */
+int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
+               int *want_help, inf_err *err);
+
+/* One line per option. */
+void args_help(FILE *f, const arg_spec *specs, int n_specs);
+
+#endif
