@@ -38,10 +38,11 @@ LDLIBS  := -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 
-LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c)
+LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) \
+            $(filter-out server/main.c,$(wildcard server/*.c))
 LIB_CXX  := $(wildcard engine/*.cpp)
 LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o)
-MAIN_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard server/*.c))
+MAIN_OBJ := $(BUILD)/obj/server/main.o
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(wildcard tests/tools/*.c) $(wildcard bench/*.c)

@@ -3,7 +3,16 @@
  * Order, as vLLM's: penalties (repetition, then frequency and presence) on the
  * raw logits; then temperature; then top-k, top-p and min-p filters; then a
  * draw with the request's own generator. temperature 0 is greedy: the argmax
- * of the penalized logits (lowest id on a tie), no filters, no draw. */
+ * of the penalized logits (lowest id on a tie), no filters, no draw.
+ *
+ * Filters, in vLLM's order (its v0 sampler): top-k, then top-p, then min-p.
+ * Each filter sees the survivors of the ones before it renormalized to sum 1:
+ * top-p measures mass within the top-k set (as vLLM does); min-p cuts relative
+ * to the largest probability, which every filter keeps, so for min-p the
+ * renormalization changes nothing. Every filter keeps at least one token, and
+ * ties go to the lower token id, so the kept set is always deterministic.
+ * NaN logits get probability 0; a row whose largest logit is not finite
+ * (+inf, or nothing but -inf and NaN) is treated as greedy. */
 #ifndef INFERD_SMP_H
 #define INFERD_SMP_H
 
@@ -51,7 +60,9 @@ typedef struct smp_ctx smp_ctx;
 int smp_create(int vocab, smp_ctx **out, inf_err *err);
 void smp_destroy(smp_ctx *c); /* NULL-safe */
 
-/* Applies repetition, frequency and presence penalties to logits in place. */
+/* Applies repetition, frequency and presence penalties to logits in place.
+ * h may be NULL (no history: nothing to do); ids outside [0, vocab) in it are
+ * ignored (vLLM pads with vocab). */
 void smp_apply_penalties(smp_ctx *c, const smp_params *p,
                          const smp_history *h, float *logits);
 
@@ -66,7 +77,14 @@ void smp_probs(smp_ctx *c, const smp_params *p, const float *logits,
 int32_t smp_sample(smp_ctx *c, const smp_params *p, const smp_history *h,
                    smp_rng *rng, float *logits);
 
-/* Index of the largest value, lowest index on ties (NaNs never win). */
+/* Inverse-CDF draw: the first id, ascending, whose running sum of probs
+ * exceeds u * (sum of probs). probs need not sum to 1; entries that are not
+ * > 0 are never drawn (all of them: the argmax). smp_sample draws exactly
+ * this way from smp_probs, so a rejection sampler can reproduce its draws. */
+int32_t smp_draw(const float *probs, int n, double u);
+
+/* Index of the largest value, lowest index on ties (NaNs never win; 0 when
+ * everything is NaN or n <= 0). */
 int32_t smp_argmax(const float *x, int n);
 
 #endif

@@ -1,0 +1,242 @@
+/* Batch invariance of the CPU backend: a sequence's logits (every prompt
+ * position and every greedy decode step) are bit-identical whether it runs
+ * alone, in a batch of 64 mixing prefill chunks and decode tokens, with its
+ * prompt fed in chunks of 1, 7 or 64 tokens, on 1 or 3 threads, and with any
+ * kernel table. Runs on the project's own tiny model and, when present, the
+ * real ones in ../shared/models. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "cpu/backend.h"
+#include "cpu/kern.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "engine/smp.h"
+
+enum { NSEQ = 64, MAX_PROMPT = 60, NDEC = 6 };
+
+typedef struct run_out {
+    float *logits[NSEQ]; /* [len + NDEC][V] per sequence */
+    int32_t toks[NSEQ][MAX_PROMPT + NDEC];
+} run_out;
+
+typedef struct prompts {
+    int32_t ids[NSEQ][MAX_PROMPT];
+    int len[NSEQ];
+} prompts;
+
+static void make_prompts(prompts *p, int vocab, unsigned seed)
+{
+    for (int s = 0; s < NSEQ; s++) {
+        seed = seed * 1103515245u + 12345u;
+        p->len[s] = 1 + (int)((seed >> 8) % MAX_PROMPT);
+        p->ids[s][0] = 1; /* BOS */
+        for (int i = 1; i < p->len[s]; i++) {
+            seed = seed * 1103515245u + 12345u;
+            p->ids[s][i] = 3 + (int32_t)((seed >> 8) % (unsigned)(vocab - 3));
+        }
+    }
+}
+
+typedef struct variant {
+    const char *name;
+    int together; /* all sequences in one batch per step, else one at a time */
+    int chunk;    /* prompt tokens per sequence per step; 0: whole prompt   */
+    int threads;
+    const char *kernels;
+} variant;
+
+/* Runs every sequence through prefill and NDEC greedy decode steps as the
+ * variant says, recording logits for every position. */
+static void run_variant(const model *m, const prompts *p, const variant *v, run_out *out)
+{
+    int V = m->cfg.vocab_size;
+    int max_tokens = NSEQ * MAX_PROMPT;
+    cpu_config cc = cpu_config_default();
+    cc.n_threads = v->threads;
+    cc.kernels = v->kernels;
+    cc.max_tokens = max_tokens;
+    cc.max_context = MAX_PROMPT + NDEC;
+    cc.block_size = 16;
+    int per_seq = (MAX_PROMPT + NDEC + 15) / 16;
+    cc.num_blocks = NSEQ * per_seq + 1;
+    be_backend *be = NULL;
+    kv_pool *kv = NULL;
+    inf_err err = {0};
+    assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+    kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
+    assert_int_equal(kv_create(&kc, &kv, &err), INF_OK);
+
+    kv_seq seqs[NSEQ];
+    int done[NSEQ], total[NSEQ];
+    memset(seqs, 0, sizeof seqs);
+    for (int s = 0; s < NSEQ; s++) {
+        done[s] = 0;
+        total[s] = p->len[s];
+        memcpy(out->toks[s], p->ids[s], sizeof(int32_t) * p->len[s]);
+        out->logits[s] = malloc(sizeof(float) * (size_t)(p->len[s] + NDEC) * V);
+    }
+    int32_t *tok = malloc(sizeof(int32_t) * max_tokens), *pos = malloc(sizeof(int32_t) * max_tokens);
+    int32_t *slot = malloc(sizeof(int32_t) * max_tokens), *rows = malloc(sizeof(int32_t) * max_tokens);
+    int32_t *owner = malloc(sizeof(int32_t) * max_tokens), start[NSEQ + 1], len[NSEQ];
+    int32_t *table = calloc((size_t)NSEQ * per_seq, sizeof(int32_t));
+    float *logits = malloc(sizeof(float) * (size_t)max_tokens * V);
+
+    for (int first = 0; first < NSEQ;) {
+        /* one batch: every unfinished sequence (together) or just `first` */
+        int T = 0, S = 0;
+        int last = v->together ? NSEQ : first + 1;
+        for (int s = first; s < last; s++) {
+            int target = p->len[s] + NDEC;
+            if (done[s] >= target)
+                continue;
+            int take = total[s] - done[s];
+            if (v->chunk > 0 && take > v->chunk)
+                take = v->chunk;
+            assert_int_equal(kv_seq_reserve(kv, &seqs[s], done[s] + take), INF_OK);
+            start[S] = T;
+            for (int i = 0; i < take; i++, T++) {
+                tok[T] = out->toks[s][done[s] + i];
+                pos[T] = done[s] + i;
+                slot[T] = kv_seq_slot(kv, &seqs[s], pos[T]);
+                rows[T] = T;
+                owner[T] = s;
+            }
+            done[s] += take;
+            len[S] = done[s];
+            memcpy(table + (size_t)S * per_seq, seqs[s].blocks, sizeof(int32_t) * seqs[s].n_blocks);
+            S++;
+        }
+        if (S == 0) {
+            first++;
+            continue;
+        }
+        start[S] = T;
+        be_batch b = {.n_tokens = T, .tokens = tok, .positions = pos, .slots = slot,
+                      .n_seqs = S, .seq_start = start, .seq_len = len, .block_table = table,
+                      .max_blocks = per_seq, .logit_rows = rows, .n_logits = T};
+        assert_int_equal(be_forward(be, &b, logits, &err), INF_OK);
+        for (int t = 0; t < T; t++) {
+            int s = owner[t];
+            memcpy(out->logits[s] + (size_t)pos[t] * V, logits + (size_t)t * V, sizeof(float) * V);
+        }
+        /* a sequence whose input is all computed gets its next token */
+        for (int s = first; s < last; s++)
+            if (done[s] == total[s] && total[s] < p->len[s] + NDEC) {
+                const float *row = out->logits[s] + (size_t)(total[s] - 1) * V;
+                out->toks[s][total[s]++] = smp_argmax(row, V);
+            }
+    }
+    for (int s = 0; s < NSEQ; s++)
+        kv_seq_release(kv, &seqs[s]);
+    assert_int_equal(kv_num_free(kv), kv_num_blocks(kv));
+    free(tok), free(pos), free(slot), free(rows), free(owner), free(table), free(logits);
+    kv_destroy(kv);
+    be_destroy(be);
+}
+
+static void free_out(run_out *o)
+{
+    for (int s = 0; s < NSEQ; s++)
+        free(o->logits[s]);
+}
+
+static void check_model(const char *dir)
+{
+    model *m = NULL;
+    inf_err err = {0};
+    assert_int_equal(model_load(dir, &m, &err), INF_OK);
+    int V = m->cfg.vocab_size;
+    prompts *p = malloc(sizeof *p);
+    make_prompts(p, V, 7);
+    const variant base = {"alone, whole prompt, 2 threads", 0, 0, 2, "auto"};
+    const variant others[] = {
+        {"alone, chunks of 1", 0, 1, 2, "auto"},
+        {"alone, chunks of 7", 0, 7, 2, "auto"},
+        {"alone, chunks of 64", 0, 64, 2, "auto"},
+        {"64 together, whole prompts", 1, 0, 2, "auto"},
+        {"64 together, chunks of 7 (prefill mixed with decode)", 1, 7, 3, "auto"},
+        {"64 together, chunks of 1", 1, 1, 1, "auto"},
+        {"alone, 1 thread, generic kernels", 0, 0, 1, "generic"},
+        {"64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2"},
+    };
+    run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+    run_variant(m, p, &base, ref);
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        if (!cpu_kern_select(others[i].kernels)) {
+            printf("note: %s: %s kernels not supported on this CPU, variant not run\n", dir,
+                   others[i].kernels);
+            continue;
+        }
+        run_variant(m, p, &others[i], got);
+        for (int s = 0; s < NSEQ; s++) {
+            size_t n = (size_t)(p->len[s] + NDEC) * V;
+            if (memcmp(ref->toks[s], got->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
+                memcmp(ref->logits[s], got->logits[s], sizeof(float) * n))
+                fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir, s,
+                         p->len[s], others[i].name, base.name);
+        }
+        free_out(got);
+        memset(got, 0, sizeof *got);
+    }
+    free_out(ref);
+    free(ref), free(got), free(p);
+    model_destroy(m);
+}
+
+static int have_dir(const char *d)
+{
+    struct stat st;
+    return stat(d, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The project's own random model (always present: made by the Makefile). */
+static void test_invariance_fixture_model(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "build/fixtures");
+    assert_true(have_dir(dir));
+    check_model(dir);
+}
+
+static void real_model(const char *dir)
+{
+    if (!have_dir(dir)) {
+        printf("skipped: %s not present\n", dir);
+        skip();
+    }
+    check_model(dir);
+}
+
+/* stories260K: real weights, GQA 8/4, head_dim 8, K tails (F = 172). */
+static void test_invariance_stories260k(void **state)
+{
+    (void)state;
+    real_model("../shared/models/stories260K");
+}
+
+/* babyllama-105: real weights, head_dim 16, vocab 105 (N tails). */
+static void test_invariance_babyllama105(void **state)
+{
+    (void)state;
+    real_model("../shared/models/babyllama-105");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invariance_fixture_model),
+        cmocka_unit_test(test_invariance_stories260k),
+        cmocka_unit_test(test_invariance_babyllama105),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

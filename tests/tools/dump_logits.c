@@ -1,0 +1,112 @@
+/* dump_logits: the C engine's logits for every position of a token sequence,
+ * as raw little-endian float32 [n_tokens][vocab], for comparison with the
+ * numpy reference (tests/ref/llama_ref.py).
+ *
+ *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K]
+ *               [--chunk N] [--threads N] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/backend.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "server/args.h"
+
+static int parse_ids(const char *s, int32_t *ids, int cap)
+{
+    int n = 0;
+    while (*s && n < cap) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s)
+            return -1;
+        ids[n++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return *s ? -1 : n;
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *tokens = NULL, *out = NULL, *kernels = "auto";
+    int chunk = 0, threads = 0, help = 0;
+    const arg_spec specs[] = {
+        {"model", ARG_STR, &dir, "DIR", "model directory"},
+        {"tokens", ARG_STR, &tokens, "IDS", "comma-separated token ids"},
+        {"out", ARG_STR, &out, "FILE", "output file"},
+        {"kernels", ARG_STR, &kernels, "NAME", "kernel table"},
+        {"chunk", ARG_INT, &chunk, "N", "feed the sequence N tokens per forward (default all)"},
+        {"threads", ARG_INT, &threads, "N", "threads"},
+    };
+    inf_err err = {0};
+    if (args_parse(specs, 6, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
+        fprintf(stderr, "dump_logits: %s\n", err.msg[0] ? err.msg : "--model, --tokens, --out required");
+        return 2;
+    }
+    int32_t ids[4096];
+    int n = parse_ids(tokens, ids, 4096);
+    if (n < 1) {
+        fprintf(stderr, "dump_logits: bad --tokens\n");
+        return 2;
+    }
+    if (chunk <= 0 || chunk > n)
+        chunk = n;
+    model *m = NULL;
+    be_backend *be = NULL;
+    kv_pool *kv = NULL;
+    kv_seq seq = {0};
+    float *logits = NULL;
+    int rc = model_load(dir, &m, &err);
+    if (rc)
+        goto done;
+    int V = m->cfg.vocab_size;
+    cpu_config cc = cpu_config_default();
+    cc.kernels = kernels;
+    cc.n_threads = threads;
+    cc.max_tokens = chunk;
+    cc.max_context = n;
+    cc.num_blocks = (n + cc.block_size - 1) / cc.block_size + 1;
+    kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
+    if ((rc = cpu_backend_create(m, &cc, &be, &err)) || (rc = kv_create(&kc, &kv, &err)))
+        goto done;
+    logits = malloc(sizeof(float) * (size_t)n * V);
+    int32_t pos[4096], slots[4096], rows[4096], start[2], len[1];
+    if (!logits || kv_seq_reserve(kv, &seq, n)) {
+        rc = inf_fail(&err, INF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int p0 = 0; p0 < n; p0 += chunk) {
+        int c = n - p0 < chunk ? n - p0 : chunk;
+        for (int i = 0; i < c; i++) {
+            pos[i] = p0 + i;
+            slots[i] = kv_seq_slot(kv, &seq, p0 + i);
+            rows[i] = i;
+        }
+        start[0] = 0, start[1] = c, len[0] = p0 + c;
+        be_batch b = {.n_tokens = c, .tokens = ids + p0, .positions = pos, .slots = slots,
+                      .n_seqs = 1, .seq_start = start, .seq_len = len,
+                      .block_table = seq.blocks, .max_blocks = seq.n_blocks,
+                      .logit_rows = rows, .n_logits = c};
+        if ((rc = be_forward(be, &b, logits + (size_t)p0 * V, &err)))
+            goto done;
+    }
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(logits, sizeof(float), (size_t)n * V, f) != (size_t)n * V) {
+        rc = inf_fail(&err, INF_ERR_IO, "%s: cannot write", out);
+        if (f)
+            fclose(f);
+        goto done;
+    }
+    fclose(f);
+done:
+    if (rc)
+        fprintf(stderr, "dump_logits: %s\n", err.msg);
+    free(logits);
+    if (kv)
+        kv_seq_release(kv, &seq);
+    kv_destroy(kv);
+    be_destroy(be);
+    model_destroy(m);
+    return rc ? 1 : 0;
+}
