@@ -95,9 +95,15 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 
 # Fixtures the tests make for themselves (no ../shared needed): a tiny Llama
 # with random weights and a SentencePiece tokenizer trained on built-in text.
+# "wide" has reductions longer than one K block (CPU_KB = 512) and sizes
+# that are not multiples of 16, so every kernel tail runs without ../shared.
 FIXTURES := $(BUILD)/fixtures
+FIXTURE_MODELS := $(FIXTURES)/tiny/config.json $(FIXTURES)/wide/config.json
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
+$(FIXTURES)/wide/config.json: scripts/make_model.py
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/wide --seed 3 --hidden 80 \
+	  --intermediate 600 --heads 5 --kv-heads 1 --head-dim 16 --layers 2 >/dev/null
 
 $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -111,11 +117,11 @@ test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit check
 
-unit: $(TEST_BIN) $(FIXTURES)/tiny/config.json
+unit: $(TEST_BIN) $(FIXTURE_MODELS)
 	@set -e; mkdir -p $(BUILD)/tmp; for t in $(TEST_BIN); do echo "== $$t"; \
 	  INFERD_TEST_TMP=$(BUILD)/tmp INFERD_TEST_FIXTURES=$(FIXTURES) $$t; done
 
-check: all
+check: all $(FIXTURE_MODELS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run-checks.sh
 
 MODEL ?= $(shell [ -d ../shared/models/stories260K ] && echo ../shared/models/stories260K)

@@ -197,15 +197,28 @@ static int have_dir(const char *d)
     return stat(d, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static void fixture_model(const char *name)
+{
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", name);
+    assert_true(have_dir(dir));
+    check_model(dir);
+}
+
 /* The project's own random model (always present: made by the Makefile). */
 static void test_invariance_fixture_model(void **state)
 {
     (void)state;
-    const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "build/fixtures");
-    assert_true(have_dir(dir));
-    check_model(dir);
+    fixture_model("tiny");
+}
+
+/* Own model with reductions over several K blocks and non-multiple-of-16
+ * sizes (hidden 80, intermediate 600, 5 heads on 1 KV head). */
+static void test_invariance_fixture_wide_model(void **state)
+{
+    (void)state;
+    fixture_model("wide");
 }
 
 static void real_model(const char *dir)
@@ -235,6 +248,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance_fixture_model),
+        cmocka_unit_test(test_invariance_fixture_wide_model),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };

@@ -1,0 +1,165 @@
+#!/usr/bin/python3
+"""End-to-end numeric checks of the C engine against the float64 numpy reference.
+
+  check_engine.py --build build --fixtures build/fixtures [--shared ../shared]
+
+For every model (the project's own random fixtures, always; the real models in
+../shared/models when present; and relayouts of them in bf16, f16, sharded and
+untied form made with scripts/make_model.py --from):
+  * logits of every prompt position from build/dump_logits are within 1e-4
+    (max |c - ref| / max |ref| per position) of tests/ref/llama_ref.py;
+  * the logits are bit-identical across every kernel table this CPU supports;
+  * 100 greedy tokens from `inferd generate` equal the reference's;
+and the real models' greedy text equals the known continuations in
+../shared/models/README.md. Exits non-zero on any failure; prints what it skipped.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PY = sys.executable
+REF = os.path.join(HERE, "llama_ref.py")
+MAKE_MODEL = os.path.join(ROOT, "scripts", "make_model.py")
+TOL = 1e-4
+GREEDY = 100
+PROMPT = "Once upon a time, there was a little"
+
+# Known greedy continuations of "Once upon a time" (../shared/models/README.md).
+KNOWN = {
+    "stories260K": (40, ", there was a little girl named Lily. She loved to play outside "
+                        "in the park. One day, she saw a big, red ball."),
+    "babyllama-105": (200, ", there was a little girl named Lily. She loved to play outside "
+                           "in the sunshine. One day, she went to the park with her mommy and "
+                           "daddy. She saw a big box on the ground. She wanted to play with it, bu"),
+}
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout
+
+
+def supported_kernels(build, model):
+    """Kernel tables this CPU runs (the tool refuses the others)."""
+    ok = []
+    for k in ("avx512", "avx2", "generic"):
+        r = subprocess.run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", "1",
+                            "--out", os.devnull, "--kernels", k], capture_output=True)
+        if r.returncode == 0:
+            ok.append(k)
+    return ok
+
+
+def check_model(build, tmp, label, model, failures):
+    name = re.sub("[^A-Za-z0-9]+", "-", label).strip("-")
+    ref = json.loads(run([PY, REF, "--model", model, "--prompt", PROMPT, "--generate", str(GREEDY)]))
+    ids = ref["prompt_ids"]
+    tokens = ",".join(map(str, ids))
+    npy = os.path.join(tmp, name + ".npy")
+    run([PY, REF, "--model", model, "--tokens", tokens, "--logits", npy])
+    want = np.load(npy)
+    dumps = {}
+    for k in supported_kernels(build, model):
+        out = os.path.join(tmp, f"{name}.{k}.f32")
+        run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", tokens, "--out", out,
+             "--kernels", k])
+        dumps[k] = open(out, "rb").read()
+    first = next(iter(dumps))
+    got = np.frombuffer(dumps[first], dtype="<f4").reshape(want.shape).astype(np.float64)
+    rel = float((np.abs(got - want).max(axis=1) / np.abs(want).max(axis=1)).max())
+    if not rel <= TOL:
+        failures.append(f"{name}: logits differ from the reference by {rel:.2e} (> {TOL})")
+    for k, raw in dumps.items():
+        if raw != dumps[first]:
+            failures.append(f"{name}: {k} logits are not bit-identical to {first}'s")
+    out = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
+               "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet"])
+    gen = [int(t) for t in out.split()]
+    if gen != ref["ids"]:
+        at = next((i for i, (a, b) in enumerate(zip(gen, ref["ids"])) if a != b), min(len(gen), len(ref["ids"])))
+        failures.append(f"{name}: greedy tokens differ from the reference at token {at} "
+                        f"(reference min top-1 margin {ref['min_margin']:.2e})")
+    print(f"  {label:34s} logits rel err {rel:.1e}  kernels {'/'.join(dumps)} identical  "
+          f"greedy {len(gen)} tokens {'equal' if gen == ref['ids'] else 'DIFFER'}  "
+          f"(min margin {ref['min_margin']:.3f})")
+
+
+def check_text(build, name, model, failures):
+    n, text = KNOWN[name]
+    out = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt",
+               "Once upon a time", "--max-tokens", str(n), "--quiet"])
+    status = "equal" if out == text else "DIFFERS"
+    if out != text:
+        failures.append(f"{name}: generate text differs from README's: {out!r}")
+    print(f"  {name:34s} `inferd generate` text of {n} tokens {status} to the README's")
+
+
+def make_variant(src, out, args):
+    if not os.path.exists(os.path.join(out, "config.json")):
+        run([PY, MAKE_MODEL, out, "--from", src] + args)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--fixtures", default="build/fixtures")
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    a = ap.parse_args()
+    tmp = os.path.join(a.build, "tmp", "check")
+    os.makedirs(tmp, exist_ok=True)
+    fx = a.fixtures
+    models = [
+        ("tiny (f32, GQA 4/2, tied)", os.path.join(fx, "tiny")),
+        ("wide (f32, K>512, tails, GQA 5/1)", os.path.join(fx, "wide")),
+        ("tiny as bf16, 3 shards, untied", make_variant(os.path.join(fx, "tiny"),
+                                                        os.path.join(fx, "tiny-bf16-sharded"),
+                                                        ["--dtype", "bf16", "--shards", "3", "--untied"])),
+        ("wide as f16", make_variant(os.path.join(fx, "wide"), os.path.join(fx, "wide-f16"),
+                                     ["--dtype", "f16"])),
+    ]
+    shared_models = os.path.join(a.shared, "models")
+    real = []
+    for name in ("stories260K", "babyllama-105"):
+        d = os.path.join(shared_models, name)
+        if os.path.isdir(d):
+            real.append((name, d))
+        else:
+            print(f"  skipped: {d} not present (real-model checks not run)")
+    for name, d in real:
+        models.append((name, d))
+    if real and real[0][0] == "stories260K":
+        models.append(("stories260K as bf16, 2 shards", make_variant(
+            real[0][1], os.path.join(fx, "stories260K-bf16-sharded"), ["--dtype", "bf16", "--shards", "2"])))
+    failures = []
+    print("engine vs float64 numpy reference:")
+    for name, d in models:
+        try:
+            check_model(a.build, tmp, name, d, failures)
+        except RuntimeError as e:
+            failures.append(f"{name}: {e}")
+    for name, d in real:
+        try:
+            check_text(a.build, name, d, failures)
+        except RuntimeError as e:
+            failures.append(f"{name}: {e}")
+    if failures:
+        print("FAILED:")
+        for f in failures:
+            print("  " + f)
+        return 1
+    print(f"ok: {len(models)} models checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
