@@ -374,9 +374,11 @@ const char *cpu_backend_kernels(const be_backend *base)
     return ((const cpu_be *)base)->k->name;
 }
 
+/* 64-byte aligned: the kernels' zmm loads must not straddle cache lines. */
 static float *falloc(size_t n)
 {
-    return n ? malloc(n * sizeof(float)) : NULL;
+    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
+    return n ? aligned_alloc(64, bytes) : NULL;
 }
 
 int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, inf_err *err)
@@ -436,7 +438,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->up = falloc(T * be->F);
     be->cosv = falloc(T * (be->hd / 2));
     be->sinv = falloc(T * (be->hd / 2));
-    be->inv_freq = malloc((size_t)(be->hd / 2) * sizeof(double));
+    be->inv_freq = calloc((size_t)(be->hd / 2) + 1, sizeof(double));
     be->tok_seq = malloc(T * sizeof(int32_t));
     be->pack = falloc((size_t)be->nt * CPU_PACK_FLOATS);
     be->scores = falloc((size_t)be->nt * be->group * be->max_ctx);

@@ -22,7 +22,7 @@
 
 #include "engine/common.h"
 
-#define CPU_KB 512   /* K block of the canonical reduction                  */
+#define CPU_KB 1024  /* K block of the canonical reduction                  */
 #define CPU_LANES 16 /* lanes of the canonical reduction                     */
 #define CPU_NC 64    /* weight rows packed per block (packed matmul path)    */
 

@@ -7,9 +7,11 @@
  *    mapped checkpoint and widened to f32 in registers; 8 weight rows at a
  *    time keep 8 independent FMA chains per activation row in flight.
  *  - packed (larger M, prefill and big batches): a block of CPU_NC weight rows
- *    x CPU_KB columns is widened once into per-thread scratch, then a 6x4
- *    register tile (24 accumulators) sweeps it for every 6 activation rows, so
- *    the widening cost is shared by all rows. */
+ *    x CPU_KB columns is widened once into per-thread scratch; then for
+ *    every 8 activation rows (kept in L1) an 8x2 register tile (16
+ *    accumulators: one transposed tree reduces them) sweeps the block two
+ *    weight rows at a time, streaming just 2 vectors per 16 FMAs from L2. Activations and scratch should be 64-byte aligned: a zmm load that
+ *    straddles two cache lines costs two. */
 #include "cpu/kern.h"
 
 #include <immintrin.h>
@@ -17,7 +19,7 @@
 
 #define ALWAYS static inline __attribute__((always_inline))
 
-enum { DIRECT_MAX_M = 3, DIRECT_NR = 8, PACK_MR = 6, PACK_NR = 4 };
+enum { DIRECT_MAX_M = 8, PACK_MR = 8, PACK_NR = 2 };
 
 /* 16 weights of dtype wt at w[off..off+16) widened to f32. */
 ALWAYS __m512 load_w(const void *w, int wt, size_t off)
@@ -41,39 +43,57 @@ ALWAYS __m512 load_w_mask(const void *w, int wt, size_t off, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* Sums of 16 vectors by kern.h's tree, transposed so that all 16 trees run
- * together: out[i] = tree(v[i]). */
-static void reduce16(const __m512 v[16], float out[16])
+/* kern.h's tree on 16 vectors at once, transposed so the 16 trees share
+ * shuffles: lane 4q+r of the result is tree(v[q + 4r]). */
+ALWAYS __m512 tree16(const __m512 v[16])
 {
     __m512 w[8], x[4], y[2];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) /* lane l + lane l+8 */
         w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
                              _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) /* s8[l] + s8[l+4] */
         x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xdd));
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++) /* s4[l] + s4[l+2] */
         y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44),
                              _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xee));
-    /* s2[0] + s2[1]; lane 4q+r now holds the sum of v[q + 4r] */
-    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88),
-                             _mm512_shuffle_ps(y[0], y[1], 0xdd));
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
-                                            10, 14, 3, 7, 11, 15);
-    _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, z));
+    /* s2[0] + s2[1] */
+    return _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], 0x88),
+                         _mm512_shuffle_ps(y[0], y[1], 0xdd));
 }
 
-/* n <= 32 accumulators to n sums (zero vectors pad the last group; they do
- * not touch other lanes' trees). */
-ALWAYS void reduce_n(const __m512 *acc, int n, float *out)
+/* Reduces an MR x NR accumulator tile (acc[i*NR + j], NR divides 16) and
+ * stores (first K block) or adds the sums into y. Accumulator a goes to tree
+ * input a/4 + 4*(a%4) so that its sum lands in lane a: row i's NR sums are
+ * side by side, and one masked load/add/store updates its slice of y. */
+ALWAYS void flush(const int MR, const int NR, const __m512 *acc, float *y,
+                  size_t ldy, int first)
 {
-    for (int g = 0; g < n; g += 16) {
-        __m512 t[16];
-        float s[16];
-        for (int i = 0; i < 16; i++)
-            t[i] = g + i < n ? acc[g + i] : _mm512_setzero_ps();
-        reduce16(t, s);
-        memcpy(out + g, s, (size_t)(n - g < 16 ? n - g : 16) * sizeof *s);
+    const int rows_per = 16 / NR;
+#pragma GCC unroll 4
+    for (int g = 0; g * rows_per < MR; g++) {
+        __m512 v[16];
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; l++) {
+            int a = g * 16 + l;
+            v[l / 4 + 4 * (l % 4)] = a < MR * NR ? acc[a] : _mm512_setzero_ps();
+        }
+        __m512 z = tree16(v);
+#pragma GCC unroll 16
+        for (int r = 0; r < rows_per; r++) {
+            if (g * rows_per + r >= MR)
+                break;
+            /* lanes r*NR.. of z line up with the row when addressed from
+             * -r*NR; masked-off lanes are never touched */
+            __mmask16 m = (__mmask16)(((1u << NR) - 1u) << (r * NR));
+            float *p = y + (size_t)(g * rows_per + r) * ldy - r * NR;
+            if (!first)
+                z = _mm512_mask_add_ps(z, m, z, _mm512_maskz_loadu_ps(m, p));
+            _mm512_mask_storeu_ps(p, m, z);
+        }
     }
 }
 
@@ -98,6 +118,9 @@ ALWAYS void tile(const int MR, const int NR, const int WT, const float *x,
 #pragma GCC unroll 8
         for (int i = 0; i < MR; i++) {
             __m512 xv = _mm512_loadu_ps(x + (size_t)i * ldx + k);
+            /* keep one load per row: GCC would otherwise fold it into
+             * every FMA that uses it, loading the row NR times */
+            __asm__("" : "+v"(xv));
 #pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
                 acc[i * NR + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * NR + j]);
@@ -117,15 +140,7 @@ ALWAYS void tile(const int MR, const int NR, const int WT, const float *x,
                 acc[i * NR + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * NR + j]);
         }
     }
-    float s[24];
-    reduce_n(acc, MR * NR, s);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; j++) {
-            float *p = y + (size_t)i * ldy + j;
-            *p = first ? s[i * NR + j] : *p + s[i * NR + j];
-        }
+    flush(MR, NR, acc, y, ldy, first);
 }
 
 typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
@@ -138,34 +153,40 @@ typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
         tile(MR, NR, WT, x, ldx, w, ldw, klen, y, ldy, first);              \
     }
 
-/* direct path: [dtype][MR-1][NR 8 or 1] */
+/* direct path: [dtype][MR-1][wide NR or 1]; the wide tile is 8 columns for
+ * MR <= 3 (decode: eight independent weight streams in flight) and 2 for
+ * larger MR (16 accumulators either way). */
 #define DIRECT_SET(WT, T)                                                   \
-    TILE(1, 8, WT, d_##T##_1x8) TILE(1, 1, WT, d_##T##_1x1)                 \
-    TILE(2, 8, WT, d_##T##_2x8) TILE(2, 1, WT, d_##T##_2x1)                 \
-    TILE(3, 8, WT, d_##T##_3x8) TILE(3, 1, WT, d_##T##_3x1)
+    TILE(1, 8, WT, d_##T##_1w) TILE(1, 1, WT, d_##T##_1x1)                  \
+    TILE(2, 8, WT, d_##T##_2w) TILE(2, 1, WT, d_##T##_2x1)                  \
+    TILE(3, 8, WT, d_##T##_3w) TILE(3, 1, WT, d_##T##_3x1)                  \
+    TILE(4, 2, WT, d_##T##_4w) TILE(4, 1, WT, d_##T##_4x1)                  \
+    TILE(5, 2, WT, d_##T##_5w) TILE(5, 1, WT, d_##T##_5x1)                  \
+    TILE(6, 2, WT, d_##T##_6w) TILE(6, 1, WT, d_##T##_6x1)                  \
+    TILE(7, 2, WT, d_##T##_7w) TILE(7, 1, WT, d_##T##_7x1)                  \
+    TILE(8, 2, WT, d_##T##_8w) TILE(8, 1, WT, d_##T##_8x1)
 DIRECT_SET(INF_F32, f32)
 DIRECT_SET(INF_F16, f16)
 DIRECT_SET(INF_BF16, bf16)
 
 #define DIRECT_ROW(T)                                                       \
-    {{d_##T##_1x8, d_##T##_1x1}, {d_##T##_2x8, d_##T##_2x1},                \
-     {d_##T##_3x8, d_##T##_3x1}}
-static const tile_fn direct_tiles[3][DIRECT_MAX_M][2] = {
+    {{d_##T##_1w, d_##T##_1x1}, {d_##T##_2w, d_##T##_2x1},                  \
+     {d_##T##_3w, d_##T##_3x1}, {d_##T##_4w, d_##T##_4x1},                  \
+     {d_##T##_5w, d_##T##_5x1}, {d_##T##_6w, d_##T##_6x1},                  \
+     {d_##T##_7w, d_##T##_7x1}, {d_##T##_8w, d_##T##_8x1}}
+static const tile_fn direct_tiles[3][8][2] = {
     [INF_F32] = DIRECT_ROW(f32),
     [INF_F16] = DIRECT_ROW(f16),
     [INF_BF16] = DIRECT_ROW(bf16),
 };
 
-/* packed path (weights already f32): [MR-1][NR 4 or 1] */
-TILE(1, 4, INF_F32, p_1x4) TILE(1, 1, INF_F32, p_1x1)
-TILE(2, 4, INF_F32, p_2x4) TILE(2, 1, INF_F32, p_2x1)
-TILE(3, 4, INF_F32, p_3x4) TILE(3, 1, INF_F32, p_3x1)
-TILE(4, 4, INF_F32, p_4x4) TILE(4, 1, INF_F32, p_4x1)
-TILE(5, 4, INF_F32, p_5x4) TILE(5, 1, INF_F32, p_5x1)
-TILE(6, 4, INF_F32, p_6x4) TILE(6, 1, INF_F32, p_6x1)
+/* packed path (weights already f32): [MR-1][NR 2 or 1] */
+#define PACKED_PAIR(MR) TILE(MR, 2, INF_F32, p_##MR##x2) TILE(MR, 1, INF_F32, p_##MR##x1)
+PACKED_PAIR(1) PACKED_PAIR(2) PACKED_PAIR(3) PACKED_PAIR(4)
+PACKED_PAIR(5) PACKED_PAIR(6) PACKED_PAIR(7) PACKED_PAIR(8)
 static const tile_fn packed_tiles[PACK_MR][2] = {
-    {p_1x4, p_1x1}, {p_2x4, p_2x1}, {p_3x4, p_3x1},
-    {p_4x4, p_4x1}, {p_5x4, p_5x1}, {p_6x4, p_6x1},
+    {p_1x2, p_1x1}, {p_2x2, p_2x1}, {p_3x2, p_3x1}, {p_4x2, p_4x1},
+    {p_5x2, p_5x1}, {p_6x2, p_6x1}, {p_7x2, p_7x1}, {p_8x2, p_8x1},
 };
 
 static void to_f32(const void *w, inf_dtype wt, float *out, int n)
@@ -183,9 +204,10 @@ static void mm_direct(const cpu_mm *a, int n0, int n1)
 {
     size_t es = inf_dtype_size(a->wt);
     const tile_fn *t = direct_tiles[a->wt][a->M - 1];
+    int wide = a->M <= 3 ? 8 : 2;
     for (int j = n0; j < n1;) {
-        int nr = n1 - j >= DIRECT_NR ? DIRECT_NR : 1;
-        tile_fn f = t[nr == DIRECT_NR ? 0 : 1];
+        int nr = n1 - j >= wide ? wide : 1;
+        tile_fn f = t[nr == wide ? 0 : 1];
         for (int kb = 0; kb < a->K; kb += CPU_KB) {
             int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
             const char *w = (const char *)a->w + ((size_t)j * a->ldw + kb) * es;
