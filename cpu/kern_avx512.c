@@ -8,9 +8,10 @@
  *    time keep 8 independent FMA chains per activation row in flight.
  *  - packed (larger M, prefill and big batches): a block of CPU_NC weight rows
  *    x CPU_KB columns is widened once into per-thread scratch; then for
- *    every 8 activation rows (kept in L1) an 8x2 register tile (16
- *    accumulators: one transposed tree reduces them) sweeps the block two
- *    weight rows at a time, streaming just 2 vectors per 16 FMAs from L2. Activations and scratch should be 64-byte aligned: a zmm load that
+ *    every 4 activation rows (kept in L1) a 4x4 register tile (16
+ *    accumulators: one transposed tree reduces them all) sweeps the block
+ *    four weight rows at a time. (8x2, 6x4, 5x3 and K blocks of 512 and 2048
+ *    measured slower on Ice Lake.) Activations and scratch should be 64-byte aligned: a zmm load that
  *    straddles two cache lines costs two. */
 #include "cpu/kern.h"
 
@@ -19,7 +20,7 @@
 
 #define ALWAYS static inline __attribute__((always_inline))
 
-enum { DIRECT_MAX_M = 8, PACK_MR = 8, PACK_NR = 2 };
+enum { DIRECT_MAX_M = 8, PACK_MR = 4, PACK_NR = 4 };
 
 /* 16 weights of dtype wt at w[off..off+16) widened to f32. */
 ALWAYS __m512 load_w(const void *w, int wt, size_t off)
@@ -180,13 +181,13 @@ static const tile_fn direct_tiles[3][8][2] = {
     [INF_BF16] = DIRECT_ROW(bf16),
 };
 
-/* packed path (weights already f32): [MR-1][NR 2 or 1] */
-#define PACKED_PAIR(MR) TILE(MR, 2, INF_F32, p_##MR##x2) TILE(MR, 1, INF_F32, p_##MR##x1)
-PACKED_PAIR(1) PACKED_PAIR(2) PACKED_PAIR(3) PACKED_PAIR(4)
-PACKED_PAIR(5) PACKED_PAIR(6) PACKED_PAIR(7) PACKED_PAIR(8)
+/* packed path (weights already f32): [MR-1][NR 4 or 1] */
+TILE(1, 4, INF_F32, p_1x4) TILE(1, 1, INF_F32, p_1x1)
+TILE(2, 4, INF_F32, p_2x4) TILE(2, 1, INF_F32, p_2x1)
+TILE(3, 4, INF_F32, p_3x4) TILE(3, 1, INF_F32, p_3x1)
+TILE(4, 4, INF_F32, p_4x4) TILE(4, 1, INF_F32, p_4x1)
 static const tile_fn packed_tiles[PACK_MR][2] = {
-    {p_1x2, p_1x1}, {p_2x2, p_2x1}, {p_3x2, p_3x1}, {p_4x2, p_4x1},
-    {p_5x2, p_5x1}, {p_6x2, p_6x1}, {p_7x2, p_7x1}, {p_8x2, p_8x1},
+    {p_1x4, p_1x1}, {p_2x4, p_2x1}, {p_3x4, p_3x1}, {p_4x4, p_4x1},
 };
 
 static void to_f32(const void *w, inf_dtype wt, float *out, int n)
