@@ -232,10 +232,20 @@ static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
                 int mr = a->M - i < PACK_MR ? a->M - i : PACK_MR;
                 const float *x = a->x + (size_t)i * a->ldx + kb;
                 float *y = a->y + (size_t)i * a->ldy + jc;
+                /* the next row tile comes from L3: fetch it a slice per
+                 * panel while this tile sweeps the block */
+                int nxt = a->M - i - mr < PACK_MR ? a->M - i - mr : PACK_MR;
+                int lines = (klen + 15) / 16, per = (lines + nc / PACK_NR) / (nc / PACK_NR + 1);
                 int j = 0;
-                for (; j + PACK_NR <= nc; j += PACK_NR)
+                for (; j + PACK_NR <= nc; j += PACK_NR) {
+                    int l0 = j / PACK_NR * per, l1 = l0 + per < lines ? l0 + per : lines;
+                    for (int r = 0; r < nxt; r++)
+                        for (int l = l0; l < l1; l++)
+                            _mm_prefetch((const char *)(x + (size_t)(mr + r) * a->ldx + l * 16),
+                                         _MM_HINT_T0);
                     packed_tiles[mr - 1][0](x, a->ldx, pack + (size_t)j * CPU_KB,
                                             CPU_KB, klen, y + j, a->ldy, kb == 0);
+                }
                 for (; j < nc; j++)
                     packed_tiles[mr - 1][1](x, a->ldx, pack + (size_t)j * CPU_KB,
                                             CPU_KB, klen, y + j, a->ldy, kb == 0);
