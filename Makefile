@@ -86,6 +86,10 @@ T_test_model  := engine/model.o engine/st.o
 T_test_tok    := engine/tok.o
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
+T_test_oai    := server/oai.o
+T_test_tmpl   := engine/tmpl.o
+T_test_stop   := engine/stop.o
+T_test_metrics := server/metrics.o
 T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \

@@ -1,0 +1,178 @@
+/* oai_: the OpenAI wire format. Parses and validates request bodies into
+ * plain C structs (no JSON leaves this module) and encodes responses, stream
+ * chunks and error objects exactly as OpenAI and vLLM shape them. Pure
+ * functions over memory: no I/O, no engine, no globals. */
+#ifndef INFERD_OAI_H
+#define INFERD_OAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum oai_kind { OAI_COMPLETION = 0, OAI_CHAT = 1 } oai_kind;
+
+/* One completions prompt: text, or token ids (exactly one is set). */
+typedef struct oai_prompt {
+    char *text;     /* NUL-terminated UTF-8, or NULL  */
+    int32_t *ids;   /* or token ids                   */
+    int n_ids;
+} oai_prompt;
+
+/* One chat message; list-of-parts content is flattened (text parts joined
+ * with "\n"; non-text parts are a 400). */
+typedef struct oai_message {
+    char *role;     /* "system", "user", "assistant" (others are a 400) */
+    char *content;  /* NUL-terminated UTF-8 (empty allowed)             */
+} oai_message;
+
+/* Everything a request asks for, validated. Absent optional fields hold
+ * the documented defaults after oai_parse. */
+typedef struct oai_request {
+    oai_kind kind;
+    char *model;                 /* NULL when absent (means the served model)   */
+    oai_prompt *prompts;         /* completions: 1..max_prompts                 */
+    int n_prompts;
+    oai_message *messages;       /* chat: >= 1                                  */
+    int n_messages;
+    int add_generation_prompt;   /* chat; default 1                             */
+    int stream;                  /* default 0                                   */
+    int include_usage;           /* stream_options.include_usage; default 0     */
+    int max_tokens;              /* max_tokens or max_completion_tokens; -1 when
+                                    absent (the caller applies vLLM's default:
+                                    16 for completions, the rest of the context
+                                    for chat)                                   */
+    int min_tokens;              /* default 0; <= max_tokens when both given    */
+    int n;                       /* choices per prompt; default 1               */
+    float temperature;           /* default 1.0                                 */
+    float top_p;                 /* default 1.0                                 */
+    int top_k;                   /* default -1 (off); -1 or >= 1                */
+    float min_p;                 /* default 0                                   */
+    float presence_penalty;      /* default 0, [-2, 2]                          */
+    float frequency_penalty;     /* default 0, [-2, 2]                          */
+    float repetition_penalty;    /* default 1, > 0                              */
+    int has_seed;
+    int64_t seed;
+    int logprobs;                /* completions: "logprobs": N (0..max); chat:
+                                    "logprobs": true gives top_logprobs (0..max);
+                                    -1 when not asked                           */
+    int echo;                    /* completions; default 0                      */
+    char **stop;                 /* stop strings (a string or a list), may be 0 */
+    int n_stop;
+    int32_t *stop_token_ids;     /* vLLM extension                              */
+    int n_stop_token_ids;
+    int32_t *bias_ids;           /* logit_bias: token id -> bias in [-100, 100] */
+    float *bias_values;
+    int n_bias;
+    int ignore_eos;              /* vLLM extension; default 0                   */
+    int skip_special_tokens;     /* vLLM extension; default 1                   */
+    char *user;                  /* accepted, only logged                       */
+    char *cache_salt;            /* vLLM extension (prefix cache isolation)     */
+    int speculative;             /* inferd extension: false opts out; default 1 */
+} oai_request;
+
+/* Limits that come from server flags. */
+typedef struct oai_limits {
+    int max_n;           /* default 16                  */
+    int max_logprobs;    /* default 20                  */
+    int max_prompts;     /* completions batch; default 64 */
+    int max_stop;        /* default 16 stop strings     */
+} oai_limits;
+
+oai_limits oai_limits_default(void);
+
+/* An OpenAI error: HTTP status, type ("invalid_request_error",
+ * "authentication_error", "not_found_error", ...), the offending field or
+ * "", and a one-line message. */
+typedef struct oai_error {
+    int status;
+    const char *type;
+    char param[64];
+    char message[512];
+    const char *code;    /* NULL or e.g. "model_not_found" */
+} oai_error;
+
+/* Fills err (NULL-safe) and returns its status. */
+int oai_fail(oai_error *err, int status, const char *type, const char *param,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Parses and validates a body. On failure returns the HTTP status (400 for
+ * malformed JSON, wrong types, missing prompt/messages, values out of range)
+ * with err filled, and leaves out empty; 0 on success. Unknown fields are
+ * ignored. Context-dependent checks (prompt + max_tokens against the model's
+ * context, token ids against the vocabulary, the model name) are the
+ * caller's. */
+int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim,
+              oai_request *out, oai_error *err);
+
+void oai_request_free(oai_request *r); /* frees members; r itself is the caller's */
+
+/* ---- encoding ----------------------------------------------------------- */
+
+/* One alternative of a logprobs entry. token is the piece's decoded text
+ * (bytes, may be partial UTF-8: JSON-escaped safely, with "bytes" on chat). */
+typedef struct oai_top {
+    const char *token;
+    size_t token_len;
+    float logprob;
+} oai_top;
+
+/* Logprobs for one output (or echoed prompt) token. */
+typedef struct oai_token_lp {
+    const char *token;
+    size_t token_len;
+    float logprob;           /* NAN for a first prompt token (JSON null)       */
+    const oai_top *top;      /* n_top alternatives, most likely first          */
+    int n_top;
+    int text_offset;         /* completions: offset of the token in the text   */
+} oai_token_lp;
+
+/* One choice's content: the whole text (response) or this delta (chunk). */
+typedef struct oai_choice {
+    int index;
+    const char *text;
+    size_t text_len;
+    const char *finish_reason; /* "stop", "length" or NULL (chunk mid-stream)  */
+    const oai_token_lp *lps;   /* logprobs for the tokens in this text/delta   */
+    int n_lps;
+    int want_logprobs;         /* emit a logprobs object even when n_lps == 0   */
+    /* finish details (vLLM): the stop string or token id that ended it */
+    const char *stop_reason_str;
+    int stop_reason_id;        /* -1 when none                                 */
+} oai_choice;
+
+typedef struct oai_usage {
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;         /* usage.prompt_tokens_details.cached_tokens     */
+} oai_usage;
+
+/* Identity of a response: "cmpl-..." / "chatcmpl-..." id, creation time
+ * (unix seconds), model id as served. */
+typedef struct oai_meta {
+    oai_kind kind;
+    const char *id;
+    long created;
+    const char *model;
+} oai_meta;
+
+/* The whole non-streaming response body (malloc'd, NUL-terminated):
+ * object "text_completion" or "chat.completion", choices, usage. */
+char *oai_response_json(const oai_meta *m, const oai_choice *choices, int n,
+                        const oai_usage *usage);
+
+/* One streaming chunk, as the bytes "data: {...}\n\n" (malloc'd): object
+ * "text_completion" or "chat.completion.chunk". For chat, role_first != 0
+ * makes the delta carry "role":"assistant" (the first chunk of a choice).
+ * usage != NULL with c == NULL makes the final usage chunk (choices: []). */
+char *oai_chunk_sse(const oai_meta *m, const oai_choice *c, int role_first,
+                    const oai_usage *usage);
+
+/* "data: [DONE]\n\n" */
+const char *oai_sse_done(void);
+
+/* The error body {"error":{"message","type","param","code"}} (malloc'd). */
+char *oai_error_json(const oai_error *err);
+
+/* GET /v1/models body for one served model (malloc'd). */
+char *oai_models_json(const char *model_id, long created, int max_model_len);
+
+#endif
