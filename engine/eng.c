@@ -1,0 +1,683 @@
+#include "eng.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+#include "sched.h"
+
+#define MAX_LOGPROBS 20
+
+struct eng_req {
+    atomic_int refs;
+    atomic_int cancelled;
+    void *user;
+    /* parameters (immutable after create) */
+    eng_params p;
+    char **stop;
+    int32_t *stop_ids, *bias_ids;
+    float *bias;
+    /* engine-thread state */
+    sched_seq seq;
+    int n_output;
+    smp_rng rng;
+    tok_stream *ts;
+    int active;               /* inside the engine                         */
+    int touched;              /* in eng.touched this step                  */
+    struct eng_req *next_in;  /* inbox link                                */
+    /* output handed to the front end, under mu */
+    pthread_mutex_t mu;
+    eng_out out;
+};
+
+struct eng {
+    eng_config cfg;
+    const model *m;
+    const tok *tk;
+    be_backend *be;
+    kv_pool *kv;
+    sched *sch;
+    smp_ctx *smp;
+    int vocab;
+    pthread_t thread;
+    pthread_mutex_t mu;         /* inbox, stop, wake-ups                    */
+    pthread_cond_t cv;
+    eng_req *inbox_head, *inbox_tail;
+    int inbox_n;
+    int stop;
+    atomic_int pending_cancel;
+    atomic_int queued;          /* submitted, not yet running               */
+    /* engine-thread state */
+    eng_req **active;           /* requests inside the engine               */
+    int n_active, cap_active;
+    eng_req **touched;          /* to notify after this step                */
+    int n_touched, cap_touched;
+    uint64_t seed_counter;
+    /* step buffers */
+    int32_t *tokens, *positions, *slots, *seq_start, *seq_len, *table, *rows;
+    eng_req **row_req;
+    int max_blocks;
+    float *logits;              /* [max_num_seqs][vocab]                    */
+    float *scratch;             /* [vocab]                                  */
+    /* stats, under mu */
+    eng_stats stats;
+};
+
+/* ---- requests ------------------------------------------------------------ */
+
+static void *dup_mem(const void *src, size_t n)
+{
+    if (!n)
+        return NULL;
+    void *d = malloc(n);
+    if (d)
+        memcpy(d, src, n);
+    return d;
+}
+
+void eng_out_free(eng_out *o)
+{
+    free(o->text);
+    free(o->lps);
+    free(o->alts);
+    free(o->pool);
+    memset(o, 0, sizeof *o);
+}
+
+static void req_free(eng_req *r)
+{
+    for (int i = 0; i < r->p.n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_ids);
+    free(r->bias_ids);
+    free(r->bias);
+    free(r->seq.tokens);
+    tok_stream_destroy(r->ts);
+    eng_out_free(&r->out);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng_req **out,
+                   inf_err *err)
+{
+    *out = NULL;
+    if (n_prompt < 1 || p->max_tokens < 1)
+        return inf_fail(err, INF_ERR_INVALID, "a request needs a prompt and max_tokens >= 1");
+    eng_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    atomic_init(&r->refs, 1);
+    pthread_mutex_init(&r->mu, NULL);
+    r->p = *p;
+    r->p.stop = NULL;
+    r->p.stop_ids = NULL;
+    r->p.bias_ids = NULL;
+    r->p.bias = NULL;
+    int ok = 1;
+    if (p->n_stop > 0) {
+        r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
+        ok = r->stop != NULL;
+        for (int i = 0; ok && i < p->n_stop; i++)
+            ok = (r->stop[i] = strdup(p->stop[i])) != NULL;
+    }
+    r->stop_ids = dup_mem(p->stop_ids, sizeof(int32_t) * (size_t)p->n_stop_ids);
+    r->bias_ids = dup_mem(p->bias_ids, sizeof(int32_t) * (size_t)p->n_bias);
+    r->bias = dup_mem(p->bias, sizeof(float) * (size_t)p->n_bias);
+    /* room for the whole sequence: prompt plus every token it may generate */
+    r->seq.tokens = malloc(sizeof(int32_t) * ((size_t)n_prompt + (size_t)p->max_tokens));
+    if (!ok || (p->n_stop_ids && !r->stop_ids) || (p->n_bias && (!r->bias_ids || !r->bias)) ||
+        !r->seq.tokens) {
+        r->p.n_stop = p->n_stop; /* free what was copied */
+        req_free(r);
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    }
+    memcpy(r->seq.tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    r->seq.n_tokens = r->seq.n_prompt = n_prompt;
+    r->out.stop_index = -1;
+    r->out.stop_token = -1;
+    r->out.n_prompt = n_prompt;
+    *out = r;
+    return INF_OK;
+}
+
+void eng_req_ref(eng_req *r) { atomic_fetch_add(&r->refs, 1); }
+
+void eng_req_unref(eng_req *r)
+{
+    if (r && atomic_fetch_sub(&r->refs, 1) == 1)
+        req_free(r);
+}
+
+void eng_req_set_user(eng_req *r, void *user) { r->user = user; }
+void *eng_req_user(const eng_req *r) { return r->user; }
+
+static int grow(void **p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return 1;
+    int c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *n = realloc(*p, (size_t)c * elem);
+    if (!n)
+        return 0;
+    *p = n;
+    *cap = c;
+    return 1;
+}
+
+static int grow_bytes(char **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 1;
+    size_t c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    char *n = realloc(*p, c);
+    if (!n)
+        return 0;
+    *p = n;
+    *cap = c;
+    return 1;
+}
+
+void eng_req_take(eng_req *r, eng_out *dst)
+{
+    pthread_mutex_lock(&r->mu);
+    eng_out fresh = *dst; /* reuse dst's buffers for the next round */
+    *dst = r->out;
+    fresh.len = 0;
+    fresh.n_lps = fresh.n_alts = 0;
+    fresh.pool_len = 0;
+    /* counters and the finish state stay current in both */
+    fresh.finish = dst->finish;
+    fresh.stop_index = dst->stop_index;
+    fresh.stop_token = dst->stop_token;
+    fresh.n_prompt = dst->n_prompt;
+    fresh.n_output = dst->n_output;
+    fresh.n_cached = dst->n_cached;
+    fresh.t_first = dst->t_first;
+    memcpy(fresh.error, dst->error, sizeof fresh.error);
+    r->out = fresh;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- output (engine thread, under r->mu) ---------------------------------- */
+
+static int out_text(eng_out *o, const char *s, size_t n)
+{
+    if (!grow_bytes(&o->text, &o->cap, o->len + n + 1))
+        return 0;
+    memcpy(o->text + o->len, s, n);
+    o->len += n;
+    o->text[o->len] = '\0';
+    return 1;
+}
+
+static int out_pool(eng_out *o, const char *s, size_t n, size_t *off)
+{
+    if (!grow_bytes(&o->pool, &o->pool_cap, o->pool_len + n + 1))
+        return 0;
+    memcpy(o->pool + o->pool_len, s, n);
+    *off = o->pool_len;
+    o->pool_len += n;
+    o->pool[o->pool_len] = '\0';
+    return 1;
+}
+
+/* The text a vocabulary piece stands for on its own: SentencePiece's word
+ * marker as a space, byte pieces as their byte. */
+static size_t piece_text(const tok *tk, int32_t id, char *buf, size_t cap)
+{
+    const char *p = tok_piece(tk, id);
+    if (!p)
+        return 0;
+    unsigned v;
+    if (strlen(p) == 6 && sscanf(p, "<0x%2X>", &v) == 1) {
+        buf[0] = (char)v;
+        return 1;
+    }
+    size_t n = 0;
+    for (; *p && n + 1 < cap; p++) {
+        if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 &&
+            (unsigned char)p[2] == 0x81) { /* U+2581 */
+            buf[n++] = ' ';
+            p += 2;
+        } else {
+            buf[n++] = *p;
+        }
+    }
+    return n;
+}
+
+/* ---- the step ------------------------------------------------------------ */
+
+static eng_req *req_of(sched_seq *q)
+{
+    return (eng_req *)((char *)q - offsetof(eng_req, seq));
+}
+
+static void touch(eng *e, eng_req *r)
+{
+    if (r->touched)
+        return;
+    /* growing can only fail for lack of memory; the request is then
+     * notified at its next touch */
+    if (!grow((void **)&e->touched, &e->cap_touched, e->n_touched + 1, sizeof *e->touched))
+        return;
+    r->touched = 1;
+    e->touched[e->n_touched++] = r;
+}
+
+/* Takes r out of the engine with the given finish; its owner is notified. */
+static void finish(eng *e, eng_req *r, int reason, const char *error)
+{
+    if (r->seq.state != SCHED_DONE)
+        sched_remove(e->sch, &r->seq);
+    pthread_mutex_lock(&r->mu);
+    r->out.finish = reason;
+    if (error)
+        snprintf(r->out.error, sizeof r->out.error, "%s", error);
+    pthread_mutex_unlock(&r->mu);
+    r->active = 0;
+    touch(e, r);
+}
+
+/* log-softmax of the raw logits for the sampled token and the top n. */
+static void record_logprobs(eng *e, eng_req *r, const float *logits, int32_t tokid,
+                            const char *text, size_t text_len)
+{
+    int V = e->vocab, n = r->p.logprobs;
+    float mx = logits[smp_argmax(logits, V)];
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    int32_t top[MAX_LOGPROBS];
+    int nt = 0;
+    for (int i = 0; i < V && n > 0; i++) { /* insertion into a sorted top-n */
+        if (nt == n && logits[i] <= logits[top[nt - 1]])
+            continue;
+        int j = nt < n ? nt++ : nt - 1;
+        while (j > 0 && logits[top[j - 1]] < logits[i]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = i;
+    }
+    eng_out *o = &r->out;
+    if (!grow((void **)&o->lps, &o->cap_lps, o->n_lps + 1, sizeof *o->lps) ||
+        !grow((void **)&o->alts, &o->cap_alts, o->n_alts + nt, sizeof *o->alts))
+        return;
+    eng_lp *lp = &o->lps[o->n_lps];
+    if (!out_pool(o, text, text_len, &lp->off))
+        return;
+    lp->len = text_len;
+    lp->logprob = (float)(logits[tokid] - lse);
+    lp->alt0 = o->n_alts;
+    lp->n_alt = 0;
+    for (int i = 0; i < nt; i++) {
+        char buf[64];
+        size_t bl = piece_text(e->tk, top[i], buf, sizeof buf);
+        eng_lp_alt *a = &o->alts[o->n_alts];
+        if (!out_pool(o, buf, bl, &a->off))
+            return;
+        a->len = bl;
+        a->logprob = (float)(logits[top[i]] - lse);
+        o->n_alts++;
+        lp->n_alt++;
+    }
+    o->n_lps++;
+}
+
+static int is_stop_id(const eng *e, const eng_req *r, int32_t t, int *eos)
+{
+    *eos = 0;
+    for (int i = 0; i < r->p.n_stop_ids; i++)
+        if (r->stop_ids[i] == t)
+            return 1;
+    if (r->p.ignore_eos)
+        return 0;
+    const model_config *c = &e->m->cfg;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == t)
+            return *eos = 1;
+    return 0;
+}
+
+/* Samples r's next token from its logits row and appends it. */
+static void advance(eng *e, eng_req *r, float *row)
+{
+    int V = e->vocab;
+    float *lg = e->scratch;
+    memcpy(lg, row, sizeof(float) * (size_t)V);
+    for (int i = 0; i < r->p.n_bias; i++)
+        if (r->bias_ids[i] >= 0 && r->bias_ids[i] < V)
+            lg[r->bias_ids[i]] += r->bias[i];
+    if (r->n_output < r->p.min_tokens) { /* no stopping before min_tokens */
+        const model_config *c = &e->m->cfg;
+        for (int i = 0; i < c->n_eos && !r->p.ignore_eos; i++)
+            lg[c->eos_token_ids[i]] = -INFINITY;
+        for (int i = 0; i < r->p.n_stop_ids; i++)
+            if (r->stop_ids[i] >= 0 && r->stop_ids[i] < V)
+                lg[r->stop_ids[i]] = -INFINITY;
+    }
+    sched_seq *q = &r->seq;
+    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
+                     .output = q->tokens + q->n_prompt, .n_output = r->n_output};
+    int32_t t = smp_sample(e->smp, &r->p.sampling, &h, &r->rng, lg);
+    q->tokens[q->n_tokens++] = t;
+    r->n_output++;
+
+    int eos, stopped = is_stop_id(e, r, t, &eos);
+    const char *text = "";
+    size_t len = 0;
+    inf_err err = {0};
+    if (!stopped && tok_stream_push(r->ts, t, &text, &len, &err) != INF_OK) {
+        finish(e, r, ENG_FINISH_ERROR, err.msg);
+        return;
+    }
+    int reason = ENG_FINISH_NONE;
+    if (stopped)
+        reason = ENG_FINISH_STOP;
+    else if (r->n_output >= r->p.max_tokens || q->n_tokens >= e->cfg.max_model_len)
+        reason = ENG_FINISH_LENGTH;
+
+    pthread_mutex_lock(&r->mu);
+    eng_out *o = &r->out;
+    size_t before = o->len;
+    out_text(o, text, len);
+    if (reason != ENG_FINISH_NONE) { /* release whatever the detokenizer held */
+        const char *rest;
+        size_t rl;
+        if (tok_stream_flush(r->ts, &rest, &rl, &err) == INF_OK)
+            out_text(o, rest, rl);
+    }
+    if (r->p.logprobs >= 0)
+        record_logprobs(e, r, row, t, o->text ? o->text + before : "", o->len - before);
+    o->n_output = r->n_output;
+    if (r->n_output == 1)
+        o->t_first = inf_now();
+    if (stopped && !eos)
+        o->stop_token = t;
+    pthread_mutex_unlock(&r->mu);
+    touch(e, r);
+    if (reason != ENG_FINISH_NONE)
+        finish(e, r, reason, NULL);
+}
+
+/* One scheduler step through the backend. Returns 0 when idle. */
+static int step(eng *e)
+{
+    sched_plan *plan;
+    sched_schedule(e->sch, &plan);
+    if (plan->n == 0)
+        return 0;
+    int T = 0, R = 0, bs = e->cfg.block_size;
+    for (int i = 0; i < plan->n; i++) {
+        sched_seq *q = plan->seqs[i];
+        int n = plan->n_new[i];
+        e->seq_start[i] = T;
+        for (int p = q->n_computed; p < q->n_computed + n; p++, T++) {
+            e->tokens[T] = q->tokens[p];
+            e->positions[T] = p;
+            e->slots[T] = q->kv.blocks[p / bs] * bs + p % bs;
+        }
+        e->seq_len[i] = q->n_computed + n;
+        memcpy(e->table + (size_t)i * e->max_blocks, q->kv.blocks,
+               sizeof(int32_t) * (size_t)q->kv.n_blocks);
+        if (q->n_computed + n == q->n_tokens) { /* caught up: sample next */
+            e->rows[R] = T - 1;
+            e->row_req[R++] = req_of(q);
+        }
+    }
+    e->seq_start[plan->n] = T;
+    be_batch b = {.n_tokens = T, .tokens = e->tokens, .positions = e->positions,
+                  .slots = e->slots, .n_seqs = plan->n, .seq_start = e->seq_start,
+                  .seq_len = e->seq_len, .block_table = e->table, .max_blocks = e->max_blocks,
+                  .logit_rows = e->rows, .n_logits = R};
+    inf_err err = {0};
+    if (be_forward(e->be, &b, e->logits, &err) != INF_OK) {
+        for (int i = 0; i < plan->n; i++)
+            finish(e, req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    for (int i = 0; i < plan->n; i++)
+        plan->seqs[i]->n_computed += plan->n_new[i];
+    for (int i = 0; i < R; i++)
+        advance(e, e->row_req[i], e->logits + (size_t)i * e->vocab);
+    return 1;
+}
+
+/* ---- the thread ------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Moves a submitted request into the scheduler. */
+static void admit(eng *e, eng_req *r)
+{
+    inf_err err = {0};
+    if (!r->p.has_seed)
+        r->p.sampling.seed = splitmix(e->cfg.seed ^ splitmix(++e->seed_counter));
+    smp_rng_seed(&r->rng, r->p.sampling.seed);
+    if (!grow((void **)&e->active, &e->cap_active, e->n_active + 1, sizeof *e->active) ||
+        tok_stream_create(e->tk, r->seq.tokens, r->seq.n_prompt, &r->ts, &err) != INF_OK ||
+        sched_add(e->sch, &r->seq, &err) != INF_OK) {
+        r->seq.state = SCHED_DONE;
+        finish(e, r, ENG_FINISH_ERROR, err.msg[0] ? err.msg : "out of memory");
+        return;
+    }
+    r->active = 1;
+    e->active[e->n_active++] = r;
+}
+
+/* Finishes the requests whose owners cancelled them. */
+static void reap_cancelled(eng *e)
+{
+    for (int i = 0; i < e->n_active; i++) {
+        eng_req *r = e->active[i];
+        if (r->active && atomic_load(&r->cancelled))
+            finish(e, r, ENG_FINISH_ABORT, NULL);
+    }
+}
+
+/* Drops finished requests from the active list. */
+static void compact(eng *e)
+{
+    int k = 0;
+    for (int i = 0; i < e->n_active; i++)
+        if (e->active[i]->active)
+            e->active[k++] = e->active[i];
+    e->n_active = k;
+}
+
+static void notify_all(eng *e)
+{
+    for (int i = 0; i < e->n_touched; i++) {
+        eng_req *r = e->touched[i];
+        r->touched = 0;
+        if (e->cfg.notify)
+            e->cfg.notify(e->cfg.notify_user, r);
+        if (!r->active) /* its last output is out: the engine lets go */
+            eng_req_unref(r);
+    }
+    e->n_touched = 0;
+}
+
+static void *eng_main(void *arg)
+{
+    eng *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !e->inbox_head && e->n_active == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        eng_req *in = e->inbox_head;
+        e->inbox_head = e->inbox_tail = NULL;
+        e->inbox_n = 0;
+        int stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        for (eng_req *r = in, *next; r; r = next) {
+            next = r->next_in;
+            admit(e, r);
+        }
+        if (stop) {
+            for (int i = 0; i < e->n_active; i++)
+                finish(e, e->active[i], ENG_FINISH_ABORT, NULL);
+            e->n_active = 0;
+            notify_all(e);
+            return NULL;
+        }
+        if (atomic_exchange(&e->pending_cancel, 0))
+            reap_cancelled(e);
+        step(e);
+        compact(e);
+        notify_all(e);
+        pthread_mutex_lock(&e->mu);
+        e->stats.running = sched_num_running(e->sch);
+        e->stats.waiting = sched_num_waiting(e->sch) + e->inbox_n;
+        e->stats.kv_usage = sched_kv_usage(e->sch);
+        e->stats.steps++;
+        atomic_store(&e->queued, e->stats.waiting);
+        pthread_mutex_unlock(&e->mu);
+    }
+}
+
+int eng_submit(eng *e, eng_req *r, int max_waiting, inf_err *err)
+{
+    if (r->seq.n_prompt + 1 > e->cfg.max_model_len)
+        return inf_fail(err, INF_ERR_INVALID,
+                        "the prompt has %d tokens; the context holds %d",
+                        r->seq.n_prompt, e->cfg.max_model_len);
+    for (int i = 0; i < r->seq.n_prompt; i++)
+        if (r->seq.tokens[i] < 0 || r->seq.tokens[i] >= e->vocab)
+            return inf_fail(err, INF_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
+                            r->seq.tokens[i], e->vocab);
+    if (max_waiting > 0 && atomic_fetch_add(&e->queued, 1) >= max_waiting) {
+        atomic_fetch_sub(&e->queued, 1);
+        return inf_fail(err, INF_ERR_NOSPACE, "the server is overloaded (%d requests waiting)",
+                        max_waiting);
+    }
+    eng_req_ref(r);
+    pthread_mutex_lock(&e->mu);
+    r->next_in = NULL;
+    if (e->inbox_tail)
+        e->inbox_tail->next_in = r;
+    else
+        e->inbox_head = r;
+    e->inbox_tail = r;
+    e->inbox_n++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return INF_OK;
+}
+
+void eng_cancel(eng *e, eng_req *r)
+{
+    atomic_store(&r->cancelled, 1);
+    atomic_store(&e->pending_cancel, 1);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void eng_get_stats(eng *e, eng_stats *s)
+{
+    pthread_mutex_lock(&e->mu);
+    *s = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+static void free_buffers(eng *e)
+{
+    free(e->tokens), free(e->positions), free(e->slots), free(e->seq_start);
+    free(e->seq_len), free(e->table), free(e->rows), free(e->row_req);
+    free(e->logits), free(e->scratch), free(e->active), free(e->touched);
+}
+
+int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend *be, eng **out,
+               inf_err *err)
+{
+    *out = NULL;
+    eng *e = calloc(1, sizeof *e);
+    if (!e)
+        return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory");
+    e->cfg = *cfg;
+    e->m = m;
+    e->tk = tk;
+    e->be = be;
+    e->vocab = m->cfg.vocab_size;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
+    sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
+                       .max_num_batched_tokens = cfg->max_num_batched_tokens,
+                       .max_model_len = cfg->max_model_len};
+    int rc;
+    if ((rc = kv_create(&kc, &e->kv, err)) || (rc = sched_create(&sc, e->kv, &e->sch, err)) ||
+        (rc = smp_create(e->vocab, &e->smp, err)))
+        goto fail;
+    int T = cfg->max_num_batched_tokens, S = cfg->max_num_seqs;
+    e->max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size;
+    e->tokens = malloc(sizeof(int32_t) * (size_t)T);
+    e->positions = malloc(sizeof(int32_t) * (size_t)T);
+    e->slots = malloc(sizeof(int32_t) * (size_t)T);
+    e->seq_start = malloc(sizeof(int32_t) * (size_t)(S + 1));
+    e->seq_len = malloc(sizeof(int32_t) * (size_t)S);
+    e->table = calloc((size_t)S * e->max_blocks, sizeof(int32_t));
+    e->rows = malloc(sizeof(int32_t) * (size_t)S);
+    e->row_req = malloc(sizeof(eng_req *) * (size_t)S);
+    e->logits = malloc(sizeof(float) * (size_t)S * e->vocab);
+    e->scratch = malloc(sizeof(float) * (size_t)e->vocab);
+    if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_len || !e->table ||
+        !e->rows || !e->row_req || !e->logits || !e->scratch) {
+        rc = inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
+        goto fail;
+    }
+    if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
+        rc = inf_fail(err, INF_ERR_NOMEM, "engine: cannot start its thread");
+        goto fail;
+    }
+    *out = e;
+    return INF_OK;
+fail:
+    sched_destroy(e->sch);
+    kv_destroy(e->kv);
+    smp_destroy(e->smp);
+    free_buffers(e);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+    return rc;
+}
+
+void eng_destroy(eng *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    sched_destroy(e->sch);
+    kv_destroy(e->kv);
+    smp_destroy(e->smp);
+    free_buffers(e);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}

@@ -1,0 +1,135 @@
+/* eng_: the engine thread. Any thread submits requests; the engine thread
+ * loops: scheduler step -> one flattened batch through the backend -> sample
+ * -> detokenize incrementally -> stop/EOS/length checks -> output appended to
+ * each request's buffer -> the notify hook (the front end's wake-up). The
+ * engine never touches a socket; the front end never calls into the step. */
+#ifndef INFERD_ENG_H
+#define INFERD_ENG_H
+
+#include "be.h"
+#include "model.h"
+#include "smp.h"
+#include "tok.h"
+
+typedef struct eng eng;
+typedef struct eng_req eng_req;
+
+/* Called on the engine thread whenever r has new output (or finished).
+ * Must be quick and must not call back into the engine. */
+typedef void (*eng_notify_fn)(void *user, eng_req *r);
+
+typedef struct eng_config {
+    int max_num_seqs;           /* running sequences at most               */
+    int max_num_batched_tokens; /* token budget of one step                */
+    int max_model_len;          /* context limit                           */
+    int block_size;
+    int num_blocks;             /* KV blocks (the backend holds as many)    */
+    uint64_t seed;              /* seeds requests that bring no seed        */
+    eng_notify_fn notify;
+    void *notify_user;
+} eng_config;
+
+/* The engine borrows m, tk and be (they must outlive it); it starts its
+ * thread at once. */
+int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend *be,
+               eng **out, inf_err *err);
+
+/* Stops the thread: requests still inside finish with reason ABORT (their
+ * owners are notified), then joins. NULL-safe. */
+void eng_destroy(eng *e);
+
+/* ---- requests ------------------------------------------------------------ */
+
+enum {
+    ENG_FINISH_NONE = 0,
+    ENG_FINISH_STOP = 1,   /* EOS, a stop token id or a stop string         */
+    ENG_FINISH_LENGTH = 2, /* max_tokens or the context limit               */
+    ENG_FINISH_ABORT = 3,  /* cancelled                                     */
+    ENG_FINISH_ERROR = 4,  /* the backend failed; message in eng_out.error  */
+};
+
+typedef struct eng_params {
+    smp_params sampling;
+    int has_seed;         /* else the engine draws a seed                  */
+    int max_tokens;       /* >= 1                                          */
+    int min_tokens;       /* EOS and stop ids are masked before this many   */
+    int ignore_eos;
+    const char *const *stop; /* stop strings (copied at submit)            */
+    int n_stop;
+    const int32_t *stop_ids; /* copied                                     */
+    int n_stop_ids;
+    const int32_t *bias_ids; /* logit_bias (copied)                        */
+    const float *bias;
+    int n_bias;
+    int logprobs;         /* -1: none; else alternatives per token (0..20)  */
+} eng_params;
+
+/* Creates a request for one sequence (one choice): prompt ids (BOS included
+ * as wanted) and parameters, all copied. The caller holds one reference. */
+int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p,
+                   eng_req **out, inf_err *err);
+void eng_req_ref(eng_req *r);
+void eng_req_unref(eng_req *r); /* frees at zero; any thread */
+
+/* Arbitrary pointer for the front end (e.g. its connection). */
+void eng_req_set_user(eng_req *r, void *user);
+void *eng_req_user(const eng_req *r);
+
+/* Hands r to the engine (which takes its own reference). Refused with
+ * INF_ERR_NOSPACE when max_waiting requests already wait (the caller answers
+ * 503), INF_ERR_INVALID when the request can never fit. */
+int eng_submit(eng *e, eng_req *r, int max_waiting, inf_err *err);
+
+/* Asks the engine to stop r; it finishes with ENG_FINISH_ABORT at the next
+ * step and its KV blocks are freed. Any thread; idempotent. */
+void eng_cancel(eng *e, eng_req *r);
+
+/* One token's logprob record; strings live in eng_out.pool. */
+typedef struct eng_lp_alt {
+    size_t off, len;      /* the piece's text in pool                      */
+    float logprob;
+} eng_lp_alt;
+
+typedef struct eng_lp {
+    size_t off, len;      /* text this token added to the output, in pool   */
+    float logprob;
+    int alt0, n_alt;      /* alternatives: alts[alt0 .. alt0+n_alt)         */
+} eng_lp;
+
+/* What happened since the last eng_req_take. */
+typedef struct eng_out {
+    char *text;           /* new output text (whole UTF-8 characters)       */
+    size_t len, cap;
+    eng_lp *lps;          /* one per new token, when logprobs were asked    */
+    int n_lps, cap_lps;
+    eng_lp_alt *alts;
+    int n_alts, cap_alts;
+    char *pool;           /* strings of lps and alts                        */
+    size_t pool_len, pool_cap;
+    int finish;           /* ENG_FINISH_*; NONE while running                */
+    int stop_index;       /* which stop string ended it, or -1              */
+    int32_t stop_token;   /* which stop token id ended it, or -1            */
+    int n_prompt;         /* prompt tokens                                  */
+    int n_output;         /* generated tokens so far                        */
+    int n_cached;         /* prompt tokens served from the prefix cache     */
+    double t_first;       /* inf_now() of the first output token, 0 before  */
+    char error[512];
+} eng_out;
+
+/* Moves r's pending output into *dst (dst's previous contents are
+ * discarded, its buffers reused): text and lps are the new part; finish and
+ * counters are current. Any thread. */
+void eng_req_take(eng_req *r, eng_out *dst);
+void eng_out_free(eng_out *o);
+
+/* ---- state for the front end --------------------------------------------- */
+
+typedef struct eng_stats {
+    int running, waiting;
+    double kv_usage;      /* 0..1                                          */
+    long steps;
+} eng_stats;
+
+void eng_get_stats(eng *e, eng_stats *s); /* any thread */
+
+#endif

@@ -1,0 +1,210 @@
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct queue {
+    sched_seq *head, *tail;
+    int n;
+} queue;
+
+struct sched {
+    sched_config cfg;
+    kv_pool *kv;
+    queue waiting;  /* head runs first                                  */
+    queue running;  /* admission order: head oldest, tail newest        */
+    uint64_t next_order;
+    sched_plan plan;
+    sched_seq **plan_seqs;
+    int *plan_new;
+};
+
+sched_config sched_config_default(void)
+{
+    sched_config c = {.max_num_seqs = 64, .max_num_batched_tokens = 512,
+                      .max_model_len = 2048};
+    return c;
+}
+
+static void q_push_tail(queue *q, sched_seq *s)
+{
+    s->prev = q->tail;
+    s->next = NULL;
+    if (q->tail)
+        q->tail->next = s;
+    else
+        q->head = s;
+    q->tail = s;
+    q->n++;
+}
+
+static void q_push_head(queue *q, sched_seq *s)
+{
+    s->next = q->head;
+    s->prev = NULL;
+    if (q->head)
+        q->head->prev = s;
+    else
+        q->tail = s;
+    q->head = s;
+    q->n++;
+}
+
+static void q_unlink(queue *q, sched_seq *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        q->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    else
+        q->tail = s->prev;
+    s->prev = s->next = NULL;
+    q->n--;
+}
+
+int sched_create(const sched_config *cfg, kv_pool *kv, sched **out, inf_err *err)
+{
+    *out = NULL;
+    if (cfg->max_num_seqs < 1 || cfg->max_num_batched_tokens < 1 || cfg->max_model_len < 2)
+        return inf_fail(err, INF_ERR_INVALID,
+                        "sched: max_num_seqs %d, max_num_batched_tokens %d and "
+                        "max_model_len %d must be positive",
+                        cfg->max_num_seqs, cfg->max_num_batched_tokens, cfg->max_model_len);
+    sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return inf_fail(err, INF_ERR_NOMEM, "sched: out of memory");
+    s->cfg = *cfg;
+    s->kv = kv;
+    s->plan_seqs = calloc((size_t)cfg->max_num_seqs, sizeof *s->plan_seqs);
+    s->plan_new = calloc((size_t)cfg->max_num_seqs, sizeof *s->plan_new);
+    if (!s->plan_seqs || !s->plan_new) {
+        sched_destroy(s);
+        return inf_fail(err, INF_ERR_NOMEM, "sched: out of memory");
+    }
+    s->plan.seqs = s->plan_seqs;
+    s->plan.n_new = s->plan_new;
+    *out = s;
+    return INF_OK;
+}
+
+void sched_destroy(sched *s)
+{
+    if (!s)
+        return;
+    free(s->plan_seqs);
+    free(s->plan_new);
+    free(s);
+}
+
+int sched_add(sched *s, sched_seq *q, inf_err *err)
+{
+    int bs = kv_block_size(s->kv);
+    if (q->n_tokens < 1 || q->n_tokens >= s->cfg.max_model_len)
+        return inf_fail(err, INF_ERR_INVALID,
+                        "the prompt has %d tokens; this server's context is %d tokens",
+                        q->n_tokens, s->cfg.max_model_len);
+    /* it must be able to reach its full length with the whole pool */
+    if ((q->n_tokens + 1 + bs - 1) / bs > kv_num_blocks(s->kv))
+        return inf_fail(err, INF_ERR_INVALID,
+                        "the prompt needs %d KV blocks but the pool has %d",
+                        (q->n_tokens + bs) / bs, kv_num_blocks(s->kv));
+    q->state = SCHED_WAITING;
+    q->n_computed = 0;
+    q_push_tail(&s->waiting, q);
+    return INF_OK;
+}
+
+void sched_remove(sched *s, sched_seq *q)
+{
+    if (q->state == SCHED_WAITING)
+        q_unlink(&s->waiting, q);
+    else if (q->state == SCHED_RUNNING)
+        q_unlink(&s->running, q);
+    kv_seq_release(s->kv, &q->kv);
+    q->state = SCHED_DONE;
+}
+
+/* Recompute later: blocks back to the pool, back to the head of the line. */
+static void preempt(sched *s, sched_seq *q)
+{
+    q_unlink(&s->running, q);
+    kv_seq_truncate(s->kv, &q->kv, 0);
+    q->n_computed = 0;
+    q->n_preempt++;
+    q->state = SCHED_WAITING;
+    q_push_head(&s->waiting, q);
+}
+
+static void plan_add(sched *s, sched_seq *q, int n)
+{
+    s->plan.seqs[s->plan.n] = q;
+    s->plan.n_new[s->plan.n] = n;
+    s->plan.n++;
+    s->plan.n_tokens += n;
+}
+
+/* Reserves blocks for q to compute `take` more tokens, preempting the newest
+ * running sequences while there is no room. Returns 0 when q itself had to
+ * be preempted. */
+static int reserve_running(sched *s, sched_seq *q, int take)
+{
+    while (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK) {
+        sched_seq *victim = s->running.tail;
+        preempt(s, victim);
+        s->plan.n_preempted++;
+        if (victim == q)
+            return 0;
+    }
+    return 1;
+}
+
+void sched_schedule(sched *s, sched_plan **out)
+{
+    int budget = s->cfg.max_num_batched_tokens;
+    s->plan.n = 0;
+    s->plan.n_tokens = 0;
+    s->plan.n_preempted = 0;
+
+    /* running first, oldest first: a victim is always one not yet planned */
+    for (sched_seq *q = s->running.head; q && budget > 0; q = q->next) {
+        int take = q->n_tokens - q->n_computed;
+        if (take > budget)
+            take = budget;
+        if (take <= 0)
+            continue;
+        /* victims come off the tail, so q->next is read after this */
+        if (!reserve_running(s, q, take))
+            break; /* q was the newest; nothing after it runs */
+        plan_add(s, q, take);
+        budget -= take;
+    }
+
+    /* then admit waiting sequences in order, unless memory is short */
+    while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.head &&
+           s->running.n < s->cfg.max_num_seqs) {
+        sched_seq *q = s->waiting.head;
+        int take = q->n_tokens - q->n_computed;
+        if (take > budget)
+            take = budget;
+        if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK)
+            break; /* first come, first served: nobody jumps the line */
+        q_unlink(&s->waiting, q);
+        q->state = SCHED_RUNNING;
+        q->order = s->next_order++;
+        q_push_tail(&s->running, q);
+        plan_add(s, q, take);
+        budget -= take;
+    }
+    *out = &s->plan;
+}
+
+int sched_num_running(const sched *s) { return s->running.n; }
+int sched_num_waiting(const sched *s) { return s->waiting.n; }
+
+double sched_kv_usage(const sched *s)
+{
+    int total = kv_num_blocks(s->kv);
+    return total > 0 ? (double)(total - kv_num_free(s->kv)) / total : 0.0;
+}
