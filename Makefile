@@ -31,7 +31,7 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+LDLIBS  := -lmicrohttpd -luv -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
 # kernels are picked at run time from what the CPU reports.
@@ -90,7 +90,7 @@ T_test_sched  := engine/sched.o engine/kv.o
 T_test_oai    := server/oai.o
 T_test_tmpl   := engine/tmpl.o
 T_test_stop   := engine/stop.o
-T_test_metrics := server/metrics.o
+T_test_metrics := engine/metrics.o
 T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
