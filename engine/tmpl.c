@@ -1,0 +1,861 @@
+/* tmpl: built-in chat templates (see tmpl.h).
+ *
+ * Each renderer below mirrors one reference Jinja template, quoted above it
+ * as tokenizer_config.json holds it ("\n" in a quote is a newline in the
+ * template, "\\n" the two characters Jinja reads as an escape). Hugging Face
+ * renders with trim_blocks and lstrip_blocks, so the newline after a block
+ * tag ({% ... %}) is dropped and the one after an expression ({{ ... }}) is
+ * kept. Python's str.strip() and Jinja's trim remove Unicode whitespace
+ * (str.isspace) at both ends: tmpl__strip_since does the same. */
+#include "tmpl.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct tmpl {
+    tmpl_kind kind;
+    tmpl_origin origin;
+    char *bos_text; /* the model's bos_token, or the kind's default          */
+    char *eos_text; /* the model's eos_token, or the kind's default          */
+    int add_bos;    /* plain: begin with BOS (tokenizer_config add_bos_token) */
+    char *source;   /* the model's Jinja source, or NULL                     */
+};
+
+/* Per kind: name, the reference model's special tokens, a description. */
+static const struct {
+    const char *name, *bos, *eos, *describe;
+} TMPL_KINDS[] = {
+    [TMPL_PLAIN] = {"plain", "<s>", "</s>",
+                    "plain: BOS, then the messages' contents joined by \"\\n\" "
+                    "(roles dropped, no generation prompt)"},
+    [TMPL_LLAMA2] = {"llama-2", "<s>", "</s>",
+                     "llama-2: <s>[INST] <<SYS>>\\n{system}\\n<</SYS>>\\n\\n{user} [/INST] "
+                     "{assistant} </s><s>[INST] {user} [/INST]"},
+    [TMPL_MISTRAL] = {"mistral", "<s>", "</s>",
+                      "mistral: <s> [INST] {system}\\n\\n{user} [/INST] {assistant}</s> "
+                      "[INST] {user} [/INST]"},
+    [TMPL_CHATML] = {"chatml", "<s>", "</s>",
+                     "chatml: <|im_start|>{role}\\n{content}<|im_end|>\\n per message, "
+                     "then <|im_start|>assistant\\n"},
+    [TMPL_ZEPHYR] = {"zephyr", "<s>", "</s>",
+                     "zephyr: <|{role}|>\\n{content}</s>\\n per message, then <|assistant|>\\n"},
+    [TMPL_LLAMA3] = {"llama-3", "<|begin_of_text|>", "<|end_of_text|>",
+                     "llama-3: <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>"
+                     "\\n\\n{content}<|eot_id|> per message, then the assistant's header"},
+};
+#define TMPL_N_KINDS ((int)(sizeof TMPL_KINDS / sizeof TMPL_KINDS[0]))
+#define TMPL_NAMES "llama-2, mistral, chatml, zephyr, llama-3, plain"
+
+/* ------------------------------------------------------------- tmpl_out */
+
+void tmpl_out_init(tmpl_out *o)
+{
+    memset(o, 0, sizeof *o);
+}
+
+void tmpl_out_free(tmpl_out *o)
+{
+    free(o->segs);
+    free(o->text);
+    tmpl_out_init(o);
+}
+
+static int tmpl__nomem(inf_err *err)
+{
+    return inf_fail(err, INF_ERR_NOMEM, "chat template: out of memory");
+}
+
+/* Makes room for one more segment. */
+static int tmpl__seg_room(tmpl_out *o, inf_err *err)
+{
+    if (o->n < o->cap)
+        return INF_OK;
+    int cap = o->cap ? 2 * o->cap : 16;
+    tmpl_seg *s = realloc(o->segs, (size_t)cap * sizeof *s);
+    if (!s)
+        return tmpl__nomem(err);
+    o->segs = s;
+    o->cap = cap;
+    return INF_OK;
+}
+
+/* Makes room for n more bytes of text and its NUL. */
+static int tmpl__text_room(tmpl_out *o, size_t n, inf_err *err)
+{
+    if (o->len + n + 1 <= o->text_cap)
+        return INF_OK;
+    size_t cap = o->text_cap ? o->text_cap : 256;
+    while (cap < o->len + n + 1)
+        cap *= 2;
+    char *t = realloc(o->text, cap);
+    if (!t)
+        return tmpl__nomem(err);
+    o->text = t;
+    o->text_cap = cap;
+    return INF_OK;
+}
+
+/* Appends n bytes of text, joining a text segment that ends the list. */
+static int tmpl__text(tmpl_out *o, const char *s, size_t n, inf_err *err)
+{
+    if (n == 0)
+        return INF_OK;
+    if (tmpl__text_room(o, n, err))
+        return INF_ERR_NOMEM;
+    if (o->n == 0 || o->segs[o->n - 1].kind != TMPL_SEG_TEXT) {
+        if (tmpl__seg_room(o, err))
+            return INF_ERR_NOMEM;
+        o->segs[o->n++] = (tmpl_seg){TMPL_SEG_TEXT, o->len, 0};
+    }
+    memcpy(o->text + o->len, s, n);
+    o->len += n;
+    o->text[o->len] = 0;
+    o->segs[o->n - 1].len += n;
+    return INF_OK;
+}
+
+static int tmpl__str(tmpl_out *o, const char *s, inf_err *err)
+{
+    return tmpl__text(o, s ? s : "", s ? strlen(s) : 0, err);
+}
+
+static int tmpl__marker(tmpl_out *o, tmpl_seg_kind kind, inf_err *err)
+{
+    if (tmpl__seg_room(o, err))
+        return INF_ERR_NOMEM;
+    o->segs[o->n++] = (tmpl_seg){kind, o->len, 0};
+    return INF_OK;
+}
+
+/* ----------------------------------------------------------- whitespace */
+
+/* Python's str.isspace for one code point. */
+static int tmpl__is_space(unsigned cp)
+{
+    return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 ||
+           cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
+           cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+/* Decodes the UTF-8 character at s[0:n]: its code point in *cp and its byte
+ * length; an invalid byte decodes as itself, length 1, never a space. */
+static size_t tmpl__decode(const unsigned char *s, size_t n, unsigned *cp)
+{
+    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
+               : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || len > n) {
+        *cp = 0xFFFFFFFFu;
+        return 1;
+    }
+    unsigned v = len == 1 ? s[0] : s[0] & (0x7F >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) {
+            *cp = 0xFFFFFFFFu;
+            return 1;
+        }
+        v = v << 6 | (s[k] & 0x3F);
+    }
+    *cp = v;
+    return len;
+}
+
+/* str.strip() on the text appended since mark (all of it in the last
+ * segment): drops leading and trailing whitespace characters. */
+static void tmpl__strip_since(tmpl_out *o, size_t mark)
+{
+    if (mark == o->len)
+        return;
+    const unsigned char *s = (const unsigned char *)o->text;
+    size_t b = mark, e = o->len;
+    while (b < e) {
+        unsigned cp;
+        size_t l = tmpl__decode(s + b, e - b, &cp);
+        if (!tmpl__is_space(cp))
+            break;
+        b += l;
+    }
+    while (e > b) {
+        size_t st = e - 1;
+        while (st > b && (s[st] & 0xC0) == 0x80 && e - st < 4)
+            st--;
+        unsigned cp;
+        if (tmpl__decode(s + st, e - st, &cp) != e - st || !tmpl__is_space(cp))
+            break;
+        e = st;
+    }
+    memmove(o->text + mark, o->text + b, e - b);
+    size_t cut = (o->len - mark) - (e - b);
+    o->len -= cut;
+    o->text[o->len] = 0;
+    tmpl_seg *last = &o->segs[o->n - 1];
+    last->len -= cut;
+    if (last->len == 0)
+        o->n--;
+}
+
+/* ------------------------------------------------------------ renderers */
+
+static int tmpl__is(const char *role, const char *name)
+{
+    return strcmp(role, name) == 0;
+}
+
+static const char *tmpl__content(const tmpl_msg *m)
+{
+    return m->content ? m->content : "";
+}
+
+/* meta-llama/Llama-2-7b-chat-hf:
+ * "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}
+ *  {% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}
+ *  {% set system_message = false %}{% endif %}{% for message in loop_messages %}
+ *  {% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation
+ *  roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0
+ *  and system_message != false %}{% set content = '<<SYS>>\\n' + system_message +
+ *  '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}
+ *  {% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() +
+ *  ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' +
+ *  eos_token }}{% endif %}{% endfor %}"
+ * (one line in the file). A non-user message at an odd place that is not
+ * the assistant's (a second system message) renders nothing, as there. */
+static int tmpl__llama2(const tmpl_msg *m, int n, tmpl_out *o, inf_err *err)
+{
+    int first = tmpl__is(m[0].role, "system");
+    int rc = INF_OK;
+    for (int i = first; i < n && !rc; i++) {
+        int idx = i - first, user = tmpl__is(m[i].role, "user");
+        if (user != (idx % 2 == 0))
+            return inf_fail(err, INF_ERR_INVALID,
+                            "Conversation roles must alternate user/assistant/user/assistant/... "
+                            "(llama-2 chat template, after an optional first system message): "
+                            "message %d has role \"%s\"", i, m[i].role);
+        if (user) {
+            size_t mark;
+            if ((rc = tmpl__marker(o, TMPL_SEG_BOS, err)) || (rc = tmpl__str(o, "[INST] ", err)))
+                break;
+            mark = o->len;
+            if (idx == 0 && first &&
+                ((rc = tmpl__str(o, "<<SYS>>\n", err)) ||
+                 (rc = tmpl__str(o, tmpl__content(&m[0]), err)) ||
+                 (rc = tmpl__str(o, "\n<</SYS>>\n\n", err))))
+                break;
+            if ((rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+                break;
+            tmpl__strip_since(o, mark);
+            rc = tmpl__str(o, " [/INST]", err);
+        } else if (tmpl__is(m[i].role, "assistant")) {
+            size_t mark;
+            if ((rc = tmpl__str(o, " ", err)))
+                break;
+            mark = o->len;
+            if ((rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+                break;
+            tmpl__strip_since(o, mark);
+            if (!(rc = tmpl__str(o, " ", err)))
+                rc = tmpl__marker(o, TMPL_SEG_EOS, err);
+        }
+    }
+    return rc;
+}
+
+/* mistralai/Mistral-7B-Instruct-v0.2 (Mistral's updated "v1" template; the
+ * same in v0.1):
+ * "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}
+ *  \n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}
+ *  \n{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if
+ *  (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- raise_exception('After the
+ *  optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}
+ *  \n    {%- endif %}\n    {%- if message['role'] == 'user' %}\n        {%- if loop.first and
+ *  system_message is defined %}\n            {{- ' [INST] ' + system_message + '\\n\\n' +
+ *  message['content'] + ' [/INST]' }}\n        {%- else %}\n            {{- ' [INST] ' +
+ *  message['content'] + ' [/INST]' }}\n        {%- endif %}\n    {%- elif message['role'] ==
+ *  'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n    {%- else %}\n        {{-
+ *  raise_exception('Only user and assistant roles are supported, with the exception of an initial
+ *  optional system message!') }}\n    {%- endif %}\n{%- endfor %}\n"
+ * Its older template (no system message, "[INST] " with no space before
+ * it, no space before the answer) is recognised as this one: Mistral
+ * replaced it with this, which matches how mistral-common tokenizes. */
+static int tmpl__mistral(const tmpl_msg *m, int n, tmpl_out *o, inf_err *err)
+{
+    int first = tmpl__is(m[0].role, "system");
+    int rc = tmpl__marker(o, TMPL_SEG_BOS, err);
+    for (int i = first; i < n && !rc; i++) {
+        int idx = i - first, user = tmpl__is(m[i].role, "user");
+        if (user != (idx % 2 == 0))
+            return inf_fail(err, INF_ERR_INVALID,
+                            "After the optional system message, conversation roles must alternate "
+                            "user/assistant/user/assistant/... (mistral chat template): message %d "
+                            "has role \"%s\"", i, m[i].role);
+        if (user) {
+            if ((rc = tmpl__str(o, " [INST] ", err)))
+                break;
+            if (idx == 0 && first &&
+                ((rc = tmpl__str(o, tmpl__content(&m[0]), err)) || (rc = tmpl__str(o, "\n\n", err))))
+                break;
+            if (!(rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+                rc = tmpl__str(o, " [/INST]", err);
+        } else if (tmpl__is(m[i].role, "assistant")) {
+            if (!(rc = tmpl__str(o, " ", err)) && !(rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+                rc = tmpl__marker(o, TMPL_SEG_EOS, err);
+        } else {
+            return inf_fail(err, INF_ERR_INVALID,
+                            "Only user and assistant roles are supported, with the exception of an "
+                            "initial optional system message! (mistral chat template): message %d "
+                            "has role \"%s\"", i, m[i].role);
+        }
+    }
+    return rc;
+}
+
+/* teknium/OpenHermes-2.5-Mistral-7B:
+ * "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] +
+ *  '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}
+ *  {% endif %}" */
+static int tmpl__chatml(const tmpl_msg *m, int n, int gen, tmpl_out *o, inf_err *err)
+{
+    int rc = INF_OK;
+    for (int i = 0; i < n && !rc; i++)
+        if (!(rc = tmpl__str(o, "<|im_start|>", err)) && !(rc = tmpl__str(o, m[i].role, err)) &&
+            !(rc = tmpl__str(o, "\n", err)) && !(rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+            rc = tmpl__str(o, "<|im_end|>\n", err);
+    if (!rc && gen)
+        rc = tmpl__str(o, "<|im_start|>assistant\n", err);
+    return rc;
+}
+
+/* HuggingFaceH4/zephyr-7b-beta (and TinyLlama/TinyLlama-1.1B-Chat-v1.0):
+ * "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' +
+ *  message['content'] + eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' +
+ *  message['content'] + eos_token }}\n{% elif message['role'] == 'assistant' %}\n{{
+ *  '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n{% if loop.last and
+ *  add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+ * Other roles render nothing. */
+static int tmpl__zephyr(const tmpl_msg *m, int n, int gen, tmpl_out *o, inf_err *err)
+{
+    int rc = INF_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        const char *head = tmpl__is(m[i].role, "user")        ? "<|user|>\n"
+                           : tmpl__is(m[i].role, "system")    ? "<|system|>\n"
+                           : tmpl__is(m[i].role, "assistant") ? "<|assistant|>\n"
+                                                              : NULL;
+        if (head && !(rc = tmpl__str(o, head, err)) &&
+            !(rc = tmpl__str(o, tmpl__content(&m[i]), err)) &&
+            !(rc = tmpl__marker(o, TMPL_SEG_EOS, err)))
+            rc = tmpl__str(o, "\n", err);
+        if (!rc && i == n - 1 && gen)
+            rc = tmpl__str(o, "<|assistant|>\n", err);
+    }
+    return rc;
+}
+
+/* meta-llama/Meta-Llama-3-8B-Instruct:
+ * "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content =
+ *  '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim +
+ *  '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}
+ *  {{ content }}{% endfor %}{% if add_generation_prompt %}{{
+ *  '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}" */
+static int tmpl__llama3(const tmpl_msg *m, int n, int gen, tmpl_out *o, inf_err *err)
+{
+    int rc = INF_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        size_t mark;
+        if ((i == 0 && (rc = tmpl__marker(o, TMPL_SEG_BOS, err))) ||
+            (rc = tmpl__str(o, "<|start_header_id|>", err)) || (rc = tmpl__str(o, m[i].role, err)) ||
+            (rc = tmpl__str(o, "<|end_header_id|>\n\n", err)))
+            break;
+        mark = o->len;
+        if ((rc = tmpl__str(o, tmpl__content(&m[i]), err)))
+            break;
+        tmpl__strip_since(o, mark);
+        rc = tmpl__str(o, "<|eot_id|>", err);
+    }
+    if (!rc && gen)
+        rc = tmpl__str(o, "<|start_header_id|>assistant<|end_header_id|>\n\n", err);
+    return rc;
+}
+
+/* The default: BOS (when the tokenizer adds one to prompts), then the
+ * contents joined by "\n". */
+static int tmpl__plain(const tmpl *t, const tmpl_msg *m, int n, tmpl_out *o, inf_err *err)
+{
+    int rc = t->add_bos ? tmpl__marker(o, TMPL_SEG_BOS, err) : INF_OK;
+    for (int i = 0; i < n && !rc; i++)
+        if (!(i > 0 && (rc = tmpl__str(o, "\n", err))))
+            rc = tmpl__str(o, tmpl__content(&m[i]), err);
+    return rc;
+}
+
+int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_prompt,
+                tmpl_out *out, inf_err *err)
+{
+    if (!t || !out || n < 0 || (n > 0 && !msgs))
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_render: bad argument");
+    out->n = 0;
+    out->len = 0;
+    if (tmpl__text_room(out, 0, err))
+        return INF_ERR_NOMEM;
+    out->text[0] = 0;
+    if (n == 0)
+        return inf_fail(err, INF_ERR_INVALID, "chat template: messages must not be empty");
+    for (int i = 0; i < n; i++)
+        if (!msgs[i].role)
+            return inf_fail(err, INF_ERR_INVALID, "chat template: message %d has no role", i);
+    int gen = add_generation_prompt != 0, rc;
+    switch (t->kind) {
+    case TMPL_LLAMA2: rc = tmpl__llama2(msgs, n, out, err); break;
+    case TMPL_MISTRAL: rc = tmpl__mistral(msgs, n, out, err); break;
+    case TMPL_CHATML: rc = tmpl__chatml(msgs, n, gen, out, err); break;
+    case TMPL_ZEPHYR: rc = tmpl__zephyr(msgs, n, gen, out, err); break;
+    case TMPL_LLAMA3: rc = tmpl__llama3(msgs, n, gen, out, err); break;
+    case TMPL_PLAIN: rc = tmpl__plain(t, msgs, n, out, err); break;
+    default: rc = inf_fail(err, INF_ERR_INVALID, "tmpl_render: bad template kind");
+    }
+    if (rc) {
+        out->n = 0;
+        out->len = 0;
+        out->text[0] = 0;
+    }
+    return rc;
+}
+
+/* ----------------------------------------------------------- detection */
+
+static int tmpl__has(const char *s, const char *marker)
+{
+    return strstr(s, marker) != NULL;
+}
+
+tmpl_kind tmpl_detect(const char *src)
+{
+    if (!src)
+        return TMPL_NONE;
+    if (tmpl__has(src, "<|start_header_id|>") && tmpl__has(src, "<|end_header_id|>") &&
+        tmpl__has(src, "<|eot_id|>"))
+        /* Llama 3.1 and later open every prompt with a dated system turn. */
+        return tmpl__has(src, "Cutting Knowledge") ? TMPL_NONE : TMPL_LLAMA3;
+    if (tmpl__has(src, "<|im_start|>") && tmpl__has(src, "<|im_end|>"))
+        /* Qwen's variants inject a default system prompt or tool text. */
+        return tmpl__has(src, "You are") || tmpl__has(src, "tools") ? TMPL_NONE : TMPL_CHATML;
+    if (tmpl__has(src, "<|user|>") && tmpl__has(src, "<|assistant|>"))
+        /* Phi-3 ends turns with <|end|>, not the EOS token. */
+        return tmpl__has(src, "eos_token") && !tmpl__has(src, "<|end|>") ? TMPL_ZEPHYR : TMPL_NONE;
+    if (tmpl__has(src, "[INST]") && tmpl__has(src, " [/INST]")) {
+        if (tmpl__has(src, "<<SYS>>"))
+            return TMPL_LLAMA2;
+        /* Mistral v0.3 and later: control-token spacing and tool blocks. */
+        return tmpl__has(src, "[AVAILABLE_TOOLS]") || tmpl__has(src, "[TOOL_CALLS]") ? TMPL_NONE
+                                                                                    : TMPL_MISTRAL;
+    }
+    return TMPL_NONE;
+}
+
+const char *tmpl_kind_name(tmpl_kind k)
+{
+    return (int)k >= 0 && (int)k < TMPL_N_KINDS ? TMPL_KINDS[k].name : NULL;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+static char *tmpl__dup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* A new tmpl; bos/eos/source NULL take the kind's defaults / none. */
+static int tmpl__new(tmpl_kind kind, tmpl_origin origin, const char *bos, const char *eos,
+                     int add_bos, const char *source, tmpl **out, inf_err *err)
+{
+    tmpl *t = calloc(1, sizeof *t);
+    if (!t)
+        return tmpl__nomem(err);
+    t->kind = kind;
+    t->origin = origin;
+    t->add_bos = add_bos;
+    t->bos_text = tmpl__dup(bos ? bos : TMPL_KINDS[kind].bos);
+    t->eos_text = tmpl__dup(eos ? eos : TMPL_KINDS[kind].eos);
+    t->source = source ? tmpl__dup(source) : NULL;
+    if (!t->bos_text || !t->eos_text || (source && !t->source)) {
+        tmpl_destroy(t);
+        return tmpl__nomem(err);
+    }
+    *out = t;
+    return INF_OK;
+}
+
+static tmpl_kind tmpl__lookup(const char *name)
+{
+    for (int k = 0; k < TMPL_N_KINDS; k++)
+        if (strcmp(name, TMPL_KINDS[k].name) == 0)
+            return (tmpl_kind)k;
+    return TMPL_NONE;
+}
+
+int tmpl_by_name(const char *name, tmpl **out, inf_err *err)
+{
+    if (!name || !out)
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_by_name: NULL argument");
+    *out = NULL;
+    tmpl_kind k = tmpl__lookup(name);
+    if (k == TMPL_NONE)
+        return inf_fail(err, INF_ERR_INVALID, "unknown chat template \"%s\"; known: " TMPL_NAMES,
+                        name);
+    return tmpl__new(k, TMPL_FROM_NAME, NULL, NULL, 1, NULL, out, err);
+}
+
+void tmpl_destroy(tmpl *t)
+{
+    if (!t)
+        return;
+    free(t->bos_text);
+    free(t->eos_text);
+    free(t->source);
+    free(t);
+}
+
+tmpl_kind tmpl_get_kind(const tmpl *t)
+{
+    return t->kind;
+}
+
+const char *tmpl_name(const tmpl *t)
+{
+    return TMPL_KINDS[t->kind].name;
+}
+
+tmpl_origin tmpl_get_origin(const tmpl *t)
+{
+    return t->origin;
+}
+
+const char *tmpl_describe(const tmpl *t)
+{
+    return TMPL_KINDS[t->kind].describe;
+}
+
+const char *tmpl_source(const tmpl *t)
+{
+    return t->source;
+}
+
+/* -------------------------------------------------------------- config */
+
+/* Reads a whole file into a malloc'd NUL-terminated buffer. INF_ERR_IO
+ * naming the path; *missing (may be NULL) is set when it does not exist (no
+ * message then). */
+static int tmpl__read(const char *path, char **data, int *missing, inf_err *err)
+{
+    *data = NULL;
+    if (missing)
+        *missing = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (missing && errno == ENOENT) {
+            *missing = 1;
+            return INF_ERR_IO;
+        }
+        return inf_fail(err, INF_ERR_IO, "chat template: cannot open %s: %s", path,
+                        strerror(errno));
+    }
+    size_t len = 0, cap = 65536;
+    char *buf = malloc(cap);
+    while (buf) {
+        len += fread(buf + len, 1, cap - 1 - len, f);
+        if (len < cap - 1)
+            break;
+        char *b = realloc(buf, cap * 2);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf)
+        return tmpl__nomem(err);
+    if (bad) {
+        free(buf);
+        return inf_fail(err, INF_ERR_IO, "chat template: cannot read %s", path);
+    }
+    buf[len] = 0;
+    *data = buf;
+    return INF_OK;
+}
+
+/* bos_token / eos_token: a string, {"content": string} (AddedToken), null or
+ * absent (*out = NULL). Points into root. */
+static int tmpl__token(const cJSON *root, const char *key, const char **out, const char *path,
+                       inf_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = NULL;
+    if (!v || cJSON_IsNull(v))
+        return INF_OK;
+    if (cJSON_IsObject(v))
+        v = cJSON_GetObjectItemCaseSensitive(v, "content");
+    if (!cJSON_IsString(v))
+        return inf_fail(err, INF_ERR_FORMAT,
+                        "%s: %s must be a string or an object with a \"content\" string", path, key);
+    *out = v->valuestring;
+    return INF_OK;
+}
+
+/* The chat_template: a string, or the "default" entry of a list of
+ * {"name", "template"}; *src = NULL when absent or null, *no_default set
+ * when a list has no "default" entry. Points into root. */
+static int tmpl__template(const cJSON *root, const char **src, int *no_default, const char *path,
+                          inf_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
+    *src = NULL;
+    *no_default = 0;
+    if (!v || cJSON_IsNull(v))
+        return INF_OK;
+    if (cJSON_IsString(v)) {
+        *src = v->valuestring;
+        return INF_OK;
+    }
+    if (!cJSON_IsArray(v))
+        return inf_fail(err, INF_ERR_FORMAT,
+                        "%s: chat_template must be a string or a list of {\"name\", \"template\"}",
+                        path);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "template");
+        if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(text))
+            return inf_fail(err, INF_ERR_FORMAT,
+                            "%s: each chat_template entry must be {\"name\": string, "
+                            "\"template\": string}", path);
+        if (strcmp(name->valuestring, "default") == 0 && !*src)
+            *src = text->valuestring;
+    }
+    *no_default = *src == NULL;
+    return INF_OK;
+}
+
+/* add_bos_token: true/false, null or absent (keeps *v). */
+static int tmpl__add_bos(const cJSON *root, int *v, const char *path, inf_err *err)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "add_bos_token");
+    if (!it || cJSON_IsNull(it))
+        return INF_OK;
+    if (!cJSON_IsBool(it))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: add_bos_token must be true or false", path);
+    *v = cJSON_IsTrue(it);
+    return INF_OK;
+}
+
+static const char *tmpl__base(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static void tmpl__note(char *note, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void tmpl__note(char *note, size_t cap, const char *fmt, ...)
+{
+    if (!note || !cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(note, cap, fmt, ap);
+    va_end(ap);
+}
+
+#define TMPL_PLAIN_NOTE "using the plain default (BOS, then the messages' contents joined by \"\\n\")"
+
+int tmpl_from_config(const char *path, const char *override_name, tmpl **out, char *note,
+                     size_t note_len, inf_err *err)
+{
+    if (!path || !out)
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_from_config: NULL argument");
+    *out = NULL;
+    if (note && note_len)
+        note[0] = 0;
+    tmpl_kind forced = TMPL_NONE;
+    if (override_name && (forced = tmpl__lookup(override_name)) == TMPL_NONE)
+        return inf_fail(err, INF_ERR_INVALID, "unknown chat template \"%s\"; known: " TMPL_NAMES,
+                        override_name);
+
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return inf_fail(err, INF_ERR_IO, "chat template: cannot open %s: %s", path,
+                        strerror(errno));
+    int is_dir = S_ISDIR(st.st_mode);
+    size_t plen = strlen(path) + sizeof "/tokenizer_config.json"; /* the longer name */
+    char *cfg_path = malloc(plen), *jinja_path = malloc(plen);
+    char *json = NULL, *jinja = NULL;
+    cJSON *root = NULL;
+    int rc = INF_ERR_NOMEM, missing = 0;
+    if (!cfg_path || !jinja_path) {
+        tmpl__nomem(err);
+        goto done;
+    }
+    if (is_dir)
+        snprintf(cfg_path, plen, "%s/tokenizer_config.json", path);
+    else
+        snprintf(cfg_path, plen, "%s", path);
+    snprintf(jinja_path, plen, "%s/chat_template.jinja", path);
+
+    const char *bos = NULL, *eos = NULL, *src = NULL, *from = tmpl__base(cfg_path);
+    int add_bos = 1, no_default = 0;
+    rc = tmpl__read(cfg_path, &json, &missing, err);
+    if (rc && !missing)
+        goto done;
+    if (json) {
+        root = cJSON_Parse(json);
+        if (!root || !cJSON_IsObject(root)) {
+            rc = inf_fail(err, INF_ERR_FORMAT, "chat template: %s is not a JSON object", cfg_path);
+            goto done;
+        }
+        if ((rc = tmpl__token(root, "bos_token", &bos, cfg_path, err)) ||
+            (rc = tmpl__token(root, "eos_token", &eos, cfg_path, err)) ||
+            (rc = tmpl__add_bos(root, &add_bos, cfg_path, err)) ||
+            (rc = tmpl__template(root, &src, &no_default, cfg_path, err)))
+            goto done;
+    }
+    if (is_dir && !src && !no_default) {
+        rc = tmpl__read(jinja_path, &jinja, &missing, err);
+        if (rc && !missing)
+            goto done;
+        if (jinja) {
+            src = jinja;
+            from = tmpl__base(jinja_path);
+        }
+    }
+
+    tmpl_kind kind = forced;
+    tmpl_origin origin = TMPL_FROM_NAME;
+    if (forced != TMPL_NONE) {
+        tmpl__note(note, note_len, "chat template: %s (chosen by name)", TMPL_KINDS[forced].name);
+    } else if (src && (kind = tmpl_detect(src)) != TMPL_NONE) {
+        origin = TMPL_FROM_MODEL;
+        tmpl__note(note, note_len, "chat template: %s (recognised from %s)", TMPL_KINDS[kind].name,
+                   from);
+    } else if (src) {
+        kind = TMPL_PLAIN;
+        origin = TMPL_FROM_FALLBACK;
+        tmpl__note(note, note_len, "chat template in %s not recognised (built in: %s); "
+                   TMPL_PLAIN_NOTE, from, TMPL_NAMES);
+    } else if (no_default) {
+        kind = TMPL_PLAIN;
+        origin = TMPL_FROM_FALLBACK;
+        tmpl__note(note, note_len, "chat_template list in %s has no \"default\" entry; "
+                   TMPL_PLAIN_NOTE, from);
+    } else {
+        kind = TMPL_PLAIN;
+        origin = TMPL_FROM_DEFAULT;
+        tmpl__note(note, note_len, "no chat template in %s; " TMPL_PLAIN_NOTE,
+                   json ? from : "the model (no tokenizer_config.json)");
+    }
+    rc = tmpl__new(kind, origin, bos, eos, add_bos, src, out, err);
+done:
+    cJSON_Delete(root);
+    free(json);
+    free(jinja);
+    free(cfg_path);
+    free(jinja_path);
+    return rc;
+}
+
+/* -------------------------------------------------------------- output */
+
+int tmpl_out_string(const tmpl *t, const tmpl_out *o, char **s, size_t *len, inf_err *err)
+{
+    if (!t || !o || !s)
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_out_string: NULL argument");
+    size_t nb = strlen(t->bos_text), ne = strlen(t->eos_text), total = 0;
+    for (int i = 0; i < o->n; i++)
+        total += o->segs[i].kind == TMPL_SEG_TEXT ? o->segs[i].len
+                 : o->segs[i].kind == TMPL_SEG_BOS ? nb : ne;
+    char *buf = malloc(total + 1), *p = buf;
+    if (!buf)
+        return tmpl__nomem(err);
+    for (int i = 0; i < o->n; i++) {
+        const tmpl_seg *g = &o->segs[i];
+        const char *src = g->kind == TMPL_SEG_TEXT ? o->text + g->off
+                          : g->kind == TMPL_SEG_BOS ? t->bos_text : t->eos_text;
+        size_t n = g->kind == TMPL_SEG_TEXT ? g->len : g->kind == TMPL_SEG_BOS ? nb : ne;
+        memcpy(p, src, n);
+        p += n;
+    }
+    *p = 0;
+    *s = buf;
+    if (len)
+        *len = total;
+    return INF_OK;
+}
+
+/* Appends ids[0:n] to the growing *all. */
+static int tmpl__append_ids(int32_t **all, int *n_all, int *cap, const int32_t *ids, int n,
+                            inf_err *err)
+{
+    if (*n_all + n > *cap) {
+        int c = *cap ? *cap : 64;
+        while (c < *n_all + n)
+            c *= 2;
+        int32_t *p = realloc(*all, (size_t)c * sizeof *p);
+        if (!p)
+            return tmpl__nomem(err);
+        *all = p;
+        *cap = c;
+    }
+    memcpy(*all + *n_all, ids, (size_t)n * sizeof *ids);
+    *n_all += n;
+    return INF_OK;
+}
+
+int tmpl_tokens(const tmpl *t, const tmpl_out *o, const tok *tk, int32_t **ids, int *n,
+                inf_err *err)
+{
+    if (!t || !o || !tk || !ids || !n)
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_tokens: NULL argument");
+    int32_t *all = NULL;
+    int n_all = 0, cap = 0, rc = INF_OK;
+    for (int i = 0; i < o->n && !rc; i++) {
+        const tmpl_seg *g = &o->segs[i];
+        if (g->kind != TMPL_SEG_TEXT) {
+            int32_t id = g->kind == TMPL_SEG_BOS ? tok_bos_id(tk) : tok_eos_id(tk);
+            if (id >= 0)
+                rc = tmpl__append_ids(&all, &n_all, &cap, &id, 1, err);
+            continue;
+        }
+        /* Text follows a marker unless it is first (adjacent text is one
+         * segment); mistral's always follows one. */
+        const char *s = o->text + g->off;
+        size_t len = g->len;
+        if (t->kind == TMPL_MISTRAL && i > 0 && s[0] == ' ') {
+            s++;
+            len--;
+        }
+        int32_t *part = NULL;
+        int n_part = 0;
+        if (len == 0)
+            continue;
+        rc = tok_encode(tk, s, len, 0, &part, &n_part, err);
+        if (!rc)
+            rc = tmpl__append_ids(&all, &n_all, &cap, part, n_part, err);
+        free(part);
+    }
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    *ids = all;
+    *n = n_all;
+    return INF_OK;
+}
