@@ -9,6 +9,7 @@
 
 #include "kv.h"
 #include "sched.h"
+#include "stop.h"
 
 #define MAX_LOGPROBS 20
 
@@ -26,7 +27,12 @@ struct eng_req {
     int n_output;
     smp_rng rng;
     tok_stream *ts;
+    stop *stopper;            /* stop strings, when the request has any     */
+    char *sbuf;               /* stop_feed's output                         */
+    size_t sbuf_cap;
     int active;               /* inside the engine                         */
+    double t_arrival, t_last;  /* submit time; last token (for latencies)    */
+    int scheduled;            /* has been scheduled once (queue time)      */
     int touched;              /* in eng.touched this step                  */
     struct eng_req *next_in;  /* inbox link                                */
     /* output handed to the front end, under mu */
@@ -65,6 +71,9 @@ struct eng {
     float *scratch;             /* [vocab]                                  */
     /* stats, under mu */
     eng_stats stats;
+    /* the periodic log line */
+    met_snap log_prev;
+    double log_at;
 };
 
 /* ---- requests ------------------------------------------------------------ */
@@ -98,6 +107,8 @@ static void req_free(eng_req *r)
     free(r->bias);
     free(r->seq.tokens);
     tok_stream_destroy(r->ts);
+    stop_destroy(r->stopper);
+    free(r->sbuf);
     eng_out_free(&r->out);
     pthread_mutex_destroy(&r->mu);
     free(r);
@@ -208,6 +219,14 @@ void eng_req_take(eng_req *r, eng_out *dst)
     pthread_mutex_unlock(&r->mu);
 }
 
+int eng_req_finished(eng_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int f = r->out.finish != ENG_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
 /* ---- output (engine thread, under r->mu) ---------------------------------- */
 
 static int out_text(eng_out *o, const char *s, size_t n)
@@ -287,6 +306,17 @@ static void finish(eng *e, eng_req *r, int reason, const char *error)
     pthread_mutex_unlock(&r->mu);
     r->active = 0;
     touch(e, r);
+    met_registry *m = e->cfg.met;
+    if (m) {
+        static const met_finish why[] = {[ENG_FINISH_STOP] = MET_FINISH_STOP,
+                                         [ENG_FINISH_LENGTH] = MET_FINISH_LENGTH,
+                                         [ENG_FINISH_ABORT] = MET_FINISH_ABORT,
+                                         [ENG_FINISH_ERROR] = MET_FINISH_ERROR};
+        met_request_finished(m, why[reason]);
+        met_observe(m, MET_E2E_SECONDS, inf_now() - r->t_arrival);
+        met_observe(m, MET_REQUEST_PROMPT_TOKENS, r->seq.n_prompt);
+        met_observe(m, MET_REQUEST_GENERATION_TOKENS, r->n_output);
+    }
 }
 
 /* log-softmax of the raw logits for the sampled token and the top n. */
@@ -351,6 +381,34 @@ static int is_stop_id(const eng *e, const eng_req *r, int32_t t, int *eos)
     return 0;
 }
 
+/* Appends detokenized text to r's output through its stop strings (under
+ * r->mu). final: the sequence ends here, release what stop matching holds.
+ * Returns the index of a stop string that matched, or -1. */
+static int emit(eng_req *r, const char *text, size_t len, int final)
+{
+    eng_out *o = &r->out;
+    if (!r->stopper) {
+        out_text(o, text, len);
+        return -1;
+    }
+    size_t need = len + stop_max_hold(r->stopper) + 1;
+    if (need > r->sbuf_cap) {
+        char *b = realloc(r->sbuf, need);
+        if (!b)
+            return -1;
+        r->sbuf = b;
+        r->sbuf_cap = need;
+    }
+    int m = -1;
+    size_t n = stop_feed(r->stopper, text, len, r->sbuf, &m);
+    out_text(o, r->sbuf, n);
+    if (m < 0 && final) {
+        n = stop_flush(r->stopper, r->sbuf, &m);
+        out_text(o, r->sbuf, n);
+    }
+    return m;
+}
+
 /* Samples r's next token from its logits row and appends it. */
 static void advance(eng *e, eng_req *r, float *row)
 {
@@ -374,6 +432,8 @@ static void advance(eng *e, eng_req *r, float *row)
     int32_t t = smp_sample(e->smp, &r->p.sampling, &h, &r->rng, lg);
     q->tokens[q->n_tokens++] = t;
     r->n_output++;
+    if (e->cfg.met)
+        met_add(e->cfg.met, MET_GENERATION_TOKENS, 1);
 
     int eos, stopped = is_stop_id(e, r, t, &eos);
     const char *text = "";
@@ -392,24 +452,58 @@ static void advance(eng *e, eng_req *r, float *row)
     pthread_mutex_lock(&r->mu);
     eng_out *o = &r->out;
     size_t before = o->len;
-    out_text(o, text, len);
-    if (reason != ENG_FINISH_NONE) { /* release whatever the detokenizer held */
+    int matched = emit(r, text, len, 0);
+    if (reason != ENG_FINISH_NONE && matched < 0) { /* release what is held */
         const char *rest;
         size_t rl;
         if (tok_stream_flush(r->ts, &rest, &rl, &err) == INF_OK)
-            out_text(o, rest, rl);
+            matched = emit(r, rest, rl, 1);
+    }
+    if (matched >= 0) {
+        reason = ENG_FINISH_STOP;
+        o->stop_index = matched;
     }
     if (r->p.logprobs >= 0)
         record_logprobs(e, r, row, t, o->text ? o->text + before : "", o->len - before);
     o->n_output = r->n_output;
+    double now = inf_now();
     if (r->n_output == 1)
-        o->t_first = inf_now();
+        o->t_first = now;
+    if (e->cfg.met)
+        met_observe(e->cfg.met, r->n_output == 1 ? MET_TTFT_SECONDS : MET_ITL_SECONDS,
+                    now - (r->n_output == 1 ? r->t_arrival : r->t_last));
+    r->t_last = now;
     if (stopped && !eos)
         o->stop_token = t;
     pthread_mutex_unlock(&r->mu);
     touch(e, r);
     if (reason != ENG_FINISH_NONE)
         finish(e, r, reason, NULL);
+}
+
+/* Token counts of a planned step, and queue times of first-scheduled ones. */
+static void step_metrics(eng *e, const sched_plan *plan, int T)
+{
+    met_registry *m = e->cfg.met;
+    if (!m)
+        return;
+    uint64_t prompt = 0;
+    double now = inf_now();
+    for (int i = 0; i < plan->n; i++) {
+        const sched_seq *q = plan->seqs[i];
+        int end = q->n_computed + plan->n_new[i];
+        int p_end = end < q->n_prompt ? end : q->n_prompt;
+        if (p_end > q->n_computed)
+            prompt += (uint64_t)(p_end - q->n_computed);
+        eng_req *r = req_of((sched_seq *)q);
+        if (!r->scheduled) {
+            r->scheduled = 1;
+            met_observe(m, MET_QUEUE_SECONDS, now - r->t_arrival);
+        }
+    }
+    met_add(m, MET_PROMPT_TOKENS, prompt);
+    met_add(m, MET_NUM_PREEMPTIONS, (uint64_t)plan->n_preempted);
+    met_observe(m, MET_ITERATION_TOKENS, T);
 }
 
 /* One scheduler step through the backend. Returns 0 when idle. */
@@ -438,6 +532,7 @@ static int step(eng *e)
         }
     }
     e->seq_start[plan->n] = T;
+    step_metrics(e, plan, T);
     be_batch b = {.n_tokens = T, .tokens = e->tokens, .positions = e->positions,
                   .slots = e->slots, .n_seqs = plan->n, .seq_start = e->seq_start,
                   .seq_len = e->seq_len, .block_table = e->table, .max_blocks = e->max_blocks,
@@ -474,6 +569,9 @@ static void admit(eng *e, eng_req *r)
     smp_rng_seed(&r->rng, r->p.sampling.seed);
     if (!grow((void **)&e->active, &e->cap_active, e->n_active + 1, sizeof *e->active) ||
         tok_stream_create(e->tk, r->seq.tokens, r->seq.n_prompt, &r->ts, &err) != INF_OK ||
+        (r->p.n_stop > 0 &&
+         stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
+                     &r->stopper, &err) != INF_OK) ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;
         finish(e, r, ENG_FINISH_ERROR, err.msg[0] ? err.msg : "out of memory");
@@ -516,11 +614,39 @@ static void notify_all(eng *e)
     e->n_touched = 0;
 }
 
+/* Gauges after every step; a stats line every log_interval_s while busy. */
+static void publish(eng *e, const eng_stats *st)
+{
+    met_registry *m = e->cfg.met;
+    if (!m)
+        return;
+    met_set(m, MET_NUM_REQUESTS_RUNNING, st->running);
+    met_set(m, MET_NUM_REQUESTS_WAITING, st->waiting);
+    met_set(m, MET_KV_CACHE_USAGE, st->kv_usage);
+    double now = inf_now();
+    if (e->cfg.log_interval_s <= 0)
+        return;
+    if (e->log_at == 0) {
+        met_snapshot(m, &e->log_prev);
+        e->log_at = now;
+    } else if (now - e->log_at >= e->cfg.log_interval_s) {
+        met_snap cur;
+        char line[512];
+        met_snapshot(m, &cur);
+        met_log_line(&e->log_prev, &cur, now - e->log_at, 0, line, sizeof line);
+        fprintf(stderr, "inferd: engine: %s\n", line);
+        e->log_prev = cur;
+        e->log_at = now;
+    }
+}
+
 static void *eng_main(void *arg)
 {
     eng *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        if (!e->stop && !e->inbox_head && e->n_active == 0)
+            e->log_at = 0; /* idle: the line is for busy periods */
         while (!e->stop && !e->inbox_head && e->n_active == 0)
             pthread_cond_wait(&e->cv, &e->mu);
         eng_req *in = e->inbox_head;
@@ -550,7 +676,9 @@ static void *eng_main(void *arg)
         e->stats.kv_usage = sched_kv_usage(e->sch);
         e->stats.steps++;
         atomic_store(&e->queued, e->stats.waiting);
+        eng_stats st = e->stats;
         pthread_mutex_unlock(&e->mu);
+        publish(e, &st);
     }
 }
 
@@ -570,6 +698,7 @@ int eng_submit(eng *e, eng_req *r, int max_waiting, inf_err *err)
                         max_waiting);
     }
     eng_req_ref(r);
+    r->t_arrival = inf_now();
     pthread_mutex_lock(&e->mu);
     r->next_in = NULL;
     if (e->inbox_tail)

@@ -7,6 +7,7 @@
 #define INFERD_ENG_H
 
 #include "be.h"
+#include "metrics.h"
 #include "model.h"
 #include "smp.h"
 #include "tok.h"
@@ -25,6 +26,8 @@ typedef struct eng_config {
     int block_size;
     int num_blocks;             /* KV blocks (the backend holds as many)    */
     uint64_t seed;              /* seeds requests that bring no seed        */
+    met_registry *met;          /* may be NULL                              */
+    double log_interval_s;      /* stats line on stderr while busy; 0: off  */
     eng_notify_fn notify;
     void *notify_user;
 } eng_config;
@@ -120,6 +123,10 @@ typedef struct eng_out {
  * discarded, its buffers reused): text and lps are the new part; finish and
  * counters are current. Any thread. */
 void eng_req_take(eng_req *r, eng_out *dst);
+
+/* Whether r has finished (its last output may not be taken yet). Any
+ * thread. The notify hook sees it true exactly once: on r's last notify. */
+int eng_req_finished(eng_req *r);
 void eng_out_free(eng_out *o);
 
 /* ---- state for the front end --------------------------------------------- */

@@ -3,10 +3,16 @@
 # Idempotent: packages already present are not touched and apt is not even called.
 # Runs as root, or through sudo when it is available.
 set -eu
+cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
 libsentencepiece-dev libcmocka-dev libyaml-dev python3 python3-numpy \
 python3-sentencepiece gnuplot-nox curl"
+# Node.js runs the end-to-end tests with the official openai SDK; a machine
+# that already has node and npm (e.g. from NodeSource) keeps its own.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    PKGS="$PKGS nodejs npm"
+fi
 
 missing=""
 for p in $PKGS; do
@@ -15,7 +21,15 @@ for p in $PKGS; do
     fi
 done
 
+install_sdk() {
+    # the e2e tests' npm packages, pinned by tests/e2e/package-lock.json
+    if [ ! -d tests/e2e/node_modules/openai ]; then
+        (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+}
+
 if [ -z "$missing" ]; then
+    install_sdk
     exit 0
 fi
 
@@ -33,3 +47,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+install_sdk

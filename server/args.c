@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* "max_tokens" and "max-tokens" name the same option. */
 static int same_name(const char *a, size_t alen, const char *b)
@@ -81,6 +82,30 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
         int rc = set_value(s, v, err);
         if (rc)
             return rc;
+    }
+    return INF_OK;
+}
+
+int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_err *err)
+{
+    for (int i = 0; i < n_specs; i++) {
+        char var[128];
+        int n = snprintf(var, sizeof var, "%s", prefix);
+        for (const char *p = specs[i].name; *p && n < (int)sizeof var - 1; p++)
+            var[n++] = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
+        var[n] = '\0';
+        const char *v = getenv(var);
+        if (!v)
+            continue;
+        if (specs[i].kind == ARG_FLAG) {
+            *(int *)specs[i].dst = !strcmp(v, "1") || !strcasecmp(v, "true") ||
+                                   !strcasecmp(v, "yes");
+            continue;
+        }
+        inf_err e2 = {0};
+        int rc = set_value(&specs[i], v, &e2);
+        if (rc)
+            return inf_fail(err, rc, "%s: %s", var, e2.msg);
     }
     return INF_OK;
 }

@@ -24,6 +24,11 @@ typedef struct arg_spec {
 int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
                int *want_help, inf_err *err);
 
+/* Reads every option from the environment first: "max-num-seqs" is
+ * PREFIX + "MAX_NUM_SEQS" (e.g. INFERD_MAX_NUM_SEQS); flags take "1",
+ * "true" or "yes". Same errors as args_parse, naming the variable. */
+int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_err *err);
+
 /* One line per option. */
 void args_help(FILE *f, const arg_spec *specs, int n_specs);
 

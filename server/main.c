@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "server/generate.h"
+#include "server/serve.h"
 
 #define INFERD_VERSION "0.1.0"
 
@@ -11,11 +12,10 @@ static void usage(FILE *f)
     fprintf(f,
             "inferd %s: an OpenAI-compatible LLM inference server\n\n"
             "usage:\n"
+            "  inferd --model DIR [options]                          the OpenAI-compatible server\n"
             "  inferd generate --model DIR --prompt TEXT [options]   offline generation\n"
-            "  inferd --version\n"
-            "  inferd --help\n\n"
-            "`inferd generate --help` lists the generator's options. The HTTP server\n"
-            "(`inferd --model DIR`) is not built yet.\n",
+            "  inferd --version\n\n"
+            "`inferd serve --help` and `inferd generate --help` list the options.\n",
             INFERD_VERSION);
 }
 
@@ -27,10 +27,11 @@ int main(int argc, char **argv)
         printf("inferd %s\n", INFERD_VERSION);
         return 0;
     }
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return 0;
+    if (argc >= 2 && !strcmp(argv[1], "serve"))
+        return serve_main(argc - 2, argv + 2);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    usage(stderr);
-    return 2;
+    return serve_main(argc - 1, argv + 1); /* `inferd --model DIR ...`, as vLLM's serve */
 }

@@ -95,11 +95,13 @@ int oai_fail(oai_error *err, int status, const char *type, const char *param,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Parses and validates a body. On failure returns the HTTP status (400 for
- * malformed JSON, wrong types, missing prompt/messages, values out of range)
- * with err filled, and leaves out empty; 0 on success. Unknown fields are
- * ignored. Context-dependent checks (prompt + max_tokens against the model's
- * context, token ids against the vocabulary, the model name) are the
- * caller's. */
+ * malformed JSON, wrong types, missing prompt/messages, values out of range;
+ * 500 only when out of memory) with err filled, and leaves out empty; 0 on
+ * success. The body must be UTF-8 JSON per RFC 8259 (cJSON's leniencies,
+ * such as 01 or raw control characters in strings, are a 400); a JSON null
+ * reads as an absent field. Unknown fields are ignored. Context-dependent
+ * checks (prompt + max_tokens against the model's context, token ids
+ * against the vocabulary, the model name) are the caller's. */
 int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim,
               oai_request *out, oai_error *err);
 
@@ -152,7 +154,18 @@ typedef struct oai_meta {
     const char *id;
     long created;
     const char *model;
+    int usage_null;   /* streaming with include_usage: chunks that carry no
+                         usage say "usage": null (as OpenAI); default 0 omits
+                         the key                                          */
 } oai_meta;
+
+/* Every string below (token text, stop strings, ids, messages) may hold any
+ * bytes: bytes that are not valid UTF-8 are written as U+FFFD, so the output
+ * is always valid UTF-8 JSON; chat "bytes" arrays carry the raw bytes.
+ * logprobs: NAN is written as null, -inf as -9999.0 (as vLLM). stop_reason
+ * is written only when finish_reason is "stop": stop_reason_str, else
+ * stop_reason_id when >= 0, else null. All results are malloc'd (free());
+ * NULL when out of memory or given NULL. */
 
 /* The whole non-streaming response body (malloc'd, NUL-terminated):
  * object "text_completion" or "chat.completion", choices, usage. */

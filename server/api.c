@@ -1,0 +1,416 @@
+#include "server/api.h"
+
+#include <cJSON.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/gcall.h"
+
+#define INFERD_VERSION "0.1.0"
+
+struct api {
+    api_config cfg;
+    srv *srv;
+    atomic_int ready;
+    const model *m;
+    const tok *tk;
+    const tmpl *t;
+    eng *e;
+    met_registry *met;
+    long created;
+    uint64_t next_id;
+};
+
+int api_create(const api_config *cfg, api **out, inf_err *err)
+{
+    api *a = calloc(1, sizeof *a);
+    if (!a)
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    a->cfg = *cfg;
+    a->created = (long)time(NULL);
+    a->next_id = (uint64_t)time(NULL) * 1000003u;
+    *out = a;
+    return INF_OK;
+}
+
+void api_destroy(api *a) { free(a); }
+
+void api_set_server(api *a, srv *s) { a->srv = s; }
+
+void api_set_ready(api *a, const model *m, const tok *tk, const tmpl *t, eng *e,
+                   met_registry *met, int max_model_len)
+{
+    a->t = t;
+    a->cfg.max_model_len = max_model_len;
+    a->m = m;
+    a->tk = tk;
+    a->e = e;
+    a->met = met;
+    atomic_store(&a->ready, 1);
+}
+
+void api_on_engine_output(void *a, eng_req *r)
+{
+    (void)a;
+    gcall_on_engine_output(r);
+}
+
+/* ---- replies ----------------------------------------------------------------- */
+
+static void reply_json(srv_conn *c, int status, char *body)
+{
+    srv_reply(c, status, "application/json", body, body ? strlen(body) : 0, NULL);
+}
+
+static void reply_error(srv_conn *c, const oai_error *e, const char *extra_header)
+{
+    char *b = oai_error_json(e);
+    srv_reply(c, e->status, "application/json", b, b ? strlen(b) : 0, extra_header);
+}
+
+static void fail(srv_conn *c, int status, const char *type, const char *param, const char *msg)
+{
+    oai_error e;
+    oai_fail(&e, status, type, param, "%s", msg);
+    reply_error(c, &e, NULL);
+}
+
+/* Constant-time comparison: the key must not leak through timing. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+static int authorized(api *a, srv_conn *c)
+{
+    if (!a->cfg.api_key)
+        return 1;
+    const char *h = srv_header(c, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return 0;
+    return same_secret(h + 7, a->cfg.api_key);
+}
+
+static int chat_prompt(api *a, const oai_request *r, int32_t **ids, int *n, oai_error *err);
+
+/* ---- simple endpoints ----------------------------------------------------------- */
+
+static void do_models(api *a, srv_conn *c)
+{
+    reply_json(c, 200, oai_models_json(a->cfg.model_id, a->created, a->cfg.max_model_len));
+}
+
+static void do_version(srv_conn *c)
+{
+    reply_json(c, 200, strdup("{\"version\":\"" INFERD_VERSION "\"}"));
+}
+
+/* POST /tokenize (vLLM): {"prompt": "...", "add_special_tokens": true} or
+ * {"messages": [...]} -> {"count", "max_model_len", "tokens"}. */
+static void do_tokenize(api *a, srv_conn *c, const char *body, size_t len)
+{
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
+    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    int32_t *ids = NULL;
+    int n = 0;
+    oai_error err = {0};
+    if (!cJSON_IsObject(j)) {
+        oai_fail(&err, 400, "invalid_request_error", "", "the body is not a JSON object");
+    } else if (cJSON_IsString(p)) {
+        cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
+        int add = spec ? cJSON_IsTrue(spec) : 1;
+        inf_err ie = {0};
+        if (tok_encode(a->tk, p->valuestring, strlen(p->valuestring), add, &ids, &n, &ie))
+            oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+    } else if (cJSON_IsArray(msgs)) {
+        /* reuse the chat parser so messages are validated the same way */
+        oai_request r;
+        oai_limits lim = a->cfg.limits;
+        if (oai_parse(OAI_CHAT, body, len, &lim, &r, &err) == 0) {
+            chat_prompt(a, &r, &ids, &n, &err);
+            oai_request_free(&r);
+        }
+    } else {
+        oai_fail(&err, 400, "invalid_request_error", "prompt",
+                 "either \"prompt\" (a string) or \"messages\" is required");
+    }
+    cJSON_Delete(j);
+    if (err.status) {
+        reply_error(c, &err, NULL);
+        free(ids);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", n);
+    cJSON_AddNumberToObject(o, "max_model_len", a->cfg.max_model_len);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    free(ids);
+    reply_json(c, 200, cJSON_PrintUnformatted(o));
+    cJSON_Delete(o);
+}
+
+/* POST /detokenize (vLLM): {"tokens": [...]} -> {"prompt": "..."}. */
+static void do_detokenize(api *a, srv_conn *c, const char *body, size_t len)
+{
+    cJSON *j = cJSON_ParseWithLength(body, len);
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    oai_error err = {0};
+    int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
+    int32_t *ids = n > 0 ? malloc(sizeof *ids * (size_t)n) : NULL;
+    if (n < 0)
+        oai_fail(&err, 400, "invalid_request_error", "tokens", "\"tokens\" must be a list of token ids");
+    for (int i = 0; i < n && !err.status; i++) {
+        cJSON *x = cJSON_GetArrayItem(t, i);
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 ||
+            x->valuedouble >= tok_vocab_size(a->tk) || x->valuedouble != (int)x->valuedouble)
+            oai_fail(&err, 400, "invalid_request_error", "tokens",
+                     "token %d is not an id in the vocabulary (0..%d)", i,
+                     tok_vocab_size(a->tk) - 1);
+        else
+            ids[i] = (int32_t)x->valuedouble;
+    }
+    cJSON_Delete(j);
+    char *text = NULL;
+    inf_err ie = {0};
+    if (!err.status && tok_decode(a->tk, ids, n > 0 ? n : 0, &text, NULL, &ie))
+        oai_fail(&err, 400, "invalid_request_error", "tokens", "%s", ie.msg);
+    free(ids);
+    if (err.status) {
+        reply_error(c, &err, NULL);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "prompt", text);
+    free(text);
+    reply_json(c, 200, cJSON_PrintUnformatted(o));
+    cJSON_Delete(o);
+}
+
+/* ---- prompts ----------------------------------------------------------------------- */
+
+/* Chat messages to token ids through the model's chat template. */
+static int chat_prompt(api *a, const oai_request *r, int32_t **ids, int *n, oai_error *err)
+{
+    tmpl_msg *msgs = calloc((size_t)r->n_messages, sizeof *msgs);
+    if (!msgs)
+        return oai_fail(err, 500, "internal_error", "", "out of memory");
+    for (int i = 0; i < r->n_messages; i++) {
+        msgs[i].role = r->messages[i].role;
+        msgs[i].content = r->messages[i].content;
+    }
+    tmpl_out out;
+    tmpl_out_init(&out);
+    inf_err ie = {0};
+    int rc = tmpl_render(a->t, msgs, r->n_messages, r->add_generation_prompt, &out, &ie);
+    if (rc == INF_OK)
+        rc = tmpl_tokens(a->t, &out, a->tk, ids, n, &ie);
+    tmpl_out_free(&out);
+    free(msgs);
+    if (rc)
+        return oai_fail(err, rc == INF_ERR_NOMEM ? 500 : 400, "invalid_request_error",
+                        "messages", "%s", ie.msg);
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return oai_fail(err, 400, "invalid_request_error", "messages",
+                        "the messages render to an empty prompt with the %s chat template",
+                        tmpl_name(a->t));
+    }
+    return 0;
+}
+
+/* Tokenized prompts of a request (completions: each prompt; chat: one). */
+static int prepare_prompts(api *a, const oai_request *r, gcall_prompt **out, int *n_out,
+                           oai_error *err)
+{
+    int n = r->kind == OAI_CHAT ? 1 : r->n_prompts;
+    gcall_prompt *p = calloc((size_t)n, sizeof *p);
+    if (!p)
+        return oai_fail(err, 500, "internal_error", "", "out of memory");
+    for (int i = 0; i < n && !err->status; i++) {
+        inf_err ie = {0};
+        if (r->kind == OAI_CHAT) {
+            chat_prompt(a, r, &p[i].ids, &p[i].n, err);
+            continue;
+        }
+        const oai_prompt *q = &r->prompts[i];
+        if (q->text) {
+            if (tok_encode(a->tk, q->text, strlen(q->text), 1, &p[i].ids, &p[i].n, &ie))
+                oai_fail(err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+            else if (r->echo && !(p[i].echo = strdup(q->text)))
+                oai_fail(err, 500, "internal_error", "", "out of memory");
+        } else {
+            p[i].ids = malloc(sizeof(int32_t) * (size_t)(q->n_ids ? q->n_ids : 1));
+            if (!p[i].ids) {
+                oai_fail(err, 500, "internal_error", "", "out of memory");
+                break;
+            }
+            memcpy(p[i].ids, q->ids, sizeof(int32_t) * (size_t)q->n_ids);
+            p[i].n = q->n_ids;
+            for (int k = 0; k < q->n_ids && !err->status; k++)
+                if (q->ids[k] < 0 || q->ids[k] >= tok_vocab_size(a->tk))
+                    oai_fail(err, 400, "invalid_request_error", "prompt",
+                             "token id %d is out of vocabulary (0..%d)", q->ids[k],
+                             tok_vocab_size(a->tk) - 1);
+            if (!err->status && r->echo &&
+                tok_decode(a->tk, q->ids, q->n_ids, &p[i].echo, NULL, &ie))
+                oai_fail(err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+        }
+    }
+    if (err->status) {
+        for (int i = 0; i < n; i++)
+            free(p[i].ids), free(p[i].echo);
+        free(p);
+        return err->status;
+    }
+    *out = p;
+    *n_out = n;
+    return 0;
+}
+
+/* ---- generation ----------------------------------------------------------------- */
+
+static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, size_t len)
+{
+    oai_request *r = calloc(1, sizeof *r);
+    oai_error err = {0};
+    if (!r) {
+        fail(c, 500, "internal_error", "", "out of memory");
+        return;
+    }
+    if (oai_parse(kind, body, len, &a->cfg.limits, r, &err) != 0) {
+        free(r);
+        reply_error(c, &err, NULL);
+        return;
+    }
+    if (r->model && strcmp(r->model, a->cfg.model_id) != 0) {
+        oai_fail(&err, 404, "NotFoundError", "model", "The model `%s` does not exist.",
+                 r->model);
+        err.code = "model_not_found";
+        oai_request_free(r);
+        free(r);
+        reply_error(c, &err, NULL);
+        return;
+    }
+    if (r->echo && r->logprobs >= 0) {
+        oai_fail(&err, 400, "invalid_request_error", "echo",
+                 "echo together with logprobs is not supported (prompt logprobs are not "
+                 "computed)");
+        oai_request_free(r);
+        free(r);
+        reply_error(c, &err, NULL);
+        return;
+    }
+    gcall_prompt *prompts = NULL;
+    int n_prompts = 0;
+    if (prepare_prompts(a, r, &prompts, &n_prompts, &err)) {
+        oai_request_free(r);
+        free(r);
+        reply_error(c, &err, NULL);
+        return;
+    }
+    gcall_env env = {.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
+                     .model_id = a->cfg.model_id, .max_model_len = a->cfg.max_model_len,
+                     .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id};
+    gcall_start(&env, c, r, prompts, n_prompts); /* takes r and prompts */
+}
+
+/* ---- routing ----------------------------------------------------------------------- */
+
+enum { R_NONE, R_HEALTH, R_VERSION, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE,
+       R_DETOKENIZE };
+
+static const struct route {
+    const char *path;
+    const char *method;
+    int id;
+    int needs_key;
+    int needs_model;
+} routes[] = {
+    {"/health", "GET", R_HEALTH, 0, 0},
+    {"/version", "GET", R_VERSION, 0, 0},
+    {"/metrics", "GET", R_METRICS, 0, 0},
+    {"/v1/models", "GET", R_MODELS, 1, 0},
+    {"/v1/completions", "POST", R_COMPLETIONS, 1, 1},
+    {"/v1/chat/completions", "POST", R_CHAT, 1, 1},
+    {"/tokenize", "POST", R_TOKENIZE, 1, 1},
+    {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
+};
+
+void api_handle(void *app, srv_conn *c, const char *method, const char *path, const char *body,
+                size_t len)
+{
+    api *a = app;
+    const struct route *rt = NULL;
+    size_t plen = strcspn(path, "?");
+    for (size_t i = 0; i < sizeof routes / sizeof *routes && !rt; i++)
+        if (strlen(routes[i].path) == plen && !strncmp(routes[i].path, path, plen))
+            rt = &routes[i];
+    if (!rt) {
+        fail(c, 404, "NotFoundError", "", "Not Found");
+        return;
+    }
+    if (strcmp(method, rt->method) != 0 && !(rt->id == R_HEALTH && !strcmp(method, "HEAD"))) {
+        oai_error e;
+        oai_fail(&e, 405, "invalid_request_error", "", "Method %s not allowed on %s; use %s",
+                 method, rt->path, rt->method);
+        char allow[32];
+        snprintf(allow, sizeof allow, "Allow: %s", rt->method);
+        reply_error(c, &e, allow);
+        return;
+    }
+    if (rt->needs_key && !authorized(a, c)) {
+        fail(c, 401, "authentication_error", "",
+             "Incorrect or missing API key: send it as \"Authorization: Bearer KEY\"");
+        return;
+    }
+    int ready = atomic_load(&a->ready);
+    if ((rt->needs_model || rt->id == R_HEALTH) && !ready) {
+        oai_error e;
+        oai_fail(&e, 503, "service_unavailable", "", "the model is still loading");
+        reply_error(c, &e, "Retry-After: 1");
+        return;
+    }
+    switch (rt->id) {
+    case R_HEALTH:
+        srv_reply(c, 200, NULL, NULL, 0, NULL);
+        break;
+    case R_VERSION:
+        do_version(c);
+        break;
+    case R_METRICS: {
+        char *text = NULL;
+        size_t tl = 0;
+        if (a->met && met_render(a->met, &text, &tl, NULL) == INF_OK)
+            srv_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, tl, NULL);
+        else
+            srv_reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, 0, NULL);
+        break;
+    }
+    case R_MODELS:
+        do_models(a, c);
+        break;
+    case R_COMPLETIONS:
+        do_generate(a, c, OAI_COMPLETION, body, len);
+        break;
+    case R_CHAT:
+        do_generate(a, c, OAI_CHAT, body, len);
+        break;
+    case R_TOKENIZE:
+        do_tokenize(a, c, body, len);
+        break;
+    case R_DETOKENIZE:
+        do_detokenize(a, c, body, len);
+        break;
+    }
+}

@@ -1,0 +1,43 @@
+/* api_: the OpenAI-compatible endpoints on top of srv_ (transport), oai_
+ * (wire format) and eng_ (the engine thread). Routes, authentication, the
+ * checks that need the model (context length, vocabulary), and the
+ * generation call that turns engine output into responses and SSE chunks. */
+#ifndef INFERD_API_H
+#define INFERD_API_H
+
+#include "engine/eng.h"
+#include "engine/model.h"
+#include "engine/tmpl.h"
+#include "engine/tok.h"
+#include "server/oai.h"
+#include "server/srv.h"
+
+typedef struct api_config {
+    const char *model_id;      /* as served: --served-model-name or --model   */
+    const char *api_key;       /* NULL: no authentication                     */
+    int max_model_len;
+    int max_waiting;           /* requests queued before 503                  */
+    oai_limits limits;
+} api_config;
+
+typedef struct api api;
+
+int api_create(const api_config *cfg, api **out, inf_err *err);
+void api_destroy(api *a); /* after the server and the engine are gone */
+
+/* The srv_handler: pass `a` as the app pointer. */
+void api_handle(void *a, srv_conn *c, const char *method, const char *path, const char *body,
+                size_t len);
+
+/* Binds the server (for srv_wake) before it runs. */
+void api_set_server(api *a, srv *s);
+
+/* Called on the loop thread once the model is loaded: from then on
+ * generation endpoints work and /health says 200. The api borrows them. */
+void api_set_ready(api *a, const model *m, const tok *tk, const tmpl *t, eng *e,
+                   met_registry *met, int max_model_len);
+
+/* The engine's notify hook (eng_config.notify with notify_user = a). */
+void api_on_engine_output(void *a, eng_req *r);
+
+#endif

@@ -1,0 +1,535 @@
+#include "server/gcall.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One choice: an engine request and what the client has been sent. */
+typedef struct choice {
+    eng_req *r;
+    eng_out take;      /* scratch for eng_req_take                          */
+    eng_out acc;       /* everything so far (non-streaming responses)        */
+    int finished;      /* finish seen on the loop thread                     */
+    int role_sent;
+    size_t text_sent;  /* bytes of output text sent (completions offsets)    */
+    int prompt;        /* index of its prompt                                */
+} choice;
+
+typedef struct gcall {
+    atomic_int refs;   /* the connection's + one per live engine request     */
+    srv *srv;
+    srv_conn *conn;
+    eng *e;
+    oai_request *req;
+    gcall_prompt *prompts;
+    int n_prompts;
+    choice *ch;
+    int n_ch;
+    char id[48];
+    oai_meta meta;
+    /* streaming */
+    char *buf;
+    size_t len, off, cap;
+    int done_queued;
+} gcall;
+
+static const srv_call_ops stream_ops, wait_ops;
+
+static void gcall_free(gcall *g)
+{
+    for (int i = 0; i < g->n_ch; i++) {
+        eng_req_unref(g->ch[i].r);
+        eng_out_free(&g->ch[i].take);
+        eng_out_free(&g->ch[i].acc);
+    }
+    free(g->ch);
+    for (int i = 0; i < g->n_prompts; i++) {
+        free(g->prompts[i].ids);
+        free(g->prompts[i].echo);
+    }
+    free(g->prompts);
+    if (g->req)
+        oai_request_free(g->req);
+    free(g->req);
+    free(g->buf);
+    if (g->conn)
+        srv_conn_unref(g->conn);
+    free(g);
+}
+
+static void gcall_unref(gcall *g)
+{
+    if (atomic_fetch_sub(&g->refs, 1) == 1)
+        gcall_free(g);
+}
+
+void gcall_on_engine_output(eng_req *r)
+{
+    gcall *g = eng_req_user(r);
+    srv_wake(g->srv, g->conn);
+    if (eng_req_finished(r)) /* this request's last notify */
+        gcall_unref(g);
+}
+
+/* ---- accumulating engine output -------------------------------------------- */
+
+static int append_bytes(char **p, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *np = realloc(*p, c);
+        if (!np)
+            return 0;
+        *p = np;
+        *cap = c;
+    }
+    memcpy(*p + *len, s, n);
+    *len += n;
+    (*p)[*len] = '\0';
+    return 1;
+}
+
+/* acc += add: text, logprob records (re-based into acc's pool), state. */
+static int acc_append(eng_out *acc, const eng_out *add)
+{
+    size_t pool_base = acc->pool_len;
+    int alt_base = acc->n_alts;
+    if (!append_bytes(&acc->text, &acc->len, &acc->cap, add->text ? add->text : "", add->len) ||
+        !append_bytes(&acc->pool, &acc->pool_len, &acc->pool_cap, add->pool ? add->pool : "",
+                      add->pool_len))
+        return 0;
+    if (add->n_lps) {
+        eng_lp *l = realloc(acc->lps, sizeof *l * (size_t)(acc->n_lps + add->n_lps));
+        if (!l)
+            return 0;
+        acc->lps = l;
+        for (int i = 0; i < add->n_lps; i++) {
+            eng_lp x = add->lps[i];
+            x.off += pool_base;
+            x.alt0 += alt_base;
+            acc->lps[acc->n_lps++] = x;
+        }
+    }
+    if (add->n_alts) {
+        eng_lp_alt *a = realloc(acc->alts, sizeof *a * (size_t)(acc->n_alts + add->n_alts));
+        if (!a)
+            return 0;
+        acc->alts = a;
+        for (int i = 0; i < add->n_alts; i++) {
+            eng_lp_alt x = add->alts[i];
+            x.off += pool_base;
+            acc->alts[acc->n_alts++] = x;
+        }
+    }
+    acc->finish = add->finish;
+    acc->stop_index = add->stop_index;
+    acc->stop_token = add->stop_token;
+    acc->n_prompt = add->n_prompt;
+    acc->n_output = add->n_output;
+    acc->n_cached = add->n_cached;
+    memcpy(acc->error, add->error, sizeof acc->error);
+    return 1;
+}
+
+/* oai logprob records for o's tokens; *tops receives the alternatives'
+ * storage (free both). Offsets start at text_base. */
+static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, oai_top **tops)
+{
+    *tops = NULL;
+    if (!o->n_lps)
+        return NULL;
+    oai_token_lp *l = calloc((size_t)o->n_lps, sizeof *l);
+    *tops = calloc((size_t)(o->n_alts ? o->n_alts : 1), sizeof **tops);
+    if (!l || !*tops) {
+        free(l);
+        free(*tops);
+        *tops = NULL;
+        return NULL;
+    }
+    for (int i = 0; i < o->n_alts; i++) {
+        (*tops)[i].token = o->pool + o->alts[i].off;
+        (*tops)[i].token_len = o->alts[i].len;
+        (*tops)[i].logprob = o->alts[i].logprob;
+    }
+    size_t off = text_base;
+    for (int i = 0; i < o->n_lps; i++) {
+        l[i].token = o->pool + o->lps[i].off;
+        l[i].token_len = o->lps[i].len;
+        l[i].logprob = o->lps[i].logprob;
+        l[i].top = *tops + o->lps[i].alt0;
+        l[i].n_top = o->lps[i].n_alt;
+        l[i].text_offset = (int)off;
+        off += o->lps[i].len;
+    }
+    return l;
+}
+
+static const char *finish_name(int f)
+{
+    return f == ENG_FINISH_LENGTH ? "length" : f == ENG_FINISH_NONE ? NULL : "stop";
+}
+
+static void fill_choice(const gcall *g, const choice *c, const eng_out *o, oai_choice *oc)
+{
+    memset(oc, 0, sizeof *oc);
+    oc->index = (int)(c - g->ch);
+    oc->text = o->text ? o->text : "";
+    oc->text_len = o->len;
+    oc->finish_reason = finish_name(o->finish);
+    oc->want_logprobs = g->req->logprobs >= 0;
+    oc->stop_reason_id = o->stop_token;
+    if (o->stop_index >= 0 && o->stop_index < g->req->n_stop)
+        oc->stop_reason_str = g->req->stop[o->stop_index];
+}
+
+static void usage_of(const gcall *g, oai_usage *u)
+{
+    memset(u, 0, sizeof *u);
+    for (int p = 0; p < g->n_prompts; p++)
+        u->prompt_tokens += g->prompts[p].n;
+    for (int i = 0; i < g->n_ch; i++) {
+        u->completion_tokens += g->ch[i].acc.n_output;
+        if (i % g->req->n == 0) /* the prompt once per prompt */
+            u->cached_tokens += g->ch[i].acc.n_cached;
+    }
+}
+
+/* ---- non-streaming ------------------------------------------------------------ */
+
+static char *error_body(int status, const char *type, const char *msg)
+{
+    oai_error e;
+    oai_fail(&e, status, type, "", "%s", msg);
+    return oai_error_json(&e);
+}
+
+static int wait_done(void *call, int *status, char **body, size_t *len)
+{
+    gcall *g = call;
+    int all = 1;
+    for (int i = 0; i < g->n_ch; i++) {
+        choice *c = &g->ch[i];
+        if (c->finished)
+            continue;
+        eng_req_take(c->r, &c->take);
+        acc_append(&c->acc, &c->take);
+        c->finished = c->acc.finish != ENG_FINISH_NONE;
+        all &= c->finished;
+    }
+    if (!all)
+        return 0;
+    for (int i = 0; i < g->n_ch; i++)
+        if (g->ch[i].acc.finish == ENG_FINISH_ERROR || g->ch[i].acc.finish == ENG_FINISH_ABORT) {
+            *status = g->ch[i].acc.finish == ENG_FINISH_ERROR ? 500 : 503;
+            *body = error_body(*status, *status == 500 ? "internal_error" : "service_unavailable",
+                               g->ch[i].acc.finish == ENG_FINISH_ERROR ? g->ch[i].acc.error
+                                                                       : "the request was cancelled");
+            *len = *body ? strlen(*body) : 0;
+            return 1;
+        }
+    oai_choice *cs = calloc((size_t)g->n_ch, sizeof *cs);
+    oai_token_lp **lps = calloc((size_t)g->n_ch, sizeof *lps);
+    oai_top **tops = calloc((size_t)g->n_ch, sizeof *tops);
+    char **texts = calloc((size_t)g->n_ch, sizeof *texts);
+    if (!cs || !lps || !tops || !texts) {
+        free(cs), free(lps), free(tops), free(texts);
+        *status = 500;
+        *body = error_body(500, "internal_error", "out of memory");
+        *len = *body ? strlen(*body) : 0;
+        return 1;
+    }
+    for (int i = 0; i < g->n_ch; i++) {
+        choice *c = &g->ch[i];
+        const char *echo = g->prompts[c->prompt].echo;
+        size_t echo_len = echo ? strlen(echo) : 0;
+        fill_choice(g, c, &c->acc, &cs[i]);
+        if (echo_len) {
+            size_t tl = 0, cap = 0;
+            append_bytes(&texts[i], &tl, &cap, echo, echo_len);
+            append_bytes(&texts[i], &tl, &cap, cs[i].text, cs[i].text_len);
+            cs[i].text = texts[i] ? texts[i] : "";
+            cs[i].text_len = texts[i] ? tl : 0;
+        }
+        lps[i] = to_oai_lps(&c->acc, echo_len, &tops[i]);
+        cs[i].lps = lps[i];
+        cs[i].n_lps = lps[i] ? c->acc.n_lps : 0;
+    }
+    oai_usage u;
+    usage_of(g, &u);
+    *body = oai_response_json(&g->meta, cs, g->n_ch, &u);
+    *len = *body ? strlen(*body) : 0;
+    *status = *body ? 200 : 500;
+    for (int i = 0; i < g->n_ch; i++)
+        free(lps[i]), free(tops[i]), free(texts[i]);
+    free(cs), free(lps), free(tops), free(texts);
+    return 1;
+}
+
+/* ---- streaming ------------------------------------------------------------------ */
+
+static void queue_sse(gcall *g, char *s)
+{
+    if (s)
+        append_bytes(&g->buf, &g->len, &g->cap, s, strlen(s));
+    free(s);
+}
+
+/* New output of one choice as chunks. */
+static void stream_choice(gcall *g, choice *c)
+{
+    eng_req_take(c->r, &c->take);
+    acc_append(&c->acc, &c->take); /* for usage */
+    eng_out *o = &c->take;
+    c->finished = o->finish != ENG_FINISH_NONE;
+    if (o->finish == ENG_FINISH_ERROR || o->finish == ENG_FINISH_ABORT) {
+        char *e = error_body(500, "internal_error",
+                             o->finish == ENG_FINISH_ERROR ? o->error : "the request was cancelled");
+        if (e) {
+            append_bytes(&g->buf, &g->len, &g->cap, "data: ", 6);
+            append_bytes(&g->buf, &g->len, &g->cap, e, strlen(e));
+            append_bytes(&g->buf, &g->len, &g->cap, "\n\n", 2);
+        }
+        free(e);
+        return;
+    }
+    if (!o->len && !o->n_lps && !c->finished)
+        return;
+    oai_choice oc;
+    fill_choice(g, c, o, &oc);
+    oai_top *tops;
+    oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+    oc.lps = lps;
+    oc.n_lps = lps ? o->n_lps : 0;
+    int role = g->meta.kind == OAI_CHAT && !c->role_sent;
+    c->role_sent = 1;
+    queue_sse(g, oai_chunk_sse(&g->meta, &oc, role, NULL));
+    c->text_sent += o->len;
+    free(lps);
+    free(tops);
+}
+
+static long stream_read(void *call, char *buf, size_t max)
+{
+    gcall *g = call;
+    if (g->off == g->len) {
+        g->off = g->len = 0;
+        int all = 1;
+        for (int i = 0; i < g->n_ch; i++) {
+            if (!g->ch[i].finished)
+                stream_choice(g, &g->ch[i]);
+            all &= g->ch[i].finished;
+        }
+        if (all && !g->done_queued) {
+            if (g->req->include_usage) {
+                oai_usage u;
+                usage_of(g, &u);
+                queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
+            }
+            const char *done = oai_sse_done();
+            append_bytes(&g->buf, &g->len, &g->cap, done, strlen(done));
+            g->done_queued = 1;
+        }
+    }
+    if (g->off == g->len)
+        return g->done_queued ? -1 : 0;
+    size_t n = g->len - g->off < max ? g->len - g->off : max;
+    memcpy(buf, g->buf + g->off, n);
+    g->off += n;
+    return (long)n;
+}
+
+static void call_closed(void *call, int client_gone)
+{
+    gcall *g = call;
+    (void)client_gone;
+    for (int i = 0; i < g->n_ch; i++)
+        if (!g->ch[i].finished)
+            eng_cancel(g->e, g->ch[i].r);
+    gcall_unref(g);
+}
+
+static const srv_call_ops stream_ops = {.read = stream_read, .closed = call_closed};
+static const srv_call_ops wait_ops = {.done = wait_done, .closed = call_closed};
+
+/* ---- starting -------------------------------------------------------------------- */
+
+static void reply_err(srv_conn *c, const oai_error *e, const char *hdr)
+{
+    char *b = oai_error_json(e);
+    srv_reply(c, e->status, "application/json", b, b ? strlen(b) : 0, hdr);
+}
+
+/* Prompt-dependent checks; 0 or an HTTP status with err filled. */
+static int check_lengths(const gcall_env *env, oai_request *r, const gcall_prompt *p, int n,
+                         oai_error *err)
+{
+    int V = env->m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        if (p[i].n < 1)
+            return oai_fail(err, 400, "invalid_request_error", "prompt", "the prompt is empty");
+        for (int k = 0; k < p[i].n; k++)
+            if (p[i].ids[k] < 0 || p[i].ids[k] >= V)
+                return oai_fail(err, 400, "invalid_request_error", "prompt",
+                                "token id %d is out of vocabulary (0..%d)", p[i].ids[k], V - 1);
+        int want = r->max_tokens >= 0 ? r->max_tokens
+                   : r->kind == OAI_CHAT ? env->max_model_len - p[i].n : 16;
+        if (want < 1 || p[i].n + want > env->max_model_len)
+            return oai_fail(err, 400, "invalid_request_error",
+                            r->kind == OAI_CHAT ? "messages" : "prompt",
+                            "This model's maximum context length is %d tokens. However, you "
+                            "requested %d tokens (%d in the %s, %d in the completion). Please "
+                            "reduce the length of the %s or completion.",
+                            env->max_model_len, p[i].n + (want > 0 ? want : 0), p[i].n,
+                            r->kind == OAI_CHAT ? "messages" : "prompt", want > 0 ? want : 0,
+                            r->kind == OAI_CHAT ? "messages" : "prompt");
+    }
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] >= V)
+            return oai_fail(err, 400, "invalid_request_error", "logit_bias",
+                            "token id %d in logit_bias is out of vocabulary (0..%d)",
+                            r->bias_ids[i], V - 1);
+    for (int i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] < 0 || r->stop_token_ids[i] >= V)
+            return oai_fail(err, 400, "invalid_request_error", "stop_token_ids",
+                            "token id %d in stop_token_ids is out of vocabulary (0..%d)",
+                            r->stop_token_ids[i], V - 1);
+    return 0;
+}
+
+static eng_params params_of(const oai_request *r, int max_tokens, int choice)
+{
+    eng_params p = {0};
+    p.sampling = smp_params_default();
+    p.sampling.temperature = r->temperature;
+    p.sampling.top_p = r->top_p;
+    p.sampling.top_k = r->top_k;
+    p.sampling.min_p = r->min_p;
+    p.sampling.presence_penalty = r->presence_penalty;
+    p.sampling.frequency_penalty = r->frequency_penalty;
+    p.sampling.repetition_penalty = r->repetition_penalty;
+    p.has_seed = r->has_seed;
+    /* n > 1 with a seed: each choice its own stream, still reproducible */
+    p.sampling.seed = (uint64_t)r->seed + (uint64_t)choice;
+    p.max_tokens = max_tokens;
+    p.min_tokens = r->min_tokens;
+    p.ignore_eos = r->ignore_eos;
+    p.stop = (const char *const *)r->stop;
+    p.n_stop = r->n_stop;
+    p.stop_ids = r->stop_token_ids;
+    p.n_stop_ids = r->n_stop_token_ids;
+    p.bias_ids = r->bias_ids;
+    p.bias = r->bias_values;
+    p.n_bias = r->n_bias;
+    p.logprobs = r->logprobs;
+    return p;
+}
+
+void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
+                 int n_prompts)
+{
+    oai_error err = {0};
+    gcall *g = calloc(1, sizeof *g);
+    if (!g) {
+        oai_fail(&err, 500, "internal_error", "", "out of memory");
+        reply_err(c, &err, NULL);
+        for (int i = 0; i < n_prompts; i++)
+            free(prompts[i].ids), free(prompts[i].echo);
+        free(prompts);
+        oai_request_free(r);
+        free(r);
+        return;
+    }
+    atomic_init(&g->refs, 1);
+    g->srv = env->srv;
+    g->e = env->e;
+    g->req = r;
+    g->prompts = prompts;
+    g->n_prompts = n_prompts;
+    srv_conn_ref(c);
+    g->conn = c;
+    snprintf(g->id, sizeof g->id, "%s-%016llx", r->kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)env->id_seq * 0x9e3779b97f4a7c15ull);
+    g->meta.kind = r->kind;
+    g->meta.id = g->id;
+    g->meta.created = (long)time(NULL);
+    g->meta.model = env->model_id;
+    g->meta.usage_null = r->stream && r->include_usage; /* as OpenAI's stream chunks */
+
+    if (check_lengths(env, r, prompts, n_prompts, &err)) {
+        reply_err(c, &err, NULL);
+        gcall_unref(g);
+        return;
+    }
+    g->n_ch = n_prompts * r->n;
+    g->ch = calloc((size_t)g->n_ch, sizeof *g->ch);
+    if (!g->ch) {
+        oai_fail(&err, 500, "internal_error", "", "out of memory");
+        reply_err(c, &err, NULL);
+        gcall_unref(g);
+        return;
+    }
+    for (int i = 0; i < g->n_ch; i++) {
+        choice *ch = &g->ch[i];
+        ch->prompt = i / r->n;
+        ch->acc.stop_index = ch->acc.stop_token = -1;
+        const gcall_prompt *p = &prompts[ch->prompt];
+        int max_tokens = r->max_tokens >= 0 ? r->max_tokens
+                         : r->kind == OAI_CHAT ? env->max_model_len - p->n : 16;
+        eng_params ep = params_of(r, max_tokens, i % r->n);
+        inf_err ie = {0};
+        if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
+            oai_fail(&err, 500, "internal_error", "", "%s", ie.msg);
+            break;
+        }
+        eng_req_set_user(ch->r, g);
+    }
+    /* submit all, or none */
+    int submitted = 0;
+    for (int i = 0; i < g->n_ch && !err.status; i++) {
+        inf_err ie = {0};
+        atomic_fetch_add(&g->refs, 1); /* dropped on the request's last notify */
+        int rc = eng_submit(env->e, g->ch[i].r, env->max_waiting, &ie);
+        if (rc != INF_OK) {
+            atomic_fetch_sub(&g->refs, 1);
+            if (rc == INF_ERR_NOSPACE)
+                oai_fail(&err, 503, "service_unavailable", "", "%s", ie.msg);
+            else
+                oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+            break;
+        }
+        submitted++;
+    }
+    if (err.status) {
+        for (int i = 0; i < submitted; i++)
+            eng_cancel(env->e, g->ch[i].r);
+        reply_err(c, &err, err.status == 503 ? "Retry-After: 1" : NULL);
+        gcall_unref(g);
+        return;
+    }
+    if (r->stream) {
+        if (r->kind == OAI_CHAT) /* the role first, before any token */
+            for (int i = 0; i < g->n_ch; i++) {
+                oai_choice oc = {.index = i, .text = "", .stop_reason_id = -1};
+                queue_sse(g, oai_chunk_sse(&g->meta, &oc, 1, NULL));
+                g->ch[i].role_sent = 1;
+            }
+        else
+            for (int i = 0; i < g->n_ch; i++) { /* completions echo the prompt first */
+                const char *echo = prompts[g->ch[i].prompt].echo;
+                if (!echo || !*echo)
+                    continue;
+                oai_choice oc = {.index = i, .text = echo, .text_len = strlen(echo),
+                                 .stop_reason_id = -1};
+                queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL));
+                g->ch[i].text_sent = strlen(echo);
+            }
+        srv_stream(c, &stream_ops, g);
+    } else {
+        srv_wait(c, &wait_ops, g);
+    }
+}

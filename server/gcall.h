@@ -1,0 +1,40 @@
+/* gcall_: one /v1/completions or /v1/chat/completions request in flight:
+ * its engine requests (one per prompt and choice), and the conversion of
+ * their output into one response or a stream of SSE chunks. Lives on the
+ * loop thread, except gcall_on_engine_output (engine thread). */
+#ifndef INFERD_GCALL_H
+#define INFERD_GCALL_H
+
+#include "engine/eng.h"
+#include "server/oai.h"
+#include "server/srv.h"
+
+typedef struct gcall_env {
+    srv *srv;
+    eng *e;
+    const model *m;
+    const tok *tk;
+    const char *model_id;    /* must outlive the call                     */
+    int max_model_len;
+    int max_waiting;
+    uint64_t id_seq;         /* makes the response id                     */
+} gcall_env;
+
+/* One prompt, tokenized. echo: completions' echo text (malloc'd) or NULL. */
+typedef struct gcall_prompt {
+    int32_t *ids;
+    int n;
+    char *echo;
+} gcall_prompt;
+
+/* Validates limits that need the prompt length (max_tokens against the
+ * context, token ids against the vocabulary), submits the engine requests
+ * and answers c: an error reply, a stream, or a wait for the full response.
+ * Takes ownership of r and prompts (and their members). */
+void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
+                 int n_prompts);
+
+/* The engine's notify hook, forwarded from api_on_engine_output. */
+void gcall_on_engine_output(eng_req *r);
+
+#endif

@@ -1,0 +1,296 @@
+/* `inferd --model DIR [options]`: the OpenAI-compatible server. Options use
+ * vLLM's names; each can also come from INFERD_<NAME> (flags override the
+ * environment). The HTTP server listens at once and answers 503 until the
+ * loader thread has the model ready. */
+#include "server/serve.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "cpu/backend.h"
+#include "engine/eng.h"
+#include "engine/metrics.h"
+#include "server/api.h"
+#include "server/args.h"
+#include "server/srv.h"
+
+typedef struct serve_opts {
+    const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
+    const char *spec_config, *spec_model, *chat_template, *config;
+    int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
+    int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
+    int disable_log_stats, num_spec_tokens, ngram_max;
+} serve_opts;
+
+/* Everything the loader builds, torn down in reverse. */
+typedef struct app {
+    serve_opts o;
+    srv *srv;
+    api *api;
+    model *m;
+    tok *tk;
+    tmpl *t;
+    be_backend *be;
+    met_registry *met;
+    eng *e;
+    int max_len;
+    int failed;
+    inf_err err;
+    pthread_t loader;
+} app;
+
+/* "4GiB", "512MiB", "2G", "1000000" in bytes; 0 on a malformed value. */
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0)
+        return 0;
+    while (*end == ' ')
+        end++;
+    double mul = 1;
+    if (!strcasecmp(end, "k") || !strcasecmp(end, "kib") || !strcasecmp(end, "kb"))
+        mul = 1024.0;
+    else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib") || !strcasecmp(end, "mb"))
+        mul = 1024.0 * 1024;
+    else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") || !strcasecmp(end, "gb"))
+        mul = 1024.0 * 1024 * 1024;
+    else if (*end)
+        return 0;
+    return (size_t)(v * mul);
+}
+
+static void on_ready(void *user)
+{
+    app *a = user;
+    api_set_ready(a->api, a->m, a->tk, a->t, a->e, a->met, a->max_len);
+    fprintf(stderr, "inferd: ready: serving %s on port %d\n", a->o.served_name ? a->o.served_name
+                                                                                : a->o.model,
+            srv_port(a->srv));
+}
+
+static void on_failed(void *user)
+{
+    app *a = user;
+    fprintf(stderr, "inferd: error: %s\n", a->err.msg);
+    srv_stop(a->srv);
+}
+
+static void *load(void *arg)
+{
+    app *a = arg;
+    const serve_opts *o = &a->o;
+    double t0 = inf_now();
+    int rc = model_load(o->model, &a->m, &a->err);
+    if (!rc)
+        rc = tok_create(o->model, &a->tk, &a->err);
+    if (!rc) {
+        char note[256] = "";
+        rc = tmpl_from_config(o->model, o->chat_template, &a->t, note, sizeof note, &a->err);
+        if (!rc)
+            fprintf(stderr, "inferd: %s\n", note);
+    }
+    const model_config *c = rc ? NULL : &a->m->cfg;
+    int max_len = 0;
+    if (!rc) {
+        max_len = c->max_position_embeddings;
+        if (c->sliding_window > 0 && c->sliding_window < max_len)
+            max_len = c->sliding_window;
+        if (o->max_model_len > max_len)
+            rc = inf_fail(&a->err, INF_ERR_INVALID,
+                          "--max-model-len %d is longer than the model's context (%d)",
+                          o->max_model_len, max_len);
+        else if (o->max_model_len > 0)
+            max_len = o->max_model_len;
+    }
+    if (!rc && tok_vocab_size(a->tk) > c->vocab_size)
+        rc = inf_fail(&a->err, INF_ERR_FORMAT, "%s: the tokenizer has %d pieces, the model %d",
+                      o->model, tok_vocab_size(a->tk), c->vocab_size);
+    cpu_config cc = cpu_config_default();
+    if (!rc) {
+        /* KV pool: every sequence at full length, or the memory budget */
+        size_t per_tok = cpu_kv_bytes_per_token(a->m);
+        size_t budget = o->kv_mem ? parse_size(o->kv_mem) : (size_t)4 << 30;
+        size_t want = (size_t)o->max_num_seqs * (size_t)max_len;
+        size_t tokens = budget / per_tok < want ? budget / per_tok : want;
+        cc.n_threads = o->threads;
+        cc.kernels = o->kernels;
+        cc.block_size = o->block_size;
+        cc.max_tokens = o->batched;
+        cc.max_context = max_len;
+        cc.num_blocks = (int)(tokens / (size_t)o->block_size) + 1;
+        if ((size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
+            fprintf(stderr, "inferd: warning: the KV pool (%d blocks) cannot hold one sequence "
+                            "of %d tokens; long requests will be refused\n",
+                    cc.num_blocks - 1, max_len);
+        rc = cpu_backend_create(a->m, &cc, &a->be, &a->err);
+    }
+    if (!rc) {
+        met_config mc = met_config_default();
+        mc.model_name = o->served_name ? o->served_name : o->model;
+        mc.max_model_len = max_len;
+        rc = met_create(&mc, &a->met, &a->err);
+    }
+    if (!rc) {
+        eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
+                         .max_model_len = max_len, .block_size = o->block_size,
+                         .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                         .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
+                         .notify = api_on_engine_output, .notify_user = a->api};
+        rc = eng_create(&ec, a->m, a->tk, a->be, &a->e, &a->err);
+    }
+    if (rc) {
+        a->failed = 1;
+        srv_post(a->srv, on_failed, a);
+        return NULL;
+    }
+    fprintf(stderr, "inferd: loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights; "
+                    "context %d, KV pool %d blocks of %d tokens (%.0f MiB), %s kernels\n",
+            o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
+            inf_dtype_name(a->m->layers[0].wq.dtype), max_len, cc.num_blocks - 1, cc.block_size,
+            (double)cc.num_blocks * cc.block_size * cpu_kv_bytes_per_token(a->m) / 1048576.0,
+            cpu_backend_kernels(a->be));
+    a->max_len = max_len;
+    srv_post(a->srv, on_ready, a);
+    return NULL;
+}
+
+static void usage(FILE *f, const arg_spec *specs, int n)
+{
+    fprintf(f, "usage: inferd --model DIR [options]\n\n"
+               "An OpenAI-compatible server: /v1/completions, /v1/chat/completions,\n"
+               "/v1/models, /tokenize, /detokenize, /health, /metrics, /version.\n"
+               "Every option can also be set as INFERD_<NAME> (e.g. INFERD_API_KEY);\n"
+               "underscore spellings (--max_model_len) work too.\n\n"
+               "  inferd generate --help    offline generation\n\noptions:\n");
+    args_help(f, specs, n);
+}
+
+int serve_main(int argc, char **argv)
+{
+    app *a = calloc(1, sizeof *a);
+    if (!a)
+        return 1;
+    serve_opts *o = &a->o;
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
+                      .block_size = 16, .device = "cpu", .kernels = "auto", .tp = 1,
+                      .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
+                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
+    const arg_spec specs[] = {
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory (required)"},
+        {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
+        {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
+        {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
+                                                 "/tokenize, /detokenize"},
+        {"served-model-name", ARG_STR, &o->served_name, "NAME", "model id in the API (default: "
+                                                                "--model as given)"},
+        {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
+                                                           "model's)"},
+        {"max-num-seqs", ARG_INT, &o->max_num_seqs, "N", "sequences running at once (default 64)"},
+        {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
+                                                              "(default 512)"},
+        {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
+        {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
+                                                          "4GiB or what the sequences need)"},
+        {"device", ARG_STR, &o->device, "DEV", "cpu (default); cuda is not built yet"},
+        {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
+        {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
+        {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
+        {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
+        {"chat-template", ARG_STR, &o->chat_template, "NAME", "llama-2, mistral, chatml, zephyr, "
+                                                              "llama-3 or plain"},
+        {"max-waiting", ARG_INT, &o->max_waiting, "N", "queued requests before 503 (default "
+                                                       "1024)"},
+        {"max-connections", ARG_INT, &o->max_connections, "N", "concurrent connections "
+                                                               "(default 1024)"},
+        {"timeout", ARG_INT, &o->timeout_s, "SECONDS", "idle time allowed while a request is "
+                                                       "read (default 30)"},
+        {"shutdown-grace", ARG_INT, &o->grace_s, "SECONDS", "on SIGTERM, time in-flight requests "
+                                                            "get (default 30)"},
+        {"max-body-mb", ARG_INT, &o->max_body_mb, "N", "request body limit in MiB (default 8)"},
+        {"max-logprobs", ARG_INT, &o->max_logprobs, "N", "logprobs/top_logprobs limit (default "
+                                                         "20)"},
+        {"max-n", ARG_INT, &o->max_n, "N", "choices per request limit (default 16)"},
+        {"disable-log-stats", ARG_FLAG, &o->disable_log_stats, NULL, "no periodic stats line"},
+        {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding (not "
+                                                                 "built yet)"},
+        {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling (not built yet)"},
+        {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling"},
+        {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling"},
+        {"config", ARG_STR, &o->config, "FILE", "YAML config file (not built yet)"},
+    };
+    int n_specs = (int)(sizeof specs / sizeof *specs), help = 0, rc = 1;
+    inf_err err = {0};
+    if (args_from_env(specs, n_specs, "INFERD_", &err) ||
+        args_parse(specs, n_specs, argc, argv, &help, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        free(a);
+        return 2;
+    }
+    if (help) {
+        usage(stdout, specs, n_specs);
+        free(a);
+        return 0;
+    }
+    const char *bad = !o->model ? "--model is required (see --help)"
+                      : strcmp(o->device, "cpu") ? "--device: only cpu is built"
+                      : o->tp != 1 ? "--tensor-parallel-size: only 1 on the CPU"
+                      : (o->spec_config || o->spec_model) ? "speculative decoding is not built yet"
+                      : o->config ? "--config is not built yet"
+                      : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
+                         o->max_body_mb < 1 || o->port < 0 || o->port > 65535)
+                          ? "sizes and limits must be positive"
+                      : (o->kv_mem && !parse_size(o->kv_mem)) ? "--kv-cache-memory: expected e.g. "
+                                                                "4GiB or 512MiB"
+                                                              : NULL;
+    if (bad) {
+        fprintf(stderr, "inferd: %s\n", bad);
+        free(a);
+        return 2;
+    }
+    if (o->batched < o->max_num_seqs)
+        o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
+    api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
+                     .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
+                     .max_model_len = 0, .max_waiting = o->max_waiting,
+                     .limits = oai_limits_default()};
+    ac.limits.max_logprobs = o->max_logprobs;
+    ac.limits.max_n = o->max_n;
+    srv_config sc = srv_config_default();
+    sc.host = o->host;
+    sc.port = o->port;
+    sc.max_body = (size_t)o->max_body_mb << 20;
+    sc.max_connections = o->max_connections;
+    sc.timeout_s = o->timeout_s;
+    sc.grace_s = o->grace_s;
+    if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        api_destroy(a->api);
+        free(a);
+        return 1;
+    }
+    api_set_server(a->api, a->srv);
+    fprintf(stderr, "inferd: listening on %s:%d, loading %s\n", o->host, srv_port(a->srv),
+            o->model);
+    if (pthread_create(&a->loader, NULL, load, a) != 0) {
+        fprintf(stderr, "inferd: cannot start the loader thread\n");
+    } else {
+        srv_run(a->srv);
+        pthread_join(a->loader, NULL);
+        rc = a->failed ? 1 : 0;
+    }
+    eng_destroy(a->e);
+    srv_destroy(a->srv);
+    be_destroy(a->be);
+    met_destroy(a->met);
+    tmpl_destroy(a->t);
+    tok_destroy(a->tk);
+    model_destroy(a->m);
+    api_destroy(a->api);
+    free(a);
+    return rc;
+}

@@ -1,0 +1,76 @@
+// Starts the real inferd daemon on a free loopback port for a test file and
+// stops it afterwards (SIGTERM, then it must exit 0).
+import { spawn, execFileSync } from 'node:child_process';
+import net from 'node:net';
+
+export const BUILD = process.env.BUILD || 'build';
+export const INFERD = `${BUILD}/inferd`;
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+export async function startDaemon(model, extra = []) {
+  const port = await freePort();
+  const args = ['--model', model, '--port', String(port), '--disable-log-stats', ...extra];
+  const proc = spawn(INFERD, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  proc.stderr.on('data', (d) => { log += d.toString(); });
+  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 30000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`inferd exited early:\n${log}`);
+    try {
+      const r = await fetch(`${base}/health`);
+      if (r.status === 200) break;
+    } catch { /* not listening yet */ }
+    if (Date.now() > deadline) throw new Error(`inferd not ready in 30 s:\n${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    port, base, proc, log: () => log,
+    async stop() {
+      proc.kill('SIGTERM');
+      const res = await exited;
+      if (res.code !== 0) throw new Error(`inferd exited with ${JSON.stringify(res)}:\n${log}`);
+    },
+  };
+}
+
+// The offline generator's greedy completion (the reference for the API).
+export function offline(model, prompt, maxTokens) {
+  return execFileSync(INFERD, ['generate', '--model', model, '--prompt', prompt,
+    '--max-tokens', String(maxTokens), '--quiet'], { encoding: 'utf8' });
+}
+
+export async function post(base, path, body, headers = {}) {
+  const r = await fetch(base + path, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: r.status, headers: r.headers, text, json };
+}
+
+// Server-sent events of a streaming response, as parsed JSON (and '[DONE]').
+export function sseEvents(text) {
+  const out = [];
+  for (const block of text.split('\n\n')) {
+    if (!block.trim()) continue;
+    if (!block.startsWith('data: ')) throw new Error(`bad SSE block: ${JSON.stringify(block)}`);
+    const data = block.slice(6);
+    out.push(data === '[DONE]' ? '[DONE]' : JSON.parse(data));
+  }
+  return out;
+}
