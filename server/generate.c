@@ -23,6 +23,7 @@ typedef struct printer {
     tok_stream *ts;
     int ids; /* print ids instead of text */
     int n;
+    double t_first, t_last; /* when the first and the latest token came */
     int failed;
     inf_err err;
 } printer;
@@ -31,6 +32,9 @@ static void on_token(void *user, int seq, int32_t t)
 {
     printer *p = user;
     (void)seq;
+    p->t_last = inf_now();
+    if (p->t_first == 0)
+        p->t_first = p->t_last;
     if (p->ids) {
         printf(p->n++ ? " %d" : "%d", t);
         return;
@@ -187,9 +191,12 @@ static int run(const gen_opts *o, inf_err *err)
     double t2 = inf_now();
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
-                "generate %.2f s (%.1f tokens/s), %s kernels, %d threads\n",
+                "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels, "
+                "%d threads\n",
                 o->model, n_prompt, res.n, res.finish == GEN_FINISH_EOS ? "eos" : "length",
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
+                pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
+                res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
                 cpu_backend_kernels(be), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     gen_results_free(&res, 1);
