@@ -149,6 +149,13 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     }
     memcpy(r->seq.tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    r->p.cache_salt = NULL;
+    if (p->cache_salt) { /* FNV-1a: a salt only has to separate, not hide */
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const unsigned char *c = (const unsigned char *)p->cache_salt; *c; c++)
+            h = (h ^ *c) * 0x100000001b3ull;
+        r->seq.salt = h;
+    }
     r->seq.n_tokens = r->seq.n_prompt = n_prompt;
     r->out.stop_index = -1;
     r->out.stop_token = -1;
@@ -466,6 +473,7 @@ static void advance(eng *e, eng_req *r, float *row)
     if (r->p.logprobs >= 0)
         record_logprobs(e, r, row, t, o->text ? o->text + before : "", o->len - before);
     o->n_output = r->n_output;
+    o->n_cached = q->n_cached;
     double now = inf_now();
     if (r->n_output == 1)
         o->t_first = now;
@@ -503,6 +511,8 @@ static void step_metrics(eng *e, const sched_plan *plan, int T)
     }
     met_add(m, MET_PROMPT_TOKENS, prompt);
     met_add(m, MET_NUM_PREEMPTIONS, (uint64_t)plan->n_preempted);
+    met_add(m, MET_PREFIX_CACHE_QUERIES, (uint64_t)plan->cache_queries);
+    met_add(m, MET_PREFIX_CACHE_HITS, (uint64_t)plan->cache_hits);
     met_observe(m, MET_ITERATION_TOKENS, T);
 }
 
@@ -688,6 +698,15 @@ int eng_submit(eng *e, eng_req *r, int max_waiting, inf_err *err)
         return inf_fail(err, INF_ERR_INVALID,
                         "the prompt has %d tokens; the context holds %d",
                         r->seq.n_prompt, e->cfg.max_model_len);
+    long longest = (long)r->seq.n_prompt + r->p.max_tokens;
+    if (longest > e->cfg.max_model_len)
+        longest = e->cfg.max_model_len;
+    long blocks = (longest + e->cfg.block_size - 1) / e->cfg.block_size;
+    if (blocks > e->cfg.num_blocks - 1)
+        return inf_fail(err, INF_ERR_INVALID,
+                        "the request needs up to %ld tokens of KV cache but the pool holds %d "
+                        "(see --kv-cache-memory)",
+                        longest, (e->cfg.num_blocks - 1) * e->cfg.block_size);
     for (int i = 0; i < r->seq.n_prompt; i++)
         if (r->seq.tokens[i] < 0 || r->seq.tokens[i] >= e->vocab)
             return inf_fail(err, INF_ERR_INVALID, "token id %d is outside the vocabulary (%d)",
@@ -751,7 +770,8 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     e->vocab = m->cfg.vocab_size;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
+    kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size,
+                    .enable_prefix_caching = cfg->enable_prefix_caching};
     sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
                        .max_num_batched_tokens = cfg->max_num_batched_tokens,
                        .max_model_len = cfg->max_model_len};

@@ -26,6 +26,7 @@ typedef struct eng_config {
     int block_size;
     int num_blocks;             /* KV blocks (the backend holds as many)    */
     uint64_t seed;              /* seeds requests that bring no seed        */
+    int enable_prefix_caching;
     met_registry *met;          /* may be NULL                              */
     double log_interval_s;      /* stats line on stderr while busy; 0: off  */
     eng_notify_fn notify;
@@ -65,6 +66,7 @@ typedef struct eng_params {
     const float *bias;
     int n_bias;
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
+    const char *cache_salt; /* NULL: share cached prefixes with everyone    */
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included

@@ -118,6 +118,8 @@ int sched_add(sched *s, sched_seq *q, inf_err *err)
 
 void sched_remove(sched *s, sched_seq *q)
 {
+    /* what it computed stays useful to later requests */
+    kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
     if (q->state == SCHED_WAITING)
         q_unlink(&s->waiting, q);
     else if (q->state == SCHED_RUNNING)
@@ -166,6 +168,9 @@ void sched_schedule(sched *s, sched_plan **out)
     s->plan.n = 0;
     s->plan.n_tokens = 0;
     s->plan.n_preempted = 0;
+    s->plan.cache_queries = s->plan.cache_hits = 0;
+    for (sched_seq *q = s->running.head; q; q = q->next) /* last step's blocks */
+        kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
 
     /* running first, oldest first: a victim is always one not yet planned */
     for (sched_seq *q = s->running.head; q && budget > 0; q = q->next) {
@@ -185,11 +190,21 @@ void sched_schedule(sched *s, sched_plan **out)
     while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.head &&
            s->running.n < s->cfg.max_num_seqs) {
         sched_seq *q = s->waiting.head;
+        int hit = kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
+        q->n_computed = hit;
         int take = q->n_tokens - q->n_computed;
         if (take > budget)
             take = budget;
-        if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK)
+        if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK) {
+            kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
+            q->n_computed = 0;
             break; /* first come, first served: nobody jumps the line */
+        }
+        s->plan.cache_queries += q->n_tokens;
+        s->plan.cache_hits += hit;
+        if (!q->admitted)
+            q->n_cached = hit;
+        q->admitted = 1;
         q_unlink(&s->waiting, q);
         q->state = SCHED_RUNNING;
         q->order = s->next_order++;

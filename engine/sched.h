@@ -6,7 +6,10 @@
  * never stalls the decoding ones. KV blocks are taken from kv_ as sequences
  * grow; when none are left, the most recently admitted running sequence is
  * preempted (its blocks freed, itself put back at the head of the waiting
- * queue to be recomputed later), never failed. */
+ * queue to be recomputed later), never failed. With prefix caching on in the
+ * KV pool, a sequence admitted from the queue starts from the cached blocks of
+ * its longest cached prefix, and every full computed block is registered for
+ * the sequences that come after. */
 #ifndef INFERD_SCHED_H
 #define INFERD_SCHED_H
 
@@ -33,6 +36,9 @@ typedef struct sched_seq {
     kv_seq kv;
     int state;
     int n_preempt;       /* times preempted                                */
+    uint64_t salt;       /* prefix-cache isolation (0: shared)             */
+    int n_cached;        /* prompt tokens its first admission found cached */
+    int admitted;        /* has been admitted once                         */
     uint64_t order;      /* admission order: FCFS and preemption victims   */
     struct sched_seq *prev, *next; /* queue links (scheduler-private)      */
 } sched_seq;
@@ -58,6 +64,8 @@ typedef struct sched_plan {
     int *n_new;          /* [max_num_seqs]                                */
     int n_tokens;        /* sum of n_new                                  */
     int n_preempted;     /* preemptions this step                         */
+    int cache_queries;   /* prefix-cache lookups this step, in tokens     */
+    int cache_hits;      /* of which found cached, in tokens              */
 } sched_plan;
 
 /* Plans the next step; blocks for every planned token are reserved. An

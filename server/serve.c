@@ -23,7 +23,7 @@ typedef struct serve_opts {
     const char *spec_config, *spec_model, *chat_template, *config;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
-    int disable_log_stats, num_spec_tokens, ngram_max;
+    int disable_log_stats, num_spec_tokens, ngram_max, no_prefix_caching, prefix_caching;
 } serve_opts;
 
 /* Everything the loader builds, torn down in reverse. */
@@ -139,6 +139,7 @@ static void *load(void *arg)
         eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
                          .max_model_len = max_len, .block_size = o->block_size,
                          .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                         .enable_prefix_caching = !o->no_prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
                          .notify = api_on_engine_output, .notify_user = a->api};
         rc = eng_create(&ec, a->m, a->tk, a->be, &a->e, &a->err);
@@ -216,6 +217,10 @@ int serve_main(int argc, char **argv)
                                                          "20)"},
         {"max-n", ARG_INT, &o->max_n, "N", "choices per request limit (default 16)"},
         {"disable-log-stats", ARG_FLAG, &o->disable_log_stats, NULL, "no periodic stats line"},
+        {"enable-prefix-caching", ARG_FLAG, &o->prefix_caching, NULL, "reuse cached KV blocks of "
+                                                                     "shared prefixes (default)"},
+        {"no-enable-prefix-caching", ARG_FLAG, &o->no_prefix_caching, NULL, "turn prefix "
+                                                                            "caching off"},
         {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding (not "
                                                                  "built yet)"},
         {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling (not built yet)"},

@@ -148,6 +148,129 @@ static void test_kv_seq_random_no_leak(void **state)
     kv_destroy(p);
 }
 
+static kv_pool *make_cache_pool(int num_blocks, int block_size)
+{
+    kv_config c = {.num_blocks = num_blocks, .block_size = block_size,
+                   .enable_prefix_caching = 1};
+    kv_pool *p = NULL;
+    inf_err e = {0};
+    assert_int_equal(kv_create(&c, &p, &e), INF_OK);
+    return p;
+}
+
+/* Fills a sequence for tokens[0..n) and registers its full blocks. */
+static void fill(kv_pool *p, kv_seq *s, const int32_t *t, int n, uint64_t salt)
+{
+    assert_int_equal(kv_seq_reserve(p, s, n), INF_OK);
+    kv_seq_commit(p, s, t, n, salt);
+}
+
+/* A second sequence with the same prefix reuses the first one's full blocks
+ * (shared, ref counted), never the partial last block, and never more than
+ * n-1 tokens; a different token or salt stops the match. */
+static void test_kv_prefix_hits_share_blocks(void **state)
+{
+    (void)state;
+    kv_pool *p = make_cache_pool(32, 4);
+    int32_t t[20];
+    for (int i = 0; i < 20; i++)
+        t[i] = 100 + i;
+    kv_seq a = {0}, b = {0}, c = {0}, d = {0};
+    fill(p, &a, t, 10, 0); /* blocks 0-1 full, block 2 partial */
+    assert_int_equal(kv_num_cached(p), 2);
+    assert_int_equal(kv_seq_match_prefix(p, &b, t, 12, 0), 8);
+    assert_int_equal(b.n_blocks, 2);
+    assert_int_equal(b.blocks[0], a.blocks[0]);
+    assert_int_equal(b.blocks[1], a.blocks[1]);
+    assert_int_equal(kv_refcount(p, a.blocks[0]), 2);
+    /* exactly 8 tokens: the last must be computed, so only one block */
+    assert_int_equal(kv_seq_match_prefix(p, &c, t, 8, 0), 4);
+    /* another salt shares nothing; a changed token ends the match */
+    assert_int_equal(kv_seq_match_prefix(p, &d, t, 12, 7), 0);
+    int32_t u[12];
+    memcpy(u, t, sizeof u);
+    u[5] = 1;
+    kv_seq e = {0};
+    assert_int_equal(kv_seq_match_prefix(p, &e, u, 12, 0), 4);
+    kv_seq_release(p, &a), kv_seq_release(p, &b), kv_seq_release(p, &c);
+    kv_seq_release(p, &d), kv_seq_release(p, &e);
+    assert_int_equal(kv_num_free(p), 31);
+    kv_destroy(p);
+}
+
+/* Freed cached blocks stay findable until allocation evicts them, least
+ * recently freed first; a prefix is freed after its suffix (evicted last). */
+static void test_kv_prefix_survives_free_until_evicted(void **state)
+{
+    (void)state;
+    kv_pool *p = make_cache_pool(5, 2); /* 4 usable blocks */
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    kv_seq a = {0}, b = {0}, x = {0};
+    fill(p, &a, t, 6, 0); /* 3 full blocks cached */
+    kv_seq_release(p, &a);
+    assert_int_equal(kv_num_free(p), 4);
+    assert_int_equal(kv_num_cached(p), 3);
+    assert_int_equal(kv_seq_match_prefix(p, &b, t, 8, 0), 6);
+    kv_seq_release(p, &b);
+    /* take two blocks: the never-used one, then the last block of the
+     * prefix (freed first): the first two prefix blocks survive */
+    assert_int_equal(kv_seq_reserve(p, &x, 4), INF_OK);
+    assert_int_equal(kv_num_cached(p), 2);
+    kv_seq y = {0};
+    assert_int_equal(kv_seq_match_prefix(p, &y, t, 8, 0), 4);
+    kv_seq_release(p, &x), kv_seq_release(p, &y);
+    kv_destroy(p);
+}
+
+/* Random fills, matches and releases with caching on (fixed seed): ref
+ * counts always equal the number of tables holding a block, every block is
+ * free or held, and a matched prefix always carries the same tokens. */
+static void test_kv_prefix_random_consistent(void **state)
+{
+    (void)state;
+    enum { NSEQ = 12, STEPS = 6000, MAXT = 40 };
+    kv_pool *p = make_cache_pool(48, 4);
+    kv_seq seqs[NSEQ] = {{0}};
+    int32_t toks[NSEQ][MAXT];
+    int32_t shadow[48][4]; /* what each block was filled with */
+    unsigned r = 99;
+    for (int step = 0; step < STEPS; step++) {
+        r = r * 1103515245u + 12345u;
+        int i = (int)((r >> 8) % NSEQ);
+        if (seqs[i].n_blocks == 0 && (r >> 20) % 2) {
+            int n = 2 + (int)((r >> 4) % (MAXT - 2));
+            for (int k = 0; k < n; k++) /* few distinct prefixes: many hits */
+                toks[i][k] = k < 8 ? (int)((r >> 12) % 3) : (int)((r >> (k % 20)) % 5);
+            int hit = kv_seq_match_prefix(p, &seqs[i], toks[i], n, 0);
+            assert_true(hit % 4 == 0 && hit <= n - 1);
+            for (int j = 0; j < hit / 4; j++) /* a hit holds exactly our tokens */
+                assert_memory_equal(shadow[seqs[i].blocks[j]], toks[i] + j * 4, sizeof shadow[0]);
+            if (kv_seq_reserve(p, &seqs[i], n) == INF_OK) {
+                for (int j = hit / 4; j < n / 4; j++) /* "compute" the new blocks */
+                    memcpy(shadow[seqs[i].blocks[j]], toks[i] + j * 4, sizeof shadow[0]);
+                kv_seq_commit(p, &seqs[i], toks[i], n, 0);
+            } else {
+                kv_seq_release(p, &seqs[i]);
+            }
+        } else {
+            kv_seq_release(p, &seqs[i]);
+        }
+        int count[48] = {0}, held = 0;
+        for (int k = 0; k < NSEQ; k++)
+            for (int j = 0; j < seqs[k].n_blocks; j++)
+                count[seqs[k].blocks[j]]++;
+        for (int b = 1; b < 48; b++) {
+            assert_int_equal(kv_refcount(p, b), count[b]);
+            held += count[b] > 0;
+        }
+        assert_int_equal(held + kv_num_free(p), kv_num_blocks(p));
+    }
+    for (int k = 0; k < NSEQ; k++)
+        kv_seq_release(p, &seqs[k]);
+    assert_int_equal(kv_num_free(p), kv_num_blocks(p));
+    kv_destroy(p);
+}
+
 /* Bad sizes are refused with a message. */
 static void test_kv_create_rejects_bad_config(void **state)
 {
@@ -169,6 +292,9 @@ int main(void)
         cmocka_unit_test(test_kv_seq_reserve_all_or_nothing),
         cmocka_unit_test(test_kv_seq_random_no_leak),
         cmocka_unit_test(test_kv_create_rejects_bad_config),
+        cmocka_unit_test(test_kv_prefix_hits_share_blocks),
+        cmocka_unit_test(test_kv_prefix_survives_free_until_evicted),
+        cmocka_unit_test(test_kv_prefix_random_consistent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
