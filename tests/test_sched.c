@@ -17,16 +17,21 @@ typedef struct fixture {
     sched *s;
 } fixture;
 
-static fixture make(int blocks, int bs, int seqs, int budget, int max_len)
+static fixture make_pc(int blocks, int bs, int seqs, int budget, int max_len, int caching)
 {
     fixture f;
-    kv_config kc = {.num_blocks = blocks + 1, .block_size = bs};
+    kv_config kc = {.num_blocks = blocks + 1, .block_size = bs, .enable_prefix_caching = caching};
     sched_config sc = {.max_num_seqs = seqs, .max_num_batched_tokens = budget,
                        .max_model_len = max_len};
     inf_err e = {0};
     assert_int_equal(kv_create(&kc, &f.kv, &e), INF_OK);
     assert_int_equal(sched_create(&sc, f.kv, &f.s, &e), INF_OK);
     return f;
+}
+
+static fixture make(int blocks, int bs, int seqs, int budget, int max_len)
+{
+    return make_pc(blocks, bs, seqs, budget, max_len, 0);
 }
 
 static void drop(fixture *f)
@@ -180,14 +185,43 @@ static void test_sched_refuses_what_never_fits(void **state)
     drop(&f);
 }
 
+/* With prefix caching, a sequence sharing a finished one's prompt starts
+ * from its cached blocks: only the rest is computed, the hit is recorded,
+ * and a different salt starts from scratch. */
+static void test_sched_prefix_hit_skips_cached_blocks(void **state)
+{
+    (void)state;
+    fixture f = make_pc(32, 4, 4, 64, 128, 1);
+    sched_seq *a = seq_new(18, 128), *b = seq_new(18, 128), *c = seq_new(18, 128);
+    inf_err e = {0};
+    assert_int_equal(sched_add(f.s, a, &e), INF_OK);
+    fake_step(&f);            /* a computes its 18 prompt tokens */
+    fake_step(&f);            /* and one decode token */
+    sched_remove(f.s, a);     /* its 4 full prompt blocks stay cached */
+    assert_int_equal(sched_add(f.s, b, &e), INF_OK);
+    sched_plan *p = fake_step(&f);
+    assert_int_equal(b->n_cached, 16);
+    assert_int_equal(planned(p, b), 2);  /* 18 - 16 cached */
+    assert_int_equal(p->cache_hits, 16);
+    assert_int_equal(p->cache_queries, 18);
+    c->salt = 42;
+    assert_int_equal(sched_add(f.s, c, &e), INF_OK);
+    p = fake_step(&f);
+    assert_int_equal(c->n_cached, 0);
+    assert_int_equal(planned(p, c), 18);
+    sched_remove(f.s, b), sched_remove(f.s, c);
+    assert_int_equal(kv_num_free(f.kv), 32);
+    seq_free(a), seq_free(b), seq_free(c);
+    drop(&f);
+}
+
 /* Random adds, steps and cancels (fixed seed) on a small pool: the plan
  * always respects the budget and max_num_seqs, every planned token has a
  * block, and every block is back in the pool at the end. */
-static void test_sched_random_no_leak(void **state)
+static void random_no_leak(int caching)
 {
-    (void)state;
     enum { N = 40, STEPS = 4000 };
-    fixture f = make(24, 4, 6, 20, 48);
+    fixture f = make_pc(24, 4, 6, 20, 48, caching);
     sched_seq *q[N] = {0};
     int limit[N];
     unsigned r = 2024;
@@ -197,6 +231,8 @@ static void test_sched_random_no_leak(void **state)
         int i = (int)((r >> 8) % N), op = (int)((r >> 16) % 8);
         if (op == 0 && !q[i]) {
             q[i] = seq_new(1 + (int)((r >> 4) % 20), 64);
+            for (int k = 0; k < q[i]->n_prompt; k++) /* shared prefixes: cache hits */
+                q[i]->tokens[k] = k < 8 ? 1 + (int)((r >> 14) % 2) : k;
             limit[i] = q[i]->n_prompt + 1 + (int)((r >> 12) % 20);
             assert_int_equal(sched_add(f.s, q[i], &e), INF_OK);
         } else if (op == 1 && q[i]) {
@@ -224,6 +260,19 @@ static void test_sched_random_no_leak(void **state)
     drop(&f);
 }
 
+static void test_sched_random_no_leak(void **state)
+{
+    (void)state;
+    random_no_leak(0);
+}
+
+/* The same with prefix caching on: shared, ref-counted blocks all return. */
+static void test_sched_random_no_leak_prefix_caching(void **state)
+{
+    (void)state;
+    random_no_leak(1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,7 +280,9 @@ int main(void)
         cmocka_unit_test(test_sched_fcfs_and_max_num_seqs),
         cmocka_unit_test(test_sched_preempts_newest_and_resumes),
         cmocka_unit_test(test_sched_refuses_what_never_fits),
+        cmocka_unit_test(test_sched_prefix_hit_skips_cached_blocks),
         cmocka_unit_test(test_sched_random_no_leak),
+        cmocka_unit_test(test_sched_random_no_leak_prefix_caching),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
