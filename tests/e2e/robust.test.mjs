@@ -136,6 +136,25 @@ describe('robustness', () => {
   });
 });
 
+describe('overload', () => {
+  test('past --max-waiting queued requests, 503 with Retry-After; then it recovers', async () => {
+    const d = await startDaemon(model, ['--max-waiting', '2', '--max-num-seqs', '1']);
+    try {
+      const rs = await Promise.all(Array.from({ length: 24 }, () => post(d.base, '/v1/completions',
+        { prompt: 'Once', max_tokens: 200, temperature: 0, ignore_eos: true })));
+      const busy = rs.filter((r) => r.status === 503);
+      assert.ok(busy.length > 0, 'nothing was refused');
+      assert.ok(rs.some((r) => r.status === 200));
+      for (const r of busy) {
+        assert.equal(r.headers.get('retry-after'), '1');
+        assert.equal(typeof r.json.error.message, 'string');
+      }
+      for (const r of rs) assert.ok([200, 503].includes(r.status));
+      await stillServes(d);
+    } finally { await d.stop(); }
+  });
+});
+
 describe('shutdown', () => {
   test('SIGTERM lets in-flight streams finish, then exits 0', async () => {
     // one sequence at a time, six queued: most are still in flight at SIGTERM
