@@ -32,6 +32,13 @@ struct eng_req {
     size_t sbuf_cap;
     int active;               /* inside the engine                         */
     double t_arrival, t_last;  /* submit time; last token (for latencies)    */
+    /* speculation */
+    spec_seq ss;              /* the proposer's view and state             */
+    int n_draft;              /* drafted tokens appended after the last real */
+    int draft_slot;           /* row block of their probs in eng.dprobs     */
+    double accept_avg;        /* recent acceptance (moving average)        */
+    int spec_pause, spec_backoff; /* steps without drafting, next pause     */
+    long plan_stamp;          /* step in which it was last planned          */
     int scheduled;            /* has been scheduled once (queue time)      */
     int touched;              /* in eng.touched this step                  */
     struct eng_req *next_in;  /* inbox link                                */
@@ -66,9 +73,22 @@ struct eng {
     /* step buffers */
     int32_t *tokens, *positions, *slots, *seq_start, *seq_len, *table, *rows;
     eng_req **row_req;
+    int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
     int max_blocks;
-    float *logits;              /* [max_num_seqs][vocab]                    */
+    float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
     float *scratch;             /* [vocab]                                  */
+    int max_rows;
+    /* speculation */
+    int kmax;                   /* spec_k, or 0                             */
+    eng_req **cand;             /* [max_num_seqs] sequences drafting        */
+    spec_seq **cand_ss;
+    smp_params *cand_params;
+    int *cand_k;
+    int32_t *drafts;            /* [max_num_seqs][kmax]                     */
+    float *dprobs;              /* [max_num_seqs][kmax][vocab] or NULL      */
+    float *tprobs;              /* [kmax+1][vocab] target distributions     */
+    int32_t *argmaxes;          /* [kmax+1]                                 */
+    long step_no;
     /* stats, under mu */
     eng_stats stats;
     /* the periodic log line */
@@ -304,6 +324,12 @@ static void touch(eng *e, eng_req *r)
 /* Takes r out of the engine with the given finish; its owner is notified. */
 static void finish(eng *e, eng_req *r, int reason, const char *error)
 {
+    if (r->n_draft) { /* unverified drafts never count */
+        r->seq.n_tokens -= r->n_draft;
+        r->n_draft = 0;
+    }
+    if (e->cfg.spec)
+        e->cfg.spec->ops->release(e->cfg.spec, &r->ss);
     if (r->seq.state != SCHED_DONE)
         sched_remove(e->sch, &r->seq);
     pthread_mutex_lock(&r->mu);
@@ -416,16 +442,17 @@ static int emit(eng_req *r, const char *text, size_t len, int final)
     return m;
 }
 
-/* Samples r's next token from its logits row and appends it. */
-static void advance(eng *e, eng_req *r, float *row)
+/* A logits row as the request samples from it, before penalties: logit_bias
+ * added, and EOS / stop ids masked while fewer than min_tokens are out
+ * (n_out: output tokens before this row's). */
+static void mask_row(eng *e, const eng_req *r, const float *row, int n_out, float *lg)
 {
     int V = e->vocab;
-    float *lg = e->scratch;
     memcpy(lg, row, sizeof(float) * (size_t)V);
     for (int i = 0; i < r->p.n_bias; i++)
         if (r->bias_ids[i] >= 0 && r->bias_ids[i] < V)
             lg[r->bias_ids[i]] += r->bias[i];
-    if (r->n_output < r->p.min_tokens) { /* no stopping before min_tokens */
+    if (n_out < r->p.min_tokens) { /* no stopping before min_tokens */
         const model_config *c = &e->m->cfg;
         for (int i = 0; i < c->n_eos && !r->p.ignore_eos; i++)
             lg[c->eos_token_ids[i]] = -INFINITY;
@@ -433,10 +460,14 @@ static void advance(eng *e, eng_req *r, float *row)
             if (r->stop_ids[i] >= 0 && r->stop_ids[i] < V)
                 lg[r->stop_ids[i]] = -INFINITY;
     }
+}
+
+/* Appends token t (sampled from raw logits row) to r and its output:
+ * detokenized, through stop strings, EOS / stop ids / max_tokens checked.
+ * Returns 1 when r finished. */
+static int emit_token(eng *e, eng_req *r, int32_t t, const float *row)
+{
     sched_seq *q = &r->seq;
-    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
-                     .output = q->tokens + q->n_prompt, .n_output = r->n_output};
-    int32_t t = smp_sample(e->smp, &r->p.sampling, &h, &r->rng, lg);
     q->tokens[q->n_tokens++] = t;
     r->n_output++;
     if (e->cfg.met)
@@ -448,7 +479,7 @@ static void advance(eng *e, eng_req *r, float *row)
     inf_err err = {0};
     if (!stopped && tok_stream_push(r->ts, t, &text, &len, &err) != INF_OK) {
         finish(e, r, ENG_FINISH_ERROR, err.msg);
-        return;
+        return 1;
     }
     int reason = ENG_FINISH_NONE;
     if (stopped)
@@ -485,8 +516,158 @@ static void advance(eng *e, eng_req *r, float *row)
         o->stop_token = t;
     pthread_mutex_unlock(&r->mu);
     touch(e, r);
-    if (reason != ENG_FINISH_NONE)
+    if (reason != ENG_FINISH_NONE) {
         finish(e, r, reason, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Samples r's next token from its logits row and appends it. */
+static void advance(eng *e, eng_req *r, const float *row)
+{
+    sched_seq *q = &r->seq;
+    mask_row(e, r, row, r->n_output, e->scratch);
+    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
+                     .output = q->tokens + q->n_prompt, .n_output = r->n_output};
+    emit_token(e, r, smp_sample(e->smp, &r->p.sampling, &h, &r->rng, e->scratch), row);
+}
+
+/* ---- speculation ------------------------------------------------------------- */
+
+/* Takes r's unverified drafts off its tokens (and the proposer's state). */
+static void strip_drafts(eng *e, eng_req *r)
+{
+    if (!r->n_draft)
+        return;
+    r->seq.n_tokens -= r->n_draft;
+    r->n_draft = 0;
+    r->ss.tokens = r->seq.tokens;
+    r->ss.n_tokens = r->seq.n_tokens;
+    e->cfg.spec->ops->rollback(e->cfg.spec, &r->ss, r->seq.n_tokens);
+}
+
+/* Verifies r's first m drafts against the target's rows (row j predicts the
+ * token after the last real one plus j drafts) and emits what survives. */
+static void verify(eng *e, eng_req *r, const float *rows, int m)
+{
+    int V = e->vocab;
+    sched_seq *q = &r->seq;
+    int L0 = q->n_tokens - r->n_draft; /* real length: drafts start here */
+    const int32_t *d = q->tokens + L0;
+    const smp_params *sp = &r->p.sampling;
+    int greedy = sp->temperature == 0;
+    /* the distribution the request samples from at each row; penalties see
+     * the drafts before it as output */
+    for (int j = 0; j <= m; j++) {
+        mask_row(e, r, rows + (size_t)j * V, r->n_output + j, e->scratch);
+        smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
+                         .output = q->tokens + q->n_prompt, .n_output = L0 + j - q->n_prompt};
+        smp_apply_penalties(e->smp, sp, &h, e->scratch);
+        if (greedy)
+            e->argmaxes[j] = smp_argmax(e->scratch, V);
+        else
+            smp_probs(e->smp, sp, e->scratch, e->tprobs + (size_t)j * V);
+    }
+    spec_result res;
+    if (greedy) {
+        res.accepted = 0;
+        while (res.accepted < m && d[res.accepted] == e->argmaxes[res.accepted])
+            res.accepted++;
+        res.next = e->argmaxes[res.accepted];
+    } else {
+        const float *qp = e->dprobs && !e->cfg.spec->ops->deterministic
+                              ? e->dprobs + (size_t)r->draft_slot * e->kmax * V
+                              : NULL;
+        res = spec_verify(m, d, e->tprobs, qp, V, &r->rng, e->scratch);
+    }
+    int32_t out[64];
+    int n_out = res.accepted + 1;
+    memcpy(out, d, sizeof(int32_t) * (size_t)res.accepted);
+    out[res.accepted] = res.next;
+    if (e->cfg.met && m > 0)
+        met_spec_draft(e->cfg.met, m, res.accepted);
+    /* acceptance controller: a moving average, and back-off when it is low */
+    double rate = m ? (double)res.accepted / m : 1.0;
+    r->accept_avg = 0.7 * r->accept_avg + 0.3 * rate;
+    if (r->accept_avg < e->cfg.spec_min_accept) {
+        r->spec_backoff = r->spec_backoff ? (r->spec_backoff < 64 ? 2 * r->spec_backoff : 64) : 4;
+        r->spec_pause = r->spec_backoff;
+        r->accept_avg = e->cfg.spec_min_accept; /* probe again after the pause */
+    } else {
+        r->spec_backoff = 0;
+    }
+    /* the rejected drafts' KV is discarded by shortening the sequence */
+    q->n_tokens = L0;
+    r->n_draft = 0;
+    int valid = L0 + res.accepted;
+    if (q->n_computed > valid)
+        q->n_computed = valid;
+    for (int i = 0; i < n_out; i++)
+        if (emit_token(e, r, out[i], rows + (size_t)i * V))
+            return; /* finished inside the accepted run: the rest is dropped */
+    kv_seq_truncate(e->kv, &q->kv, q->n_tokens);
+    r->ss.tokens = q->tokens;
+    r->ss.n_tokens = q->n_tokens;
+    e->cfg.spec->ops->rollback(e->cfg.spec, &r->ss, valid);
+}
+
+/* Drafts tokens for next step's decode tokens. */
+static void propose(eng *e)
+{
+    spec_proposer *sp = e->cfg.spec;
+    if (!sp)
+        return;
+    int running = sched_num_running(e->sch);
+    if (e->cfg.spec_disable_batch > 0 && running >= e->cfg.spec_disable_batch)
+        return; /* big batches: verification costs more than it saves */
+    int n = 0;
+    for (int i = 0; i < e->n_active && n < e->cfg.max_num_seqs; i++) {
+        eng_req *r = e->active[i];
+        sched_seq *q = &r->seq;
+        if (!r->active || q->state != SCHED_RUNNING || q->n_computed != q->n_tokens - 1 ||
+            r->n_draft || r->p.no_speculation)
+            continue;
+        /* a seeded sampled request keeps its sample path whatever the load */
+        if (r->p.sampling.temperature > 0 && r->p.has_seed)
+            continue;
+        if (r->spec_pause > 0) {
+            r->spec_pause--;
+            continue;
+        }
+        int k = e->kmax;
+        int room = r->p.max_tokens - r->n_output - 1;
+        int ctx = e->cfg.max_model_len - q->n_tokens - 1;
+        k = k < room ? k : room;
+        k = k < ctx ? k : ctx;
+        if (k < 1)
+            continue;
+        r->ss.tokens = q->tokens;
+        r->ss.n_tokens = q->n_tokens;
+        r->ss.n_prompt = q->n_prompt;
+        e->cand[n] = r;
+        e->cand_ss[n] = &r->ss;
+        e->cand_params[n] = r->p.sampling;
+        e->cand_k[n] = k;
+        n++;
+    }
+    if (!n)
+        return;
+    inf_err err = {0};
+    if (sp->ops->propose(sp, e->cand_ss, n, e->cand_params, e->kmax, e->cand_k, e->drafts,
+                         e->dprobs, &err) != INF_OK) {
+        fprintf(stderr, "inferd: speculation: %s (no drafts this step)\n", err.msg);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        eng_req *r = e->cand[i];
+        sched_seq *q = &r->seq;
+        int k = e->cand_k[i];
+        memcpy(q->tokens + q->n_tokens, e->drafts + (size_t)i * e->kmax, sizeof(int32_t) * (size_t)k);
+        q->n_tokens += k;
+        r->n_draft = k;
+        r->draft_slot = i;
+    }
 }
 
 /* Token counts of a planned step, and queue times of first-scheduled ones. */
@@ -521,11 +702,20 @@ static int step(eng *e)
 {
     sched_plan *plan;
     sched_schedule(e->sch, &plan);
+    e->step_no++;
+    for (int i = 0; i < plan->n; i++)
+        req_of(plan->seqs[i])->plan_stamp = e->step_no;
+    for (int i = 0; e->cfg.spec && i < e->n_active; i++) { /* not run: drafts go */
+        eng_req *r = e->active[i];
+        if (r->n_draft && (r->plan_stamp != e->step_no || r->seq.state != SCHED_RUNNING))
+            strip_drafts(e, r);
+    }
     if (plan->n == 0)
         return 0;
     int T = 0, R = 0, bs = e->cfg.block_size;
     for (int i = 0; i < plan->n; i++) {
         sched_seq *q = plan->seqs[i];
+        eng_req *r = req_of(q);
         int n = plan->n_new[i];
         e->seq_start[i] = T;
         for (int p = q->n_computed; p < q->n_computed + n; p++, T++) {
@@ -536,9 +726,14 @@ static int step(eng *e)
         e->seq_len[i] = q->n_computed + n;
         memcpy(e->table + (size_t)i * e->max_blocks, q->kv.blocks,
                sizeof(int32_t) * (size_t)q->kv.n_blocks);
-        if (q->n_computed + n == q->n_tokens) { /* caught up: sample next */
-            e->rows[R] = T - 1;
-            e->row_req[R++] = req_of(q);
+        /* logits from the last real token on: it and each computed draft */
+        int first = r->n_draft ? q->n_tokens - r->n_draft - 1 : q->n_tokens - 1;
+        int end = q->n_computed + n;
+        e->row0[i] = R;
+        e->nrows[i] = end > first ? end - first : 0;
+        for (int p = first; p < end; p++) {
+            e->rows[R] = e->seq_start[i] + (p - q->n_computed);
+            e->row_req[R++] = r;
         }
     }
     e->seq_start[plan->n] = T;
@@ -555,8 +750,17 @@ static int step(eng *e)
     }
     for (int i = 0; i < plan->n; i++)
         plan->seqs[i]->n_computed += plan->n_new[i];
-    for (int i = 0; i < R; i++)
-        advance(e, e->row_req[i], e->logits + (size_t)i * e->vocab);
+    for (int i = 0; i < plan->n; i++) {
+        eng_req *r = req_of(plan->seqs[i]);
+        if (!e->nrows[i] || !r->active)
+            continue;
+        const float *rows = e->logits + (size_t)e->row0[i] * e->vocab;
+        if (r->n_draft)
+            verify(e, r, rows, e->nrows[i] - 1);
+        else
+            advance(e, r, rows);
+    }
+    propose(e);
     return 1;
 }
 
@@ -588,6 +792,7 @@ static void admit(eng *e, eng_req *r)
         return;
     }
     r->active = 1;
+    r->accept_avg = 1.0; /* optimistic: a request must show low acceptance */
     e->active[e->n_active++] = r;
 }
 
@@ -643,7 +848,7 @@ static void publish(eng *e, const eng_stats *st)
         met_snap cur;
         char line[512];
         met_snapshot(m, &cur);
-        met_log_line(&e->log_prev, &cur, now - e->log_at, 0, line, sizeof line);
+        met_log_line(&e->log_prev, &cur, now - e->log_at, e->kmax, line, sizeof line);
         fprintf(stderr, "inferd: engine: %s\n", line);
         e->log_prev = cur;
         e->log_at = now;
@@ -754,6 +959,8 @@ static void free_buffers(eng *e)
     free(e->tokens), free(e->positions), free(e->slots), free(e->seq_start);
     free(e->seq_len), free(e->table), free(e->rows), free(e->row_req);
     free(e->logits), free(e->scratch), free(e->active), free(e->touched);
+    free(e->row0), free(e->nrows), free(e->cand), free(e->cand_ss), free(e->cand_params);
+    free(e->cand_k), free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
 }
 
 int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend *be, eng **out,
@@ -780,6 +987,13 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
         (rc = smp_create(e->vocab, &e->smp, err)))
         goto fail;
     int T = cfg->max_num_batched_tokens, S = cfg->max_num_seqs;
+    e->kmax = cfg->spec ? cfg->spec_k : 0;
+    if (e->kmax < 0 || e->kmax > 32) {
+        rc = inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
+                      e->kmax);
+        goto fail;
+    }
+    e->max_rows = S * (e->kmax + 1);
     e->max_blocks = (cfg->max_model_len + cfg->block_size - 1) / cfg->block_size;
     e->tokens = malloc(sizeof(int32_t) * (size_t)T);
     e->positions = malloc(sizeof(int32_t) * (size_t)T);
@@ -787,12 +1001,30 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     e->seq_start = malloc(sizeof(int32_t) * (size_t)(S + 1));
     e->seq_len = malloc(sizeof(int32_t) * (size_t)S);
     e->table = calloc((size_t)S * e->max_blocks, sizeof(int32_t));
-    e->rows = malloc(sizeof(int32_t) * (size_t)S);
-    e->row_req = malloc(sizeof(eng_req *) * (size_t)S);
-    e->logits = malloc(sizeof(float) * (size_t)S * e->vocab);
+    e->rows = malloc(sizeof(int32_t) * (size_t)e->max_rows);
+    e->row_req = malloc(sizeof(eng_req *) * (size_t)e->max_rows);
+    e->row0 = malloc(sizeof(int) * (size_t)S);
+    e->nrows = malloc(sizeof(int) * (size_t)S);
+    e->logits = malloc(sizeof(float) * (size_t)e->max_rows * e->vocab);
     e->scratch = malloc(sizeof(float) * (size_t)e->vocab);
+    if (e->kmax) {
+        e->cand = malloc(sizeof *e->cand * (size_t)S);
+        e->cand_ss = malloc(sizeof *e->cand_ss * (size_t)S);
+        e->cand_params = malloc(sizeof *e->cand_params * (size_t)S);
+        e->cand_k = malloc(sizeof *e->cand_k * (size_t)S);
+        e->drafts = malloc(sizeof *e->drafts * (size_t)S * e->kmax);
+        e->tprobs = malloc(sizeof(float) * (size_t)(e->kmax + 1) * e->vocab);
+        e->argmaxes = malloc(sizeof *e->argmaxes * (size_t)(e->kmax + 1));
+        if (!cfg->spec->ops->deterministic)
+            e->dprobs = malloc(sizeof(float) * (size_t)S * e->kmax * e->vocab);
+        if (!e->cand || !e->cand_ss || !e->cand_params || !e->cand_k || !e->drafts ||
+            !e->tprobs || !e->argmaxes || (!cfg->spec->ops->deterministic && !e->dprobs)) {
+            rc = inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for speculation buffers");
+            goto fail;
+        }
+    }
     if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_len || !e->table ||
-        !e->rows || !e->row_req || !e->logits || !e->scratch) {
+        !e->rows || !e->row_req || !e->row0 || !e->nrows || !e->logits || !e->scratch) {
         rc = inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
         goto fail;
     }

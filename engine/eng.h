@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "smp.h"
+#include "spec.h"
 #include "tok.h"
 
 typedef struct eng eng;
@@ -28,6 +29,13 @@ typedef struct eng_config {
     uint64_t seed;              /* seeds requests that bring no seed        */
     int enable_prefix_caching;
     met_registry *met;          /* may be NULL                              */
+    /* speculative decoding (spec NULL: off) */
+    spec_proposer *spec;        /* borrowed; outlives the engine            */
+    int spec_k;                 /* tokens drafted per step, at most         */
+    int spec_disable_batch;     /* no drafting when this many or more run
+                                   (0: never disabled)                      */
+    double spec_min_accept;     /* a request whose recent acceptance falls
+                                   below this pauses drafting, backing off  */
     double log_interval_s;      /* stats line on stderr while busy; 0: off  */
     eng_notify_fn notify;
     void *notify_user;
@@ -67,6 +75,7 @@ typedef struct eng_params {
     int n_bias;
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
+    int no_speculation;   /* the request opted out of speculative decoding  */
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included

@@ -4,6 +4,7 @@
  * loader thread has the model ready. */
 #include "server/serve.h"
 
+#include <cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 #include "cpu/backend.h"
 #include "engine/eng.h"
 #include "engine/metrics.h"
+#include "engine/spec.h"
+#include "engine/spec_draft.h"
 #include "server/api.h"
 #include "server/args.h"
 #include "server/srv.h"
@@ -23,8 +26,21 @@ typedef struct serve_opts {
     const char *spec_config, *spec_model, *chat_template, *config;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
-    int disable_log_stats, num_spec_tokens, ngram_max, no_prefix_caching, prefix_caching;
+    int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, no_prefix_caching,
+        prefix_caching;
 } serve_opts;
+
+/* Speculative decoding as configured (vLLM's --speculative-config keys, or
+ * the older flags). */
+typedef struct spec_opts {
+    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT } method;
+    const char *model;        /* draft model directory                     */
+    int k;                    /* num_speculative_tokens                    */
+    int lookup_max, lookup_min;
+    int disable_by_batch_size;
+    double min_acceptance;
+    char model_buf[4096];
+} spec_opts;
 
 /* Everything the loader builds, torn down in reverse. */
 typedef struct app {
@@ -35,6 +51,11 @@ typedef struct app {
     tok *tk;
     tmpl *t;
     be_backend *be;
+    spec_opts so;
+    model *dm;                /* draft model, its tokenizer and backend    */
+    tok *dtk;
+    be_backend *dbe;
+    spec_proposer *spec;
     met_registry *met;
     eng *e;
     int max_len;
@@ -62,6 +83,128 @@ static size_t parse_size(const char *s)
     else if (*end)
         return 0;
     return (size_t)(v * mul);
+}
+
+static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v))
+        return INF_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble)
+        return inf_fail(err, INF_ERR_INVALID, "--speculative-config: \"%s\" must be an integer",
+                        key);
+    *out = (int)v->valuedouble;
+    return INF_OK;
+}
+
+/* --speculative-config JSON, or --speculative-model "[ngram]"|DIR with
+ * --num-speculative-tokens K and --ngram-prompt-lookup-max/min N. */
+static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
+{
+    memset(so, 0, sizeof *so);
+    so->k = o->num_spec_tokens > 0 ? o->num_spec_tokens : 4;
+    so->lookup_max = o->ngram_max > 0 ? o->ngram_max : 4;
+    so->lookup_min = o->ngram_min > 0 ? o->ngram_min : 1;
+    so->disable_by_batch_size = 8;
+    so->min_acceptance = 0.3;
+    if (o->spec_model) {
+        if (!strcmp(o->spec_model, "[ngram]")) {
+            so->method = SPEC_NGRAM;
+        } else {
+            so->method = SPEC_DRAFT;
+            so->model = o->spec_model;
+        }
+    }
+    if (o->spec_config) {
+        cJSON *j = cJSON_Parse(o->spec_config);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return inf_fail(err, INF_ERR_INVALID, "--speculative-config is not a JSON object");
+        }
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "method");
+        const cJSON *dir = cJSON_GetObjectItemCaseSensitive(j, "model");
+        const cJSON *floor = cJSON_GetObjectItemCaseSensitive(j, "min_acceptance");
+        int rc = INF_OK;
+        if (cJSON_IsString(dir) && strcmp(dir->valuestring, "[ngram]") != 0) {
+            so->method = SPEC_DRAFT;
+            snprintf(so->model_buf, sizeof so->model_buf, "%s", dir->valuestring);
+            so->model = so->model_buf;
+        } else if ((cJSON_IsString(m) && !strcmp(m->valuestring, "ngram")) ||
+                   (cJSON_IsString(dir) && !strcmp(dir->valuestring, "[ngram]"))) {
+            so->method = SPEC_NGRAM;
+        } else if (cJSON_IsString(m) && !strcmp(m->valuestring, "draft_model")) {
+            rc = inf_fail(err, INF_ERR_INVALID, "--speculative-config: method draft_model needs "
+                                                "\"model\": the draft's directory");
+        } else {
+            rc = inf_fail(err, INF_ERR_INVALID,
+                          "--speculative-config: say \"method\": \"ngram\" or give a draft "
+                          "\"model\" directory (got method %s)",
+                          cJSON_IsString(m) ? m->valuestring : "none");
+        }
+        if (!rc)
+            rc = json_int(j, "num_speculative_tokens", &so->k, err);
+        if (!rc)
+            rc = json_int(j, "prompt_lookup_max", &so->lookup_max, err);
+        if (!rc && !cJSON_GetObjectItemCaseSensitive(j, "prompt_lookup_min") && o->ngram_min <= 0)
+            so->lookup_min = 1;
+        if (!rc)
+            rc = json_int(j, "prompt_lookup_min", &so->lookup_min, err);
+        if (!rc)
+            rc = json_int(j, "disable_by_batch_size", &so->disable_by_batch_size, err);
+        if (!rc && floor) {
+            if (!cJSON_IsNumber(floor) || floor->valuedouble < 0 || floor->valuedouble > 1)
+                rc = inf_fail(err, INF_ERR_INVALID,
+                              "--speculative-config: \"min_acceptance\" must be in [0, 1]");
+            else
+                so->min_acceptance = floor->valuedouble;
+        }
+        cJSON_Delete(j);
+        if (rc)
+            return rc;
+    }
+    if (so->method != SPEC_OFF && (so->k < 1 || so->k > 32))
+        return inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
+                        so->k);
+    if (so->method == SPEC_NGRAM && (so->lookup_min < 1 || so->lookup_max < so->lookup_min))
+        return inf_fail(err, INF_ERR_INVALID,
+                        "prompt_lookup_min %d / prompt_lookup_max %d: need 1 <= min <= max",
+                        so->lookup_min, so->lookup_max);
+    return INF_OK;
+}
+
+/* The proposer: the n-gram lookup, or the draft model and its backend. */
+static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *err)
+{
+    const spec_opts *so = &a->so;
+    if (so->method == SPEC_NGRAM) {
+        spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
+        return spec_ngram_create(&nc, max_len, &a->spec, err);
+    }
+    int rc = model_load(so->model, &a->dm, err);
+    if (!rc)
+        rc = tok_create(so->model, &a->dtk, err);
+    if (!rc)
+        rc = spec_draft_check_tokenizers(a->tk, a->dtk, so->model, err);
+    if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
+                      "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
+    if (!rc && a->dm->cfg.max_position_embeddings < max_len)
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's context (%d) is shorter than "
+                      "the served context (%d); pass --max-model-len %d",
+                      so->model, a->dm->cfg.max_position_embeddings, max_len,
+                      a->dm->cfg.max_position_embeddings);
+    cpu_config dc = *target_cc;
+    dc.n_threads = 1; /* a small draft: its steps are too short to split */
+    if (!rc)
+        rc = cpu_backend_create(a->dm, &dc, &a->dbe, err);
+    if (!rc) {
+        spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = dc.num_blocks,
+                                .block_size = dc.block_size, .max_tokens = dc.max_tokens,
+                                .max_seqs = a->o.max_num_seqs, .max_len = max_len,
+                                .vocab = a->m->cfg.vocab_size};
+        rc = spec_draft_create(&sc, &a->spec, err);
+    }
+    return rc;
 }
 
 static void on_ready(void *user)
@@ -129,10 +272,13 @@ static void *load(void *arg)
                     cc.num_blocks - 1, max_len);
         rc = cpu_backend_create(a->m, &cc, &a->be, &a->err);
     }
+    if (!rc && a->so.method != SPEC_OFF)
+        rc = spec_load(a, max_len, &cc, &a->err);
     if (!rc) {
         met_config mc = met_config_default();
         mc.model_name = o->served_name ? o->served_name : o->model;
         mc.max_model_len = max_len;
+        mc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
         rc = met_create(&mc, &a->met, &a->err);
     }
     if (!rc) {
@@ -141,7 +287,10 @@ static void *load(void *arg)
                          .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = !o->no_prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
-                         .notify = api_on_engine_output, .notify_user = a->api};
+                         .notify = api_on_engine_output, .notify_user = a->api,
+                         .spec = a->spec, .spec_k = a->so.k,
+                         .spec_disable_batch = a->so.disable_by_batch_size,
+                         .spec_min_accept = a->so.min_acceptance};
         rc = eng_create(&ec, a->m, a->tk, a->be, &a->e, &a->err);
     }
     if (rc) {
@@ -155,6 +304,11 @@ static void *load(void *arg)
             inf_dtype_name(a->m->layers[0].wq.dtype), max_len, cc.num_blocks - 1, cc.block_size,
             (double)cc.num_blocks * cc.block_size * cpu_kv_bytes_per_token(a->m) / 1048576.0,
             cpu_backend_kernels(a->be));
+    if (a->spec)
+        fprintf(stderr, "inferd: speculative decoding: %s, %d tokens per step, off at %d or more "
+                        "running, acceptance floor %.2f\n",
+                a->so.method == SPEC_NGRAM ? "n-gram prompt lookup" : a->so.model, a->so.k,
+                a->so.disable_by_batch_size, a->so.min_acceptance);
     a->max_len = max_len;
     srv_post(a->srv, on_ready, a);
     return NULL;
@@ -221,11 +375,14 @@ int serve_main(int argc, char **argv)
                                                                      "shared prefixes (default)"},
         {"no-enable-prefix-caching", ARG_FLAG, &o->no_prefix_caching, NULL, "turn prefix "
                                                                             "caching off"},
-        {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding (not "
-                                                                 "built yet)"},
-        {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling (not built yet)"},
-        {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling"},
-        {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling"},
+        {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding, as vLLM: "
+         "{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4} or "
+         "{\"model\":\"DRAFT_DIR\",\"num_speculative_tokens\":4}"},
+        {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling: \"[ngram]\" or a "
+                                                              "draft model directory"},
+        {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
+        {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
+        {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
         {"config", ARG_STR, &o->config, "FILE", "YAML config file (not built yet)"},
     };
     int n_specs = (int)(sizeof specs / sizeof *specs), help = 0, rc = 1;
@@ -244,7 +401,6 @@ int serve_main(int argc, char **argv)
     const char *bad = !o->model ? "--model is required (see --help)"
                       : strcmp(o->device, "cpu") ? "--device: only cpu is built"
                       : o->tp != 1 ? "--tensor-parallel-size: only 1 on the CPU"
-                      : (o->spec_config || o->spec_model) ? "speculative decoding is not built yet"
                       : o->config ? "--config is not built yet"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
                          o->max_body_mb < 1 || o->port < 0 || o->port > 65535)
@@ -259,6 +415,11 @@ int serve_main(int argc, char **argv)
     }
     if (o->batched < o->max_num_seqs)
         o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
+    if (spec_parse(o, &a->so, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        free(a);
+        return 2;
+    }
     api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
                      .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
                      .max_model_len = 0, .max_waiting = o->max_waiting,
@@ -290,6 +451,11 @@ int serve_main(int argc, char **argv)
     }
     eng_destroy(a->e);
     srv_destroy(a->srv);
+    if (a->spec)
+        a->spec->ops->destroy(a->spec);
+    be_destroy(a->dbe);
+    tok_destroy(a->dtk);
+    model_destroy(a->dm);
     be_destroy(a->be);
     met_destroy(a->met);
     tmpl_destroy(a->t);

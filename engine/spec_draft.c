@@ -1,0 +1,269 @@
+#include "spec_draft.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv.h"
+
+typedef struct draft_state {
+    kv_seq kv;
+    int n_computed;     /* leading tokens of the sequence the draft has KV for */
+    smp_rng rng;        /* its own draws: the target's stream is untouched     */
+    int seeded;
+} draft_state;
+
+typedef struct draft {
+    spec_proposer base;
+    spec_draft_config cfg;
+    kv_pool *kv;
+    smp_ctx *smp;
+    int max_blocks;
+    /* step buffers */
+    int32_t *tokens, *positions, *slots, *seq_start, *seq_len, *table, *rows;
+    float *logits;      /* [max_seqs][vocab]                                    */
+    float *work;        /* [vocab]                                              */
+    int32_t *hist;      /* [max_len] history with the drafts so far             */
+} draft;
+
+static draft_state *state_of(spec_seq *q)
+{
+    if (!q->state)
+        q->state = calloc(1, sizeof(draft_state));
+    return q->state;
+}
+
+/* One draft forward over batch entries (seq i computes toks[i][0..cnt[i])
+ * from position pos[i]); logits of each entry's last token land in
+ * d->logits in entry order. */
+static int forward(draft *d, spec_seq *const *seqs, const int *idx, int n, const int32_t *const *toks,
+                   const int *cnt, inf_err *err)
+{
+    int T = 0, bs = d->cfg.block_size;
+    for (int e = 0; e < n; e++) {
+        draft_state *s = seqs[idx[e]]->state;
+        d->seq_start[e] = T;
+        for (int j = 0; j < cnt[e]; j++, T++) {
+            int p = s->n_computed + j;
+            d->tokens[T] = toks[e][j];
+            d->positions[T] = p;
+            d->slots[T] = s->kv.blocks[p / bs] * bs + p % bs;
+        }
+        d->seq_len[e] = s->n_computed + cnt[e];
+        memcpy(d->table + (size_t)e * d->max_blocks, s->kv.blocks,
+               sizeof(int32_t) * (size_t)s->kv.n_blocks);
+        d->rows[e] = T - 1;
+    }
+    d->seq_start[n] = T;
+    be_batch b = {.n_tokens = T, .tokens = d->tokens, .positions = d->positions,
+                  .slots = d->slots, .n_seqs = n, .seq_start = d->seq_start,
+                  .seq_len = d->seq_len, .block_table = d->table, .max_blocks = d->max_blocks,
+                  .logit_rows = d->rows, .n_logits = n};
+    int rc = be_forward(d->cfg.backend, &b, d->logits, err);
+    for (int e = 0; e < n && !rc; e++)
+        ((draft_state *)seqs[idx[e]]->state)->n_computed += cnt[e];
+    return rc;
+}
+
+/* The draft's next token from its logits row, sampled as the request
+ * samples (its distribution into probs when wanted). */
+static int32_t pick(draft *d, spec_seq *q, draft_state *s, const smp_params *p, const float *row,
+                    const int32_t *drafted, int n_drafted, float *probs)
+{
+    memcpy(d->work, row, sizeof(float) * (size_t)d->cfg.vocab);
+    int hist_n = q->n_tokens - q->n_prompt;
+    memcpy(d->hist, q->tokens + q->n_prompt, sizeof(int32_t) * (size_t)hist_n);
+    memcpy(d->hist + hist_n, drafted, sizeof(int32_t) * (size_t)n_drafted);
+    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt, .output = d->hist,
+                     .n_output = hist_n + n_drafted};
+    smp_apply_penalties(d->smp, p, &h, d->work);
+    if (p->temperature == 0 || !probs)
+        return smp_argmax(d->work, d->cfg.vocab);
+    smp_probs(d->smp, p, d->work, probs);
+    if (!s->seeded) {
+        smp_rng_seed(&s->rng, p->seed ^ 0x5bd1e995u);
+        s->seeded = 1;
+    }
+    return smp_draw(probs, d->cfg.vocab, smp_rng_uniform(&s->rng));
+}
+
+static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const smp_params *params,
+                         int kmax, int *k, int32_t *drafts, float *probs, inf_err *err)
+{
+    draft *d = (draft *)pp;
+    int V = d->cfg.vocab, idx[n > 0 ? n : 1], cnt[n > 0 ? n : 1], m = 0;
+    const int32_t *toks[n > 0 ? n : 1];
+    /* who drafts: state, and room for the catch-up plus k - 1 drafts */
+    for (int i = 0; i < n; i++) {
+        draft_state *s = k[i] > 0 ? state_of(seqs[i]) : NULL;
+        if (!s || kv_seq_reserve(d->kv, &s->kv, seqs[i]->n_tokens + k[i] - 1) != INF_OK) {
+            k[i] = 0;
+            continue;
+        }
+        if (s->n_computed >= seqs[i]->n_tokens) /* logits come from the last token */
+            s->n_computed = seqs[i]->n_tokens - 1;
+        idx[m++] = i;
+    }
+    /* catch up on new tokens, in rounds that fit the draft's step */
+    int remaining = m;
+    while (remaining > 0) {
+        int e = 0, budget = d->cfg.max_tokens;
+        int batch[n > 0 ? n : 1];
+        for (int t = 0; t < m && budget > 0; t++) {
+            spec_seq *q = seqs[idx[t]];
+            draft_state *s = q->state;
+            int todo = q->n_tokens - s->n_computed;
+            if (todo <= 0)
+                continue;
+            int c = todo < budget ? todo : budget;
+            batch[e] = idx[t];
+            toks[e] = q->tokens + s->n_computed;
+            cnt[e] = c;
+            budget -= c;
+            e++;
+        }
+        if (e == 0)
+            break;
+        int rc = forward(d, seqs, batch, e, toks, cnt, err);
+        if (rc)
+            return rc;
+        remaining = 0;
+        for (int t = 0; t < e; t++) {
+            spec_seq *q = seqs[batch[t]];
+            draft_state *s = q->state;
+            if (s->n_computed < q->n_tokens) {
+                remaining++;
+                continue;
+            }
+            int i = batch[t];
+            float *pr = probs && params[i].temperature > 0 ? probs + (size_t)i * kmax * V : NULL;
+            drafts[(size_t)i * kmax] = pick(d, q, s, &params[i], d->logits + (size_t)t * V,
+                                            NULL, 0, pr);
+        }
+    }
+    /* then k - 1 more steps, one token per drafting sequence */
+    for (int j = 1; j < kmax; j++) {
+        int e = 0, batch[n > 0 ? n : 1];
+        for (int t = 0; t < m; t++)
+            if (k[idx[t]] > j) {
+                int i = idx[t];
+                batch[e] = i;
+                toks[e] = drafts + (size_t)i * kmax + j - 1;
+                cnt[e] = 1;
+                e++;
+            }
+        if (e == 0)
+            break;
+        int rc = forward(d, seqs, batch, e, toks, cnt, err);
+        if (rc)
+            return rc;
+        for (int t = 0; t < e; t++) {
+            int i = batch[t];
+            spec_seq *q = seqs[i];
+            float *pr = probs && params[i].temperature > 0 ? probs + ((size_t)i * kmax + j) * V
+                                                           : NULL;
+            drafts[(size_t)i * kmax + j] = pick(d, q, q->state, &params[i],
+                                                d->logits + (size_t)t * V,
+                                                drafts + (size_t)i * kmax, j, pr);
+        }
+    }
+    return INF_OK;
+}
+
+static void draft_rollback(spec_proposer *pp, spec_seq *q, int n_valid)
+{
+    draft *d = (draft *)pp;
+    draft_state *s = q->state;
+    if (!s)
+        return;
+    if (s->n_computed > n_valid)
+        s->n_computed = n_valid;
+    kv_seq_truncate(d->kv, &s->kv, s->n_computed);
+}
+
+static void draft_release(spec_proposer *pp, spec_seq *q)
+{
+    draft *d = (draft *)pp;
+    draft_state *s = q->state;
+    if (!s)
+        return;
+    kv_seq_release(d->kv, &s->kv);
+    free(s);
+    q->state = NULL;
+}
+
+static void draft_destroy(spec_proposer *pp)
+{
+    draft *d = (draft *)pp;
+    if (!d)
+        return;
+    kv_destroy(d->kv);
+    smp_destroy(d->smp);
+    free(d->tokens), free(d->positions), free(d->slots), free(d->seq_start), free(d->seq_len);
+    free(d->table), free(d->rows), free(d->logits), free(d->work), free(d->hist);
+    free(d);
+}
+
+static const spec_proposer_ops draft_ops = {
+    .name = "draft_model", .propose = draft_propose, .rollback = draft_rollback,
+    .release = draft_release, .destroy = draft_destroy, .deterministic = 0,
+};
+
+int spec_draft_create(const spec_draft_config *cfg, spec_proposer **out, inf_err *err)
+{
+    *out = NULL;
+    draft *d = calloc(1, sizeof *d);
+    if (!d)
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    d->base.ops = &draft_ops;
+    d->cfg = *cfg;
+    d->max_blocks = (cfg->max_len + cfg->block_size - 1) / cfg->block_size;
+    kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
+    int rc = kv_create(&kc, &d->kv, err);
+    if (!rc)
+        rc = smp_create(cfg->vocab, &d->smp, err);
+    if (rc) {
+        draft_destroy(&d->base);
+        return rc;
+    }
+    size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
+    d->tokens = malloc(sizeof(int32_t) * T);
+    d->positions = malloc(sizeof(int32_t) * T);
+    d->slots = malloc(sizeof(int32_t) * T);
+    d->seq_start = malloc(sizeof(int32_t) * (S + 1));
+    d->seq_len = malloc(sizeof(int32_t) * S);
+    d->table = calloc(S * (size_t)d->max_blocks, sizeof(int32_t));
+    d->rows = malloc(sizeof(int32_t) * S);
+    d->logits = malloc(sizeof(float) * S * (size_t)cfg->vocab);
+    d->work = malloc(sizeof(float) * (size_t)cfg->vocab);
+    d->hist = malloc(sizeof(int32_t) * (size_t)cfg->max_len);
+    if (!d->tokens || !d->positions || !d->slots || !d->seq_start || !d->seq_len || !d->table ||
+        !d->rows || !d->logits || !d->work || !d->hist) {
+        draft_destroy(&d->base);
+        return inf_fail(err, INF_ERR_NOMEM, "draft model: out of memory for step buffers");
+    }
+    *out = &d->base;
+    return INF_OK;
+}
+
+int spec_draft_check_tokenizers(const tok *target, const tok *draft_tok, const char *draft_dir,
+                                inf_err *err)
+{
+    int n = tok_vocab_size(target);
+    if (tok_vocab_size(draft_tok) != n)
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "%s: the draft's tokenizer has %d pieces, the target's %d: speculative "
+                        "decoding needs the same tokenizer",
+                        draft_dir, tok_vocab_size(draft_tok), n);
+    if (tok_bos_id(target) != tok_bos_id(draft_tok) || tok_eos_id(target) != tok_eos_id(draft_tok))
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "%s: the draft's BOS/EOS ids (%d/%d) differ from the target's (%d/%d)",
+                        draft_dir, tok_bos_id(draft_tok), tok_eos_id(draft_tok),
+                        tok_bos_id(target), tok_eos_id(target));
+    for (int i = 0; i < n; i++)
+        if (strcmp(tok_piece(target, i), tok_piece(draft_tok, i)) != 0)
+            return inf_fail(err, INF_ERR_UNSUPPORTED,
+                            "%s: the draft's tokenizer differs from the target's at id %d "
+                            "('%s' vs '%s')",
+                            draft_dir, i, tok_piece(draft_tok, i), tok_piece(target, i));
+    return INF_OK;
+}
