@@ -48,7 +48,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TOOL_SRC := $(wildcard tests/tools/*.c) $(wildcard bench/*.c)
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: all deps test unit check run bench install clean
+.PHONY: all deps test unit check run bench bench-spec install clean
 .SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
@@ -143,6 +143,11 @@ run: deps
 bench: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/bench_engine
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench
+
+# Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
+bench-spec: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
 install: $(BUILD)/inferd
 	install -d $(DESTDIR)$(PREFIX)/bin
