@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define INFERD_VERSION "0.1.0"
+
 /* Error codes: 0 is success, negative values are failures. */
 enum {
     INF_OK = 0,

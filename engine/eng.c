@@ -64,6 +64,8 @@ struct eng {
     int stop;
     atomic_int pending_cancel;
     atomic_int queued;          /* submitted, not yet running               */
+    _Atomic double beat;        /* inf_now() at the loop's last turn        */
+    atomic_int idle;            /* waiting for work                         */
     /* engine-thread state */
     eng_req **active;           /* requests inside the engine               */
     int n_active, cap_active;
@@ -656,7 +658,8 @@ static void propose(eng *e)
     inf_err err = {0};
     if (sp->ops->propose(sp, e->cand_ss, n, e->cand_params, e->kmax, e->cand_k, e->drafts,
                          e->dprobs, &err) != INF_OK) {
-        fprintf(stderr, "inferd: speculation: %s (no drafts this step)\n", err.msg);
+        log_msg(e->cfg.log, LOG_WARN, "engine", NULL, "speculation: %s (no drafts this step)",
+                err.msg);
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -849,7 +852,7 @@ static void publish(eng *e, const eng_stats *st)
         char line[512];
         met_snapshot(m, &cur);
         met_log_line(&e->log_prev, &cur, now - e->log_at, e->kmax, line, sizeof line);
-        fprintf(stderr, "inferd: engine: %s\n", line);
+        log_msg(e->cfg.log, LOG_INFO, "engine", NULL, "%s", line);
         e->log_prev = cur;
         e->log_at = now;
     }
@@ -862,8 +865,11 @@ static void *eng_main(void *arg)
         pthread_mutex_lock(&e->mu);
         if (!e->stop && !e->inbox_head && e->n_active == 0)
             e->log_at = 0; /* idle: the line is for busy periods */
+        atomic_store(&e->idle, 1);
         while (!e->stop && !e->inbox_head && e->n_active == 0)
             pthread_cond_wait(&e->cv, &e->mu);
+        atomic_store(&e->idle, 0);
+        atomic_store(&e->beat, inf_now());
         eng_req *in = e->inbox_head;
         e->inbox_head = e->inbox_tail = NULL;
         e->inbox_n = 0;
@@ -883,6 +889,7 @@ static void *eng_main(void *arg)
         if (atomic_exchange(&e->pending_cancel, 0))
             reap_cancelled(e);
         step(e);
+        atomic_store(&e->beat, inf_now());
         compact(e);
         notify_all(e);
         pthread_mutex_lock(&e->mu);
@@ -943,6 +950,11 @@ void eng_cancel(eng *e, eng_req *r)
     pthread_mutex_lock(&e->mu);
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
+}
+
+int eng_alive(eng *e, double max_age)
+{
+    return atomic_load(&e->idle) || inf_now() - atomic_load(&e->beat) < max_age;
 }
 
 void eng_get_stats(eng *e, eng_stats *s)
@@ -1028,6 +1040,7 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
         rc = inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
         goto fail;
     }
+    atomic_store(&e->beat, inf_now());
     if (pthread_create(&e->thread, NULL, eng_main, e) != 0) {
         rc = inf_fail(err, INF_ERR_NOMEM, "engine: cannot start its thread");
         goto fail;

@@ -7,6 +7,7 @@
 #define INFERD_ENG_H
 
 #include "be.h"
+#include "log.h"
 #include "metrics.h"
 #include "model.h"
 #include "smp.h"
@@ -29,6 +30,7 @@ typedef struct eng_config {
     uint64_t seed;              /* seeds requests that bring no seed        */
     int enable_prefix_caching;
     met_registry *met;          /* may be NULL                              */
+    logger *log;                /* may be NULL (plain stderr)               */
     /* speculative decoding (spec NULL: off) */
     spec_proposer *spec;        /* borrowed; outlives the engine            */
     int spec_k;                 /* tokens drafted per step, at most         */
@@ -149,5 +151,9 @@ typedef struct eng_stats {
 } eng_stats;
 
 void eng_get_stats(eng *e, eng_stats *s); /* any thread */
+
+/* Whether the engine thread is healthy: waiting for work, or through a step
+ * within the last max_age seconds (the systemd watchdog asks). Any thread. */
+int eng_alive(eng *e, double max_age);
 
 #endif

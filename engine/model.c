@@ -569,3 +569,26 @@ size_t model_weight_bytes(const model *m)
     }
     return n;
 }
+
+void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
+                    void *user)
+{
+    size_t total = st_data_bytes(m->st), done = 0, next_report = 0;
+    volatile unsigned char sink = 0;
+    for (int i = 0; i < st_count(m->st); i++) {
+        const st_tensor *t = st_get(m->st, i);
+        const unsigned char *p = t->data;
+        for (size_t off = 0; off < t->nbytes; off += 4096) {
+            sink ^= p[off];
+            size_t now = done + (off + 4096 < t->nbytes ? off + 4096 : t->nbytes);
+            if (progress && now >= next_report) {
+                progress(user, now, total);
+                next_report = now + total / 100 + 1;
+            }
+        }
+        done += t->nbytes;
+    }
+    (void)sink;
+    if (progress)
+        progress(user, total, total);
+}

@@ -76,6 +76,12 @@ int model_load(const char *dir, model **out, inf_err *err);
 /* Unmaps and frees; NULL-safe. */
 void model_destroy(model *m);
 
+/* Reads every page of the weights once, so the first request does not pay
+ * for disk reads; progress(user, done, total) is called about every 1% of
+ * the bytes and at the end. */
+void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
+                    void *user);
+
 /* Bytes of weights the forward pass reads per token (all matrices once). */
 size_t model_weight_bytes(const model *m);
 

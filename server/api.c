@@ -9,8 +9,6 @@
 
 #include "server/gcall.h"
 
-#define INFERD_VERSION "0.1.0"
-
 struct api {
     api_config cfg;
     srv *srv;

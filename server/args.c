@@ -86,6 +86,34 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
     return INF_OK;
 }
 
+static int flag_value(const char *v, int *out)
+{
+    static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (!strcasecmp(v, yes[i]))
+            return *out = 1, 1;
+        if (!strcasecmp(v, no[i]))
+            return *out = 0, 1;
+    }
+    return 0;
+}
+
+int args_set(const arg_spec *specs, int n_specs, const char *name, const char *value,
+             inf_err *err)
+{
+    for (int k = 0; k < n_specs; k++) {
+        if (!same_name(name, strlen(name), specs[k].name))
+            continue;
+        if (specs[k].kind != ARG_FLAG)
+            return set_value(&specs[k], value, err);
+        if (!flag_value(value, (int *)specs[k].dst))
+            return inf_fail(err, INF_ERR_INVALID, "%s expects true or false, got '%s'", name,
+                            value);
+        return INF_OK;
+    }
+    return inf_fail(err, INF_ERR_INVALID, "unknown option '%s' (see --help)", name);
+}
+
 int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_err *err)
 {
     for (int i = 0; i < n_specs; i++) {
@@ -98,8 +126,8 @@ int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_er
         if (!v)
             continue;
         if (specs[i].kind == ARG_FLAG) {
-            *(int *)specs[i].dst = !strcmp(v, "1") || !strcasecmp(v, "true") ||
-                                   !strcasecmp(v, "yes");
+            if (!flag_value(v, (int *)specs[i].dst))
+                return inf_fail(err, INF_ERR_INVALID, "%s expects true or false, got '%s'", var, v);
             continue;
         }
         inf_err e2 = {0};

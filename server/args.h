@@ -29,6 +29,12 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
  * "true" or "yes". Same errors as args_parse, naming the variable. */
 int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_err *err);
 
+/* Sets the option called name (dashes or underscores) from a string value;
+ * flags take true/false, yes/no, on/off or 1/0. INF_ERR_INVALID for an unknown
+ * name or a bad value, with a message naming the option. */
+int args_set(const arg_spec *specs, int n_specs, const char *name, const char *value,
+             inf_err *err);
+
 /* One line per option. */
 void args_help(FILE *f, const arg_spec *specs, int n_specs);
 

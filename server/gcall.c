@@ -261,6 +261,7 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     }
     oai_usage u;
     usage_of(g, &u);
+    srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
     *body = oai_response_json(&g->meta, cs, g->n_ch, &u);
     *len = *body ? strlen(*body) : 0;
     *status = *body ? 200 : 500;
@@ -325,11 +326,11 @@ static long stream_read(void *call, char *buf, size_t max)
             all &= g->ch[i].finished;
         }
         if (all && !g->done_queued) {
-            if (g->req->include_usage) {
-                oai_usage u;
-                usage_of(g, &u);
+            oai_usage u;
+            usage_of(g, &u);
+            srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
+            if (g->req->include_usage)
                 queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
-            }
             const char *done = oai_sse_done();
             append_bytes(&g->buf, &g->len, &g->cap, done, strlen(done));
             g->done_queued = 1;
@@ -346,7 +347,11 @@ static long stream_read(void *call, char *buf, size_t max)
 static void call_closed(void *call, int client_gone)
 {
     gcall *g = call;
-    (void)client_gone;
+    if (client_gone) { /* what it got before leaving */
+        oai_usage u;
+        usage_of(g, &u);
+        srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
+    }
     for (int i = 0; i < g->n_ch; i++)
         if (!g->ch[i].finished)
             eng_cancel(g->e, g->ch[i].r);
@@ -462,6 +467,10 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     g->meta.model = env->model_id;
     g->meta.usage_null = r->stream && r->include_usage; /* as OpenAI's stream chunks */
 
+    int n_in = 0;
+    for (int i = 0; i < n_prompts; i++)
+        n_in += prompts[i].n;
+    srv_conn_set_request(c, g->id, n_in, 0);
     if (check_lengths(env, r, prompts, n_prompts, &err)) {
         reply_err(c, &err, NULL);
         gcall_unref(g);

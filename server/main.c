@@ -2,10 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "engine/common.h"
 #include "server/generate.h"
 #include "server/serve.h"
-
-#define INFERD_VERSION "0.1.0"
 
 static void usage(FILE *f)
 {

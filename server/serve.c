@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cpu/backend.h"
@@ -19,6 +20,8 @@
 #include "engine/spec_draft.h"
 #include "server/api.h"
 #include "server/args.h"
+#include "server/cfg.h"
+#include "server/sdn.h"
 #include "server/srv.h"
 
 typedef struct serve_opts {
@@ -27,7 +30,8 @@ typedef struct serve_opts {
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, no_prefix_caching,
-        prefix_caching;
+        prefix_caching, disable_access_log;
+    const char *log_format, *log_level;
 } serve_opts;
 
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
@@ -62,6 +66,16 @@ typedef struct app {
     int failed;
     inf_err err;
     pthread_t loader;
+    logger *log;
+    sdn *notify;
+    /* the systemd watchdog: pinged while the engine is alive */
+    pthread_t watchdog;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    int wd_stop, wd_running;
+    /* load progress */
+    int tty;
+    int last_pct, last_decile;
 } app;
 
 /* "4GiB", "512MiB", "2G", "1000000" in bytes; 0 on a malformed value. */
@@ -211,16 +225,75 @@ static void on_ready(void *user)
 {
     app *a = user;
     api_set_ready(a->api, a->m, a->tk, a->t, a->e, a->met, a->max_len);
-    fprintf(stderr, "inferd: ready: serving %s on port %d\n", a->o.served_name ? a->o.served_name
-                                                                                : a->o.model,
+    const char *id = a->o.served_name ? a->o.served_name : a->o.model;
+    log_msg(a->log, LOG_INFO, "server", NULL, "ready: serving %s on %s:%d", id, a->o.host,
             srv_port(a->srv));
+    /* the model is loaded and the port listens: now systemd may route to us */
+    sdn_send(a->notify, "READY=1\nSTATUS=serving %s on port %d", id, srv_port(a->srv));
 }
 
 static void on_failed(void *user)
 {
     app *a = user;
-    fprintf(stderr, "inferd: error: %s\n", a->err.msg);
+    log_msg(a->log, LOG_ERROR, "server", NULL, "%s", a->err.msg);
+    sdn_send(a->notify, "STATUS=failed: %s", a->err.msg);
     srv_stop(a->srv);
+}
+
+static void on_shutdown(void *user)
+{
+    app *a = user;
+    sdn_send(a->notify, "STOPPING=1\nSTATUS=draining requests");
+}
+
+/* Pings the systemd watchdog at half its period while the engine lives: a
+ * stuck engine thread stops the pings and systemd restarts the service. */
+static void *watchdog_main(void *arg)
+{
+    app *a = arg;
+    double period = (double)sdn_watchdog_usec(a->notify) / 1e6;
+    pthread_mutex_lock(&a->wd_mu);
+    while (!a->wd_stop) {
+        if (!a->e || eng_alive(a->e, period))
+            sdn_send(a->notify, "WATCHDOG=1");
+        else
+            log_msg(a->log, LOG_ERROR, "server", NULL,
+                    "the engine thread has not stepped for %.0f s: not feeding the watchdog",
+                    period);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + period / 2;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&a->wd_cv, &a->wd_mu, &ts);
+    }
+    pthread_mutex_unlock(&a->wd_mu);
+    return NULL;
+}
+
+/* Weight loading progress: a bar on a terminal, a line per 10% otherwise,
+ * and systemd's STATUS=. */
+static void on_progress(void *user, size_t done, size_t total)
+{
+    app *a = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct == a->last_pct)
+        return;
+    a->last_pct = pct;
+    sdn_send(a->notify, "STATUS=loading weights: %d%%", pct);
+    if (a->tty && !log_is_json(a->log)) {
+        char bar[41];
+        int fill = pct * 40 / 100;
+        memset(bar, '#', (size_t)fill);
+        memset(bar + fill, '.', (size_t)(40 - fill));
+        bar[40] = '\0';
+        fprintf(stderr, "\rloading weights [%s] %3d%% (%.0f / %.0f MB)%s", bar, pct,
+                (double)done / 1e6, (double)total / 1e6, pct == 100 ? "\n" : "");
+    } else if (pct / 10 != a->last_decile) {
+        a->last_decile = pct / 10;
+        log_msg(a->log, LOG_INFO, "loader", NULL, "loading weights: %d%% (%.0f / %.0f MB)", pct,
+                (double)done / 1e6, (double)total / 1e6);
+    }
 }
 
 static void *load(void *arg)
@@ -228,14 +301,20 @@ static void *load(void *arg)
     app *a = arg;
     const serve_opts *o = &a->o;
     double t0 = inf_now();
+    sdn_send(a->notify, "STATUS=loading %s", o->model);
     int rc = model_load(o->model, &a->m, &a->err);
+    if (!rc) {
+        a->last_pct = a->last_decile = -1;
+        model_prefetch(a->m, on_progress, a);
+    }
     if (!rc)
         rc = tok_create(o->model, &a->tk, &a->err);
     if (!rc) {
         char note[256] = "";
         rc = tmpl_from_config(o->model, o->chat_template, &a->t, note, sizeof note, &a->err);
         if (!rc)
-            fprintf(stderr, "inferd: %s\n", note);
+            log_msg(a->log, tmpl_get_origin(a->t) == TMPL_FROM_FALLBACK ? LOG_WARN : LOG_INFO,
+                    "loader", NULL, "%s", note);
     }
     const model_config *c = rc ? NULL : &a->m->cfg;
     int max_len = 0;
@@ -267,8 +346,9 @@ static void *load(void *arg)
         cc.max_context = max_len;
         cc.num_blocks = (int)(tokens / (size_t)o->block_size) + 1;
         if ((size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
-            fprintf(stderr, "inferd: warning: the KV pool (%d blocks) cannot hold one sequence "
-                            "of %d tokens; long requests will be refused\n",
+            log_msg(a->log, LOG_WARN, "loader", NULL,
+                    "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
+                    "requests will be refused",
                     cc.num_blocks - 1, max_len);
         rc = cpu_backend_create(a->m, &cc, &a->be, &a->err);
     }
@@ -290,7 +370,7 @@ static void *load(void *arg)
                          .notify = api_on_engine_output, .notify_user = a->api,
                          .spec = a->spec, .spec_k = a->so.k,
                          .spec_disable_batch = a->so.disable_by_batch_size,
-                         .spec_min_accept = a->so.min_acceptance};
+                         .spec_min_accept = a->so.min_acceptance, .log = a->log};
         rc = eng_create(&ec, a->m, a->tk, a->be, &a->e, &a->err);
     }
     if (rc) {
@@ -298,15 +378,17 @@ static void *load(void *arg)
         srv_post(a->srv, on_failed, a);
         return NULL;
     }
-    fprintf(stderr, "inferd: loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights; "
-                    "context %d, KV pool %d blocks of %d tokens (%.0f MiB), %s kernels\n",
+    log_msg(a->log, LOG_INFO, "loader", NULL,
+            "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights; context %d, KV "
+            "pool %d blocks of %d tokens (%.0f MiB), %s kernels",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype), max_len, cc.num_blocks - 1, cc.block_size,
             (double)cc.num_blocks * cc.block_size * cpu_kv_bytes_per_token(a->m) / 1048576.0,
             cpu_backend_kernels(a->be));
     if (a->spec)
-        fprintf(stderr, "inferd: speculative decoding: %s, %d tokens per step, off at %d or more "
-                        "running, acceptance floor %.2f\n",
+        log_msg(a->log, LOG_INFO, "loader", NULL,
+                "speculative decoding: %s, %d tokens per step, off at %d or more running, "
+                "acceptance floor %.2f",
                 a->so.method == SPEC_NGRAM ? "n-gram prompt lookup" : a->so.model, a->so.k,
                 a->so.disable_by_batch_size, a->so.min_acceptance);
     a->max_len = max_len;
@@ -371,6 +453,10 @@ int serve_main(int argc, char **argv)
                                                          "20)"},
         {"max-n", ARG_INT, &o->max_n, "N", "choices per request limit (default 16)"},
         {"disable-log-stats", ARG_FLAG, &o->disable_log_stats, NULL, "no periodic stats line"},
+        {"disable-access-log", ARG_FLAG, &o->disable_access_log, NULL, "no line per HTTP "
+                                                                       "request"},
+        {"log-format", ARG_STR, &o->log_format, "FMT", "text (default) or json"},
+        {"log-level", ARG_STR, &o->log_level, "LEVEL", "debug, info (default), warn, error"},
         {"enable-prefix-caching", ARG_FLAG, &o->prefix_caching, NULL, "reuse cached KV blocks of "
                                                                      "shared prefixes (default)"},
         {"no-enable-prefix-caching", ARG_FLAG, &o->no_prefix_caching, NULL, "turn prefix "
@@ -383,15 +469,29 @@ int serve_main(int argc, char **argv)
         {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
         {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
         {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
-        {"config", ARG_STR, &o->config, "FILE", "YAML config file (not built yet)"},
+        {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
+                                                "flags override it, it overrides INFERD_*"},
     };
     int n_specs = (int)(sizeof specs / sizeof *specs), help = 0, rc = 1;
     inf_err err = {0};
+    cfg_file *cf = NULL;
+    /* environment < config file < command line */
     if (args_from_env(specs, n_specs, "INFERD_", &err) ||
         args_parse(specs, n_specs, argc, argv, &help, &err)) {
         fprintf(stderr, "inferd: %s\n", err.msg);
         free(a);
         return 2;
+    }
+    if (o->config && !help) {
+        const char *path = o->config;
+        if (args_from_env(specs, n_specs, "INFERD_", &err) ||
+            cfg_load(path, specs, n_specs, &cf, &err) ||
+            args_parse(specs, n_specs, argc, argv, &help, &err)) {
+            fprintf(stderr, "inferd: %s\n", err.msg);
+            cfg_free(cf);
+            free(a);
+            return 2;
+        }
     }
     if (help) {
         usage(stdout, specs, n_specs);
@@ -401,7 +501,6 @@ int serve_main(int argc, char **argv)
     const char *bad = !o->model ? "--model is required (see --help)"
                       : strcmp(o->device, "cpu") ? "--device: only cpu is built"
                       : o->tp != 1 ? "--tensor-parallel-size: only 1 on the CPU"
-                      : o->config ? "--config is not built yet"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
                          o->max_body_mb < 1 || o->port < 0 || o->port > 65535)
                           ? "sizes and limits must be positive"
@@ -415,8 +514,28 @@ int serve_main(int argc, char **argv)
     }
     if (o->batched < o->max_num_seqs)
         o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
-    if (spec_parse(o, &a->so, &err)) {
+    log_config lc = log_config_default();
+    static const char *levels[] = {"debug", "info", "warn", "error"};
+    int lv = -1;
+    for (int i = 0; i < 4 && o->log_level; i++)
+        if (!strcmp(o->log_level, levels[i]))
+            lv = i;
+    if ((o->log_format && strcmp(o->log_format, "text") && strcmp(o->log_format, "json")) ||
+        (o->log_level && lv < 0)) {
+        fprintf(stderr, "inferd: --log-format is text or json; --log-level is debug, info, warn "
+                        "or error\n");
+        cfg_free(cf);
+        free(a);
+        return 2;
+    }
+    lc.format = o->log_format && !strcmp(o->log_format, "json") ? LOG_JSON : LOG_TEXT;
+    lc.min_level = lv >= 0 ? (log_level)lv : LOG_INFO;
+    a->tty = isatty(STDERR_FILENO);
+    if (spec_parse(o, &a->so, &err) || log_create(&lc, &a->log, &err) ||
+        sdn_create(&a->notify, &err)) {
         fprintf(stderr, "inferd: %s\n", err.msg);
+        log_destroy(a->log);
+        cfg_free(cf);
         free(a);
         return 2;
     }
@@ -433,22 +552,44 @@ int serve_main(int argc, char **argv)
     sc.max_connections = o->max_connections;
     sc.timeout_s = o->timeout_s;
     sc.grace_s = o->grace_s;
+    sc.log = a->log;
+    sc.access_log = !o->disable_access_log;
+    sc.on_shutdown = on_shutdown;
+    sc.user = a;
     if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
-        fprintf(stderr, "inferd: %s\n", err.msg);
+        log_msg(a->log, LOG_ERROR, "server", NULL, "%s", err.msg);
+        sdn_send(a->notify, "STATUS=failed: %s", err.msg);
         api_destroy(a->api);
+        sdn_destroy(a->notify);
+        log_destroy(a->log);
+        cfg_free(cf);
         free(a);
         return 1;
     }
     api_set_server(a->api, a->srv);
-    fprintf(stderr, "inferd: listening on %s:%d, loading %s\n", o->host, srv_port(a->srv),
-            o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s listening on %s:%d, loading %s",
+            INFERD_VERSION, o->host, srv_port(a->srv), o->model);
+    pthread_mutex_init(&a->wd_mu, NULL);
+    pthread_cond_init(&a->wd_cv, NULL);
+    if (sdn_watchdog_usec(a->notify) &&
+        pthread_create(&a->watchdog, NULL, watchdog_main, a) == 0)
+        a->wd_running = 1;
     if (pthread_create(&a->loader, NULL, load, a) != 0) {
-        fprintf(stderr, "inferd: cannot start the loader thread\n");
+        log_msg(a->log, LOG_ERROR, "server", NULL, "cannot start the loader thread");
     } else {
         srv_run(a->srv);
         pthread_join(a->loader, NULL);
         rc = a->failed ? 1 : 0;
     }
+    if (a->wd_running) {
+        pthread_mutex_lock(&a->wd_mu);
+        a->wd_stop = 1;
+        pthread_cond_signal(&a->wd_cv);
+        pthread_mutex_unlock(&a->wd_mu);
+        pthread_join(a->watchdog, NULL);
+    }
+    pthread_cond_destroy(&a->wd_cv);
+    pthread_mutex_destroy(&a->wd_mu);
     eng_destroy(a->e);
     srv_destroy(a->srv);
     if (a->spec)
@@ -462,6 +603,10 @@ int serve_main(int argc, char **argv)
     tok_destroy(a->tk);
     model_destroy(a->m);
     api_destroy(a->api);
+    log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
+    sdn_destroy(a->notify);
+    log_destroy(a->log);
+    cfg_free(cf);
     free(a);
     return rc;
 }

@@ -33,6 +33,10 @@ struct srv_conn {
     uv_poll_t poll;          /* watches for the client leaving while
                                 suspended (MHD cannot see it then)        */
     int poll_init;
+    /* for the access log */
+    char method[16], path[192], client[64], request_id[64];
+    int status, tokens_in, tokens_out;
+    double t0;
 };
 
 typedef struct post_item {
@@ -200,9 +204,17 @@ static void add_header_line(struct MHD_Response *r, const char *line)
     MHD_add_response_header(r, name, v);
 }
 
+void srv_conn_set_request(srv_conn *c, const char *request_id, int tokens_in, int tokens_out)
+{
+    snprintf(c->request_id, sizeof c->request_id, "%s", request_id ? request_id : "");
+    c->tokens_in = tokens_in;
+    c->tokens_out = tokens_out;
+}
+
 void srv_reply(srv_conn *c, int status, const char *content_type, char *body, size_t len,
                const char *extra_header)
 {
+    c->status = status;
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, body ? body : "", body ? MHD_RESPMEM_MUST_FREE
                                                                     : MHD_RESPMEM_PERSISTENT);
@@ -238,6 +250,7 @@ void srv_stream(srv_conn *c, const srv_call_ops *ops, void *call)
     c->ops = ops;
     c->call = call;
     c->state = C_STREAM;
+    c->status = 200;
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, c, NULL);
     if (!r)
@@ -292,6 +305,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
             c->too_big = 1;
+        c->t0 = inf_now();
+        snprintf(c->method, sizeof c->method, "%s", method);
+        snprintf(c->path, sizeof c->path, "%s", url);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, c->client,
+                          sizeof c->client);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, c->client,
+                          sizeof c->client);
+        }
         return MHD_YES;
     }
     if (*upload_size) { /* more body */
@@ -368,6 +395,15 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     if (c->ops && c->ops->closed)
         c->ops->closed(c->call, c->client_gone || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     c->ops = NULL;
+    if (s->cfg.access_log && c->method[0]) {
+        /* 499: the client left before a response (nginx's convention) */
+        int status = c->status ? c->status : 499;
+        log_access_rec rec = {.method = c->method, .path = c->path, .status = status,
+                              .request_id = c->request_id[0] ? c->request_id : NULL,
+                              .tokens_in = c->tokens_in, .tokens_out = c->tokens_out,
+                              .seconds = inf_now() - c->t0, .client = c->client[0] ? c->client : NULL};
+        log_access(s->cfg.log, &rec);
+    }
     if (c->poll_init) {
         uv_poll_stop(&c->poll);
         uv_close((uv_handle_t *)&c->poll, on_poll_closed);
@@ -496,8 +532,11 @@ static void begin_shutdown(srv *s)
 {
     s->stopping = 1;
     s->stop_at = uv_now(&s->loop);
-    fprintf(stderr, "inferd: shutting down: %d request(s) in flight, grace %d s\n",
-            calls_in_flight(s), s->cfg.grace_s);
+    log_msg(s->cfg.log, LOG_INFO, "server", NULL,
+            "shutting down: %d request(s) in flight, grace %d s", calls_in_flight(s),
+            s->cfg.grace_s);
+    if (s->cfg.on_shutdown)
+        s->cfg.on_shutdown(s->cfg.user);
     MHD_socket ls = MHD_quiesce_daemon(s->d);
     if (ls != MHD_INVALID_SOCKET)
         close(ls);

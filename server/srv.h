@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "engine/common.h"
+#include "engine/log.h"
 
 typedef struct srv srv;
 typedef struct srv_conn srv_conn;
@@ -21,6 +22,11 @@ typedef struct srv_config {
     int max_connections;       /* concurrent connections                     */
     int timeout_s;             /* idle seconds while reading a request       */
     int grace_s;               /* on SIGTERM: seconds in-flight calls get     */
+    logger *log;               /* may be NULL                                 */
+    int access_log;            /* one line per request                        */
+    void (*on_shutdown)(void *user); /* when SIGTERM/SIGINT or srv_stop starts
+                                        the drain (loop thread); may be NULL   */
+    void *user;
 } srv_config;
 
 srv_config srv_config_default(void);
@@ -83,6 +89,10 @@ void srv_wait(srv_conn *c, const srv_call_ops *ops, void *call);
 /* Resumes c's call: its read or done runs again soon. Any thread; safe to
  * call after the connection closed (then it does nothing). */
 void srv_wake(srv *s, srv_conn *c);
+
+/* What the access log says of a generation request: its id and token
+ * counts (loop thread; may be called again as counts grow). */
+void srv_conn_set_request(srv_conn *c, const char *request_id, int tokens_in, int tokens_out);
 
 /* Reference counting for srv_wake from other threads: a call that may be
  * woken after it told srv it is closed must hold a reference. */
