@@ -149,9 +149,27 @@ bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
+# The binary, the man page, the systemd unit (its ExecStart rewritten to
+# $(PREFIX)/bin/inferd) and the sysusers.d entry for its "inferd" user; the
+# examples /etc/inferd/inferd.yaml (0644) and inferd.env (0600: it may hold the
+# API key) only where absent, so a reinstall never overwrites a configured
+# machine's files (compare with config/ by hand). /etc whatever PREFIX is: the
+# unit reads /etc/inferd/.
 install: $(BUILD)/inferd
-	install -d $(DESTDIR)$(PREFIX)/bin
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/lib/sysusers.d \
+	  $(DESTDIR)/etc/inferd
 	install -m 0755 $(BUILD)/inferd $(DESTDIR)$(PREFIX)/bin/inferd
+	install -m 0644 config/inferd.1 $(DESTDIR)$(PREFIX)/share/man/man1/inferd.1
+	sed '/^ExecStart=/s|/usr/local/bin/inferd|$(PREFIX)/bin/inferd|' config/inferd.service \
+	  >$(DESTDIR)$(PREFIX)/lib/systemd/system/inferd.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/inferd.service
+	install -m 0644 config/inferd.sysusers $(DESTDIR)$(PREFIX)/lib/sysusers.d/inferd.conf
+	@for f in inferd.yaml:0644 inferd.env:0600; do n=$${f%:*}; \
+	  if [ -e $(DESTDIR)/etc/inferd/$$n ]; then \
+	    echo "install: kept the existing $(DESTDIR)/etc/inferd/$$n (the new example is config/$$n)"; \
+	  else echo "install -m $${f#*:} config/$$n $(DESTDIR)/etc/inferd/$$n"; \
+	    install -m $${f#*:} config/$$n $(DESTDIR)/etc/inferd/$$n || exit 1; fi; done
 
 clean:
 	rm -rf build

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
 libsentencepiece-dev libcmocka-dev libyaml-dev python3 python3-numpy \
-python3-sentencepiece gnuplot-nox curl"
+python3-sentencepiece gnuplot-nox curl systemd groff-base"
 # Node.js runs the end-to-end tests with the official openai SDK; a machine
 # that already has node and npm (e.g. from NodeSource) keeps its own.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -9,3 +9,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 tests/e2e/
 # Running as a service: systemd notifications, the config file, the access log.
 "$PYTHON" tests/service/check_service.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
+# Packaging: the man page matches --help; the Dockerfiles and the systemd unit
+# match the binary (runtime libraries, flags, structure; systemd-analyze).
+BUILD="$BUILD" ./tests/check-manpage.sh
+BUILD="$BUILD" ./scripts/check-dockerfile
