@@ -29,6 +29,7 @@ typedef struct serve_opts {
     const char *spec_config, *spec_model, *chat_template, *config;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
+    int request_timeout_s;
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, no_prefix_caching,
         prefix_caching, disable_access_log;
     const char *log_format, *log_level;
@@ -416,6 +417,7 @@ int serve_main(int argc, char **argv)
     *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
                       .block_size = 16, .device = "cpu", .kernels = "auto", .tp = 1,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
+                      .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
     const arg_spec specs[] = {
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory (required)"},
@@ -446,6 +448,9 @@ int serve_main(int argc, char **argv)
                                                                "(default 1024)"},
         {"timeout", ARG_INT, &o->timeout_s, "SECONDS", "idle time allowed while a request is "
                                                        "read (default 30)"},
+        {"request-timeout", ARG_INT, &o->request_timeout_s, "SECONDS", "a whole request (headers "
+                                                                      "and body) must arrive in "
+                                                                      "this (default 60; 0: none)"},
         {"shutdown-grace", ARG_INT, &o->grace_s, "SECONDS", "on SIGTERM, time in-flight requests "
                                                             "get (default 30)"},
         {"max-body-mb", ARG_INT, &o->max_body_mb, "N", "request body limit in MiB (default 8)"},
@@ -551,6 +556,7 @@ int serve_main(int argc, char **argv)
     sc.max_body = (size_t)o->max_body_mb << 20;
     sc.max_connections = o->max_connections;
     sc.timeout_s = o->timeout_s;
+    sc.request_timeout_s = o->request_timeout_s;
     sc.grace_s = o->grace_s;
     sc.log = a->log;
     sc.access_log = !o->disable_access_log;

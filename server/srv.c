@@ -39,6 +39,15 @@ struct srv_conn {
     double t0;
 };
 
+/* One TCP connection (it may carry several requests): the deadline for
+ * receiving the request it is reading. MHD's own timeout is an idle timeout,
+ * which a client trickling a byte at a time never trips. */
+typedef struct sock_ctx {
+    srv *s;
+    struct MHD_Connection *mc;
+    uv_timer_t deadline;
+} sock_ctx;
+
 typedef struct post_item {
     void (*fn)(void *);
     void *user;
@@ -71,8 +80,67 @@ struct srv {
 srv_config srv_config_default(void)
 {
     srv_config c = {.host = "127.0.0.1", .port = 8000, .max_body = (size_t)8 << 20,
-                    .max_connections = 1024, .timeout_s = 30, .grace_s = 30};
+                    .max_connections = 1024, .timeout_s = 30, .request_timeout_s = 60,
+                    .grace_s = 30};
     return c;
+}
+
+/* ---- request deadlines ------------------------------------------------------ */
+
+static void on_deadline(uv_timer_t *t)
+{
+    sock_ctx *sc = t->data;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(sc->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    /* MHD sees the dead socket and closes the connection itself */
+    if (ci)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    log_msg(sc->s->cfg.log, LOG_INFO, "server", NULL,
+            "closed a connection that took over %d s to send its request",
+            sc->s->cfg.request_timeout_s);
+}
+
+static void arm_deadline(sock_ctx *sc)
+{
+    if (sc && sc->s->cfg.request_timeout_s > 0)
+        uv_timer_start(&sc->deadline, on_deadline, (uint64_t)sc->s->cfg.request_timeout_s * 1000u,
+                       0);
+}
+
+static void disarm_deadline(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    sock_ctx *sc = ci ? ci->socket_context : NULL;
+    if (sc)
+        uv_timer_stop(&sc->deadline);
+}
+
+static void free_sock_ctx(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    srv *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        sock_ctx *sc = calloc(1, sizeof *sc);
+        if (!sc)
+            return;
+        sc->s = s;
+        sc->mc = mc;
+        uv_timer_init(&s->loop, &sc->deadline);
+        sc->deadline.data = sc;
+        *socket_context = sc;
+        arm_deadline(sc);
+    } else if (*socket_context) {
+        sock_ctx *sc = *socket_context;
+        *socket_context = NULL;
+        uv_timer_stop(&sc->deadline);
+        uv_close((uv_handle_t *)&sc->deadline, free_sock_ctx);
+    }
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -360,6 +428,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     }
     if (c->state != C_READING)
         return MHD_YES;
+    disarm_deadline(mc); /* the request is in: from here the engine's time */
     if (c->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "request body larger than the limit of %zu bytes",
@@ -378,13 +447,16 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 {
     srv *s = cls;
     srv_conn *c = *con_cls;
-    (void)mc;
     if (!c)
         return;
     *con_cls = NULL;
     pthread_mutex_lock(&s->mu);
     c->closed = 1;
     pthread_mutex_unlock(&s->mu);
+    const union MHD_ConnectionInfo *sci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (sci && sci->socket_context) /* the next request on this connection */
+        arm_deadline(sci->socket_context);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -591,13 +663,16 @@ int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out,
         return inf_fail(err, INF_ERR_INVALID, "--host %s is not an IPv4 or IPv6 address",
                         cfg->host);
     }
+    uv_loop_init(&s->loop); /* before MHD: connections get loop timers */
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u, MHD_OPTION_END);
     if (!s->d) {
+        uv_loop_close(&s->loop);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return inf_fail(err, INF_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)",
@@ -606,7 +681,6 @@ int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out,
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
     di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
-    uv_loop_init(&s->loop);
     uv_poll_init(&s->loop, &s->mhd_poll, di->epoll_fd);
     s->mhd_poll.data = s;
     uv_poll_start(&s->mhd_poll, UV_READABLE, on_mhd_poll);

@@ -21,6 +21,8 @@ typedef struct srv_config {
     size_t max_body;           /* bytes; larger bodies get 413               */
     int max_connections;       /* concurrent connections                     */
     int timeout_s;             /* idle seconds while reading a request       */
+    int request_timeout_s;     /* a whole request (headers and body) must
+                                  arrive within this; 0: no limit           */
     int grace_s;               /* on SIGTERM: seconds in-flight calls get     */
     logger *log;               /* may be NULL                                 */
     int access_log;            /* one line per request                        */

@@ -56,7 +56,7 @@ async function idle(d) {
 
 describe('robustness', () => {
   let d;
-  before(async () => { d = await startDaemon(model, ['--timeout', '2', '--max-connections', '64']); });
+  before(async () => { d = await startDaemon(model, ['--timeout', '2', '--max-connections', '64', '--request-timeout', '3']); });
   after(async () => { await d.stop(); });
 
   test('random and malformed bodies get 400 JSON errors (fixed seed)', async () => {
@@ -119,6 +119,18 @@ describe('robustness', () => {
       await raw(d.port, [request(JSON.stringify({ prompt: 'Once', max_tokens: 200, ignore_eos: true }))], { destroyAfter: true });
     }
     await idle(d);
+    await stillServes(d);
+  });
+
+  test('a client trickling its request slower than --request-timeout is cut off', async () => {
+    const body = JSON.stringify({ prompt: 'Once', max_tokens: 2 });
+    const req = request(body);
+    // one byte every 200 ms never trips the 2 s idle timeout, but the whole
+    // request would take far longer than the 3 s request deadline
+    const t0 = Date.now();
+    const got = await raw(d.port, req.split(''), { pauseMs: 200, waitMs: 100 });
+    assert.ok(Date.now() - t0 < 20000);
+    assert.ok(!got.includes('200 OK'), 'the trickled request was served');
     await stillServes(d);
   });
 
