@@ -1,6 +1,8 @@
 #include "common.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,6 +106,58 @@ uint16_t inf_f32_to_f16(float f)
     if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
         h++;
     return (uint16_t)(sign | h);
+}
+
+int inf_read_file(const char *path, size_t max_bytes, char **out, size_t *len, int *missing,
+                  inf_err *err)
+{
+    *out = NULL;
+    if (len)
+        *len = 0;
+    if (missing)
+        *missing = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (missing && errno == ENOENT) {
+            *missing = 1;
+            return INF_ERR_IO;
+        }
+        return inf_fail(err, INF_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
+    }
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    int rc = INF_OK;
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1)
+            break;
+        if (max_bytes && n > max_bytes)
+            break;
+        char *b = realloc(buf, cap * 2);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b;
+        cap *= 2;
+    }
+    if (!buf)
+        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
+    else if (ferror(f))
+        rc = inf_fail(err, INF_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
+    else if (max_bytes && n > max_bytes)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: larger than %zu bytes", path, max_bytes);
+    fclose(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return INF_OK;
 }
 
 double inf_now(void)

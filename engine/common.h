@@ -47,6 +47,14 @@ float inf_f16_to_f32(uint16_t h);
 uint16_t inf_f32_to_bf16(float f); /* round to nearest even */
 uint16_t inf_f32_to_f16(float f);  /* round to nearest even */
 
+/* Reads a whole file into a malloc'd NUL-terminated buffer; *len (may be
+ * NULL) gets its size. A file over max_bytes (0: no limit) is
+ * INF_ERR_FORMAT. A file that does not exist is INF_ERR_IO, and when missing
+ * is not NULL *missing is set and no message is written (the caller may
+ * treat absence as normal). Messages name the path. */
+int inf_read_file(const char *path, size_t max_bytes, char **out, size_t *len, int *missing,
+                  inf_err *err);
+
 /* Monotonic clock in seconds. */
 double inf_now(void);
 

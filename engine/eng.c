@@ -975,6 +975,18 @@ static void free_buffers(eng *e)
     free(e->cand_k), free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
 }
 
+/* Everything but the thread (stopped or never started). */
+static void teardown(eng *e)
+{
+    sched_destroy(e->sch);
+    kv_destroy(e->kv);
+    smp_destroy(e->smp);
+    free_buffers(e);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
 int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend *be, eng **out,
                inf_err *err)
 {
@@ -1048,13 +1060,7 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     *out = e;
     return INF_OK;
 fail:
-    sched_destroy(e->sch);
-    kv_destroy(e->kv);
-    smp_destroy(e->smp);
-    free_buffers(e);
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
-    free(e);
+    teardown(e);
     return rc;
 }
 
@@ -1067,11 +1073,5 @@ void eng_destroy(eng *e)
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    sched_destroy(e->sch);
-    kv_destroy(e->kv);
-    smp_destroy(e->smp);
-    free_buffers(e);
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
-    free(e);
+    teardown(e);
 }

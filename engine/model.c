@@ -35,47 +35,20 @@ static char *model__join(const char *dir, const char *name)
 static int model__read_json(const char *path, cJSON **out, inf_err *err)
 {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return inf_fail(err, INF_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    int rc = INF_OK;
-    char *buf = NULL;
-    long len = -1;
-    if (fseek(fp, 0, SEEK_END) == 0)
-        len = ftell(fp);
-    if (len < 0 || fseek(fp, 0, SEEK_SET) != 0) {
-        rc = inf_fail(err, INF_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
-        goto done;
-    }
-    if (len > MODEL_MAX_JSON) {
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: %ld bytes is too large for a config file", path, len);
-        goto done;
-    }
-    buf = malloc((size_t)len + 1);
-    if (!buf) {
-        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    if (fread(buf, 1, (size_t)len, fp) != (size_t)len) {
-        rc = inf_fail(err, INF_ERR_IO, "%s: short read", path);
-        goto done;
-    }
-    buf[len] = '\0';
+    char *buf;
+    int rc = inf_read_file(path, MODEL_MAX_JSON, &buf, NULL, NULL, err);
+    if (rc)
+        return rc;
     cJSON *root = cJSON_Parse(buf);
-    if (!root) {
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: not valid JSON", path);
-        goto done;
-    }
+    free(buf);
+    if (!root)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: not valid JSON", path);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
-        goto done;
+        return inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
     }
     *out = root;
-done:
-    free(buf);
-    fclose(fp);
-    return rc;
+    return INF_OK;
 }
 
 /* key's value, or NULL when absent or null (both mean "use the default"). */

@@ -391,39 +391,7 @@ int st_open_file(const char *path, st_set **out, inf_err *err)
 /* Reads a small text file whole, NUL-terminated. */
 static int st__read_text(const char *path, char **out, inf_err *err)
 {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return inf_fail(err, INF_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
-    int rc = INF_OK;
-    char *buf = NULL;
-    long len = -1;
-    if (fseek(fp, 0, SEEK_END) == 0)
-        len = ftell(fp);
-    if (len < 0 || fseek(fp, 0, SEEK_SET) != 0) {
-        rc = inf_fail(err, INF_ERR_IO, "%s: cannot read (%s)", path, strerror(errno));
-        goto done;
-    }
-    if (len > ST_MAX_INDEX) {
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: %ld bytes is too large for an index", path, len);
-        goto done;
-    }
-    buf = malloc((size_t)len + 1);
-    if (!buf) {
-        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    if (fread(buf, 1, (size_t)len, fp) != (size_t)len) {
-        rc = inf_fail(err, INF_ERR_IO, "%s: short read", path);
-        free(buf);
-        buf = NULL;
-        goto done;
-    }
-    buf[len] = '\0';
-    *out = buf;
-done:
-    fclose(fp);
-    return rc;
+    return inf_read_file(path, ST_MAX_INDEX, out, NULL, NULL, err);
 }
 
 /* Shard file names the weight_map uses, each once, in first-seen order. */

@@ -548,49 +548,11 @@ const char *tmpl_source(const tmpl *t)
 
 /* -------------------------------------------------------------- config */
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer. INF_ERR_IO
- * naming the path; *missing (may be NULL) is set when it does not exist (no
- * message then). */
+/* Reads a whole file (inf_read_file); *missing (may be NULL) is set when it
+ * does not exist (no message then). */
 static int tmpl__read(const char *path, char **data, int *missing, inf_err *err)
 {
-    *data = NULL;
-    if (missing)
-        *missing = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (missing && errno == ENOENT) {
-            *missing = 1;
-            return INF_ERR_IO;
-        }
-        return inf_fail(err, INF_ERR_IO, "chat template: cannot open %s: %s", path,
-                        strerror(errno));
-    }
-    size_t len = 0, cap = 65536;
-    char *buf = malloc(cap);
-    while (buf) {
-        len += fread(buf + len, 1, cap - 1 - len, f);
-        if (len < cap - 1)
-            break;
-        char *b = realloc(buf, cap * 2);
-        if (!b) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = b;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf)
-        return tmpl__nomem(err);
-    if (bad) {
-        free(buf);
-        return inf_fail(err, INF_ERR_IO, "chat template: cannot read %s", path);
-    }
-    buf[len] = 0;
-    *data = buf;
-    return INF_OK;
+    return inf_read_file(path, 0, data, NULL, missing, err);
 }
 
 /* bos_token / eos_token: a string, {"content": string} (AddedToken), null or

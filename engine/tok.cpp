@@ -77,34 +77,22 @@ static int tok__caught(inf_err *err, const char *where)
     }
 }
 
-/* Reads a whole file. Returns INF_OK, or INF_ERR_IO naming the path; *missing
- * (may be NULL) tells a file that does not exist from one that fails. */
+/* Reads a whole file (inf_read_file). Returns INF_OK, or INF_ERR_IO naming
+ * the path; *missing (may be NULL) tells a file that does not exist from
+ * one that fails. */
 static int tok__read_file(const std::string &path, std::string *data,
                           bool *missing, inf_err *err)
 {
+    char *buf = NULL;
+    size_t len = 0;
+    int gone = 0;
+    int rc = inf_read_file(path.c_str(), 0, &buf, &len, missing ? &gone : NULL, err);
     if (missing)
-        *missing = false;
-    FILE *f = fopen(path.c_str(), "rb");
-    if (!f) {
-        int e = errno;
-        if (missing && e == ENOENT) {
-            *missing = true;
-            return INF_ERR_IO;
-        }
-        return inf_fail(err, INF_ERR_IO, "tok: cannot open %s: %s", path.c_str(),
-                        strerror(e));
-    }
-    data->clear();
-    char buf[65536];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
-        data->append(buf, got);
-    int bad = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (bad)
-        return inf_fail(err, INF_ERR_IO, "tok: cannot read %s: %s", path.c_str(),
-                        strerror(e));
+        *missing = gone != 0;
+    if (rc)
+        return rc;
+    data->assign(buf, len);
+    free(buf);
     return INF_OK;
 }
 
