@@ -523,8 +523,6 @@ static void on_wake(uv_async_t *a)
     post_item *posts = s->posts;
     s->posts = NULL;
     int stop = s->stop_req;
-    for (srv_conn *c = list; c; c = c->ready_next)
-        c->in_ready = 0;
     pthread_mutex_unlock(&s->mu);
     while (posts) {
         post_item *n = posts->next;
@@ -533,8 +531,11 @@ static void on_wake(uv_async_t *a)
         posts = n;
     }
     for (srv_conn *c = list, *n; c; c = n) {
-        n = c->ready_next;
+        /* read the link before in_ready drops: from then on srv_wake may
+         * queue c again, rewriting c->ready_next */
         pthread_mutex_lock(&s->mu);
+        n = c->ready_next;
+        c->in_ready = 0;
         int closed = c->closed;
         pthread_mutex_unlock(&s->mu);
         if (!closed)

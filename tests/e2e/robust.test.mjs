@@ -148,6 +148,32 @@ describe('robustness', () => {
   });
 });
 
+describe('wake-ups under contention', () => {
+  // Regression: the loop's list of connections to resume could be cut short
+  // when the engine queued one of them again mid-walk, leaving a request
+  // suspended forever. It showed when the CPU was oversubscribed.
+  test('hundreds of concurrent requests on a busy CPU all complete', async () => {
+    const hogs = [0, 1].map(() => spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' }));
+    const d = await startDaemon(model);
+    try {
+      for (let round = 0; round < 8; round++) {
+        const all = Array.from({ length: 32 }, (_, i) => {
+          const ac = new AbortController();
+          const t = setTimeout(() => ac.abort(), 60000); // a hang, not slowness
+          return fetch(`${d.base}/v1/completions`, {
+            method: 'POST', signal: ac.signal, headers: { 'Content-Type': 'application/json' },
+            body: JSON.stringify({ prompt: 'Once', max_tokens: 20 + i, temperature: 0, ignore_eos: true, stream: i % 2 === 0 }),
+          }).then((r) => r.text()).finally(() => clearTimeout(t));
+        });
+        for (const text of await Promise.all(all)) assert.ok(text.length > 0);
+      }
+    } finally {
+      for (const h of hogs) h.kill();
+      await d.stop();
+    }
+  });
+});
+
 describe('overload', () => {
   test('past --max-waiting queued requests, 503 with Retry-After; then it recovers', async () => {
     const d = await startDaemon(model, ['--max-waiting', '2', '--max-num-seqs', '1']);
