@@ -6,6 +6,7 @@
 #include "cpu/backend.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,20 +53,36 @@ size_t cpu_kv_bytes_per_token(const model *m)
 
 /* ---- parallel jobs ---------------------------------------------------- */
 
+/* Work is handed out in items claimed from a shared counter, so a thread
+ * that runs slow (these VMs lose a core for milliseconds at a time) takes
+ * fewer items instead of holding everyone up. Which thread computes what never
+ * changes a result. */
 typedef struct mm_job {
     const cpu_be *be;
     cpu_mm mm[3];
     int n;
+    int items[4];     /* items[i]: first item of matmul i; items[n]: total */
+    atomic_int next;  /* next unclaimed item                               */
 } mm_job;
+
+/* Columns per item: one packed block (CPU_NC weight rows). */
+#define MM_ITEM CPU_NC
 
 static void mm_run(void *ctx, int t, int nt)
 {
     mm_job *j = ctx;
-    for (int i = 0; i < j->n; i++) {
-        int lo, hi;
-        cpu_pool_split(j->mm[i].N, 16, t, nt, &lo, &hi);
-        if (lo < hi)
-            j->be->k->mm(&j->mm[i], lo, hi, j->be->pack + (size_t)t * CPU_PACK_FLOATS);
+    (void)nt;
+    float *pack = j->be->pack + (size_t)t * CPU_PACK_FLOATS;
+    for (;;) {
+        int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= j->items[j->n])
+            break;
+        int i = 0;
+        while (it >= j->items[i + 1])
+            i++;
+        int lo = (it - j->items[i]) * MM_ITEM;
+        int hi = lo + MM_ITEM < j->mm[i].N ? lo + MM_ITEM : j->mm[i].N;
+        j->be->k->mm(&j->mm[i], lo, hi, pack);
     }
 }
 
@@ -84,8 +101,11 @@ static void matmuls(cpu_be *be, int n, const cpu_mm *a)
     mm_job j = {.be = be, .n = n};
     memcpy(j.mm, a, (size_t)n * sizeof *a);
     long work = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         work += (long)a[i].M * a[i].N * a[i].K;
+        j.items[i + 1] = j.items[i] + (a[i].N + MM_ITEM - 1) / MM_ITEM;
+    }
+    atomic_init(&j.next, 0);
     if (work < 64 * 1024) /* tiny: threads cost more than they save */
         mm_run(&j, 0, 1);
     else
@@ -170,10 +190,7 @@ static void op_rope_store(cpu_be *be, int t, const void *arg)
 static void op_swiglu(cpu_be *be, int t, const void *arg)
 {
     (void)arg;
-    float *g = be->gate + (size_t)t * be->F;
-    const float *u = be->up + (size_t)t * be->F;
-    for (int i = 0; i < be->F; i++)
-        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    be->k->swiglu(be->gate + (size_t)t * be->F, be->up + (size_t)t * be->F, be->F);
 }
 
 static void op_residual(cpu_be *be, int t, const void *arg)
@@ -191,6 +208,7 @@ typedef struct attn_job {
     cpu_be *be;
     const be_batch *b;
     int layer;
+    atomic_int next; /* next unclaimed (token, KV head) item */
 } attn_job;
 
 /* Causal attention of token t's query heads that share KV head g over
@@ -216,41 +234,53 @@ static void attend(cpu_be *be, const be_batch *b, int layer, int t, int g,
         k->mm(&a, 0, cnt, pack);
     }
     float scale = 1.0f / sqrtf((float)hd);
+    for (int j = 0; j < G; j++)
+        k->softmax_exp(scores + (size_t)j * be->max_ctx, n, scale);
+    /* out[j] = sum_p sc[j][p] * v_p, in p order, one block of values at a
+     * time with all G rows in registers */
+    memset(out, 0, (size_t)G * hd * sizeof *out);
+    for (int p0 = 0; p0 < n; p0 += bs) {
+        int cnt = n - p0 < bs ? n - p0 : bs;
+        k->wsum(scores + p0, (size_t)be->max_ctx, G,
+                vc + (size_t)table[p0 / bs] * bs * be->kvdim, (size_t)be->kvdim, cnt,
+                out, (size_t)hd, hd);
+    }
     for (int j = 0; j < G; j++) {
-        float *sc = scores + (size_t)j * be->max_ctx;
-        float mx = -INFINITY;
-        for (int p = 0; p < n; p++) {
-            sc[p] *= scale;
-            if (sc[p] > mx)
-                mx = sc[p];
-        }
-        double sum = 0;
-        for (int p = 0; p < n; p++) {
-            sc[p] = expf(sc[p] - mx);
-            sum += sc[p];
-        }
-        float *o = out + (size_t)j * hd;
-        memset(o, 0, (size_t)hd * sizeof *o);
-        for (int p = 0; p < n; p++) {
-            size_t slot = (size_t)table[p / bs] * bs + (size_t)(p % bs);
-            k->axpy(sc[p], vc + slot * be->kvdim, o, hd);
-        }
-        float inv = (float)(1.0 / sum);
+        /* softmax denominator: four interleaved sums (position p into
+         * s[p % 4]), then (s0 + s1) + (s2 + s3); fixed by n alone, and four
+         * independent chains instead of one long one */
+        const float *sc = scores + (size_t)j * be->max_ctx;
+        double s4[4] = {0, 0, 0, 0};
+        int p = 0;
+        for (; p + 4 <= n; p += 4)
+            for (int i = 0; i < 4; i++)
+                s4[i] += sc[p + i];
+        for (; p < n; p++)
+            s4[p % 4] += sc[p];
+        double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
+        float inv = (float)(1.0 / sum), *o = out + (size_t)j * hd;
         for (int d = 0; d < hd; d++)
             o[d] *= inv;
     }
 }
 
+/* Items from the last token back: in a prompt the late tokens attend to the
+ * most positions, so the long items go first and the short ones even out
+ * the end. */
 static void attn_run(void *ctx, int t, int nt)
 {
     attn_job *j = ctx;
     cpu_be *be = j->be;
-    int tasks = j->b->n_tokens * be->KV, lo, hi;
-    cpu_pool_split(tasks, 1, t, nt, &lo, &hi);
+    (void)nt;
+    int T = j->b->n_tokens;
     float *scores = be->scores + (size_t)t * be->group * be->max_ctx;
     float *pack = be->pack + (size_t)t * CPU_PACK_FLOATS;
-    for (int i = lo; i < hi; i++)
-        attend(be, j->b, j->layer, i / be->KV, i % be->KV, scores, pack);
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= T * be->KV)
+            break;
+        attend(be, j->b, j->layer, T - 1 - i / be->KV, i % be->KV, scores, pack);
+    }
 }
 
 /* ---- the forward pass --------------------------------------------------- */
@@ -295,6 +325,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l)
     rope_arg ra = {.b = b, .layer = l};
     per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
+    atomic_init(&aj.next, 0);
     if (T * be->KV < 2)
         attn_run(&aj, 0, 1);
     else

@@ -16,7 +16,20 @@
  *
  * AVX-512 holds the 16 lanes in one register, AVX2 in two, the portable path
  * in an array with fmaf(); all three give bit-identical results, so the
- * portable path is an exact oracle for the SIMD ones in tests. */
+ * portable path is an exact oracle for the SIMD ones in tests.
+ *
+ * exp (softmax, SiLU) is not libm's expf, whose result may differ between
+ * libm builds and code paths, but one fixed sequence of IEEE float
+ * operations, the same in every table (all elementwise, so vectorizing it
+ * changes nothing):
+ *
+ *   xc = x clamped to [CPU_EXP_LO, CPU_EXP_HI] (NaN stays NaN)
+ *   t = xc * log2(e) + 1.5*2^23    (two roundings: t holds round(xc*log2 e))
+ *   n = t - 1.5*2^23;  r = fma(n, -C1, xc);  r = fma(n, -C2, r)
+ *   p = P0; p = fma(p, r, Pi) for P1..P5;  y = fma(p, r*r, r) + 1
+ *   exp = y * 2^n (2^n built from t's bits), or +0 where x < CPU_EXP_LO
+ *
+ * (Cephes' expf constants; within 2 ulp of the true exp.) */
 #ifndef INFERD_CPU_KERN_H
 #define INFERD_CPU_KERN_H
 
@@ -24,10 +37,26 @@
 
 #define CPU_KB 1024  /* K block of the canonical reduction                  */
 #define CPU_LANES 16 /* lanes of the canonical reduction                     */
-#define CPU_NC 64    /* weight rows packed per block (packed matmul path)    */
+#define CPU_NC 128   /* weight rows packed per block (packed matmul path)    */
+#define CPU_EXP_LO (-87.0f) /* exp below this is +0 (2^n stays normal)      */
+#define CPU_EXP_HI 88.0f    /* exp above this is exp(88)                      */
+#define CPU_EXP_LOG2E 1.44269504088896341f
+#define CPU_EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to integer */
+#define CPU_EXP_C1 0.693359375f   /* ln 2 = C1 + C2, C1 with 9 bits          */
+#define CPU_EXP_C2 (-2.12194440e-4f)
+#define CPU_EXP_P0 1.9875691500e-4f
+#define CPU_EXP_P1 1.3981999507e-3f
+#define CPU_EXP_P2 8.3334519073e-3f
+#define CPU_EXP_P3 4.1665795894e-2f
+#define CPU_EXP_P4 1.6666665459e-1f
+#define CPU_EXP_P5 5.0000001201e-1f
+
+/* Row stride of a packed block: one cache line more than CPU_KB, so the rows
+ * a register tile reads together do not all fall in the same L1 set. */
+#define CPU_PACK_LD (CPU_KB + 16)
 
 /* Scratch floats one thread needs for cpu_kern.mm's packing. */
-#define CPU_PACK_FLOATS ((size_t)CPU_NC * CPU_KB)
+#define CPU_PACK_FLOATS ((size_t)CPU_NC * CPU_PACK_LD)
 
 /* y[m][n] = sum_k x[m][k] * w[n][k] for m < M, n in the caller's range. */
 typedef struct cpu_mm {
@@ -52,6 +81,16 @@ typedef struct cpu_kern {
     void (*axpy)(float a, const float *x, float *y, int n);
     /* Converts n weights of dtype wt to f32. */
     void (*to_f32)(const void *w, inf_dtype wt, float *out, int n);
+    /* Attention's weighted sum of value rows: for r < R and d < D,
+     * o[r*ldo + d] = fma(w[r*ldw + p], v[p*ldv + d], o[r*ldo + d]) for
+     * p = 0..n-1 in order (what axpy per p gives, rows kept in registers). */
+    void (*wsum)(const float *w, size_t ldw, int R, const float *v, size_t ldv, int n,
+                 float *o, size_t ldo, int D);
+    /* Softmax numerators: x[i] = exp(x[i]*scale - m) with m the largest
+     * x[i]*scale (NaNs skipped; -inf if none), exp as above. Returns m. */
+    float (*softmax_exp)(float *x, int n, float scale);
+    /* SwiGLU: g[i] = g[i] / (1 + exp(-g[i])) * u[i], exp as above. */
+    void (*swiglu)(float *g, const float *u, int n);
 } cpu_kern;
 
 /* Kernels by name ("auto" = the best this CPU supports, "avx512", "avx2",

@@ -5,6 +5,7 @@
 #include "cpu/kern.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define ALWAYS static inline __attribute__((always_inline))
@@ -188,6 +189,133 @@ static void to_f32(const void *w, inf_dtype wt, float *out, int n)
         out[i] = w_at(w, wt, (size_t)i);
 }
 
+/* Up to 2 rows x 32 columns of wsum with the outputs in registers. */
+ALWAYS void wsum_tile(const int RR, const float *w, size_t ldw, const float *v, size_t ldv,
+                      int n, float *o, size_t ldo)
+{
+    __m256 acc[8];
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            acc[r * 4 + c] = _mm256_loadu_ps(o + (size_t)r * ldo + 8 * c);
+    for (int p = 0; p < n; p++) {
+        __m256 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            vv[c] = _mm256_loadu_ps(v + (size_t)p * ldv + 8 * c);
+#pragma GCC unroll 2
+        for (int r = 0; r < RR; r++) {
+            __m256 b = _mm256_set1_ps(w[(size_t)r * ldw + p]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                acc[r * 4 + c] = _mm256_fmadd_ps(b, vv[c], acc[r * 4 + c]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(o + (size_t)r * ldo + 8 * c, acc[r * 4 + c]);
+}
+
+static void wsum(const float *w, size_t ldw, int R, const float *v, size_t ldv, int n,
+                 float *o, size_t ldo, int D)
+{
+    int d0 = 0;
+    for (; d0 + 32 <= D; d0 += 32) {
+        int r = 0;
+        for (; r + 2 <= R; r += 2)
+            wsum_tile(2, w + (size_t)r * ldw, ldw, v + d0, ldv, n, o + (size_t)r * ldo + d0, ldo);
+        if (r < R)
+            wsum_tile(1, w + (size_t)r * ldw, ldw, v + d0, ldv, n, o + (size_t)r * ldo + d0, ldo);
+    }
+    /* columns past the last 32: the same fma per element */
+    for (int r = 0; r < R; r++)
+        for (int p = 0; p < n; p++)
+            for (int d = d0; d < D; d++) {
+                float *y = o + (size_t)r * ldo + d;
+                *y = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(w[(size_t)r * ldw + p]),
+                                                _mm_set_ss(v[(size_t)p * ldv + d]),
+                                                _mm_set_ss(*y)));
+            }
+}
+
+/* kern.h's exp on 8 lanes, operation for operation. */
+ALWAYS __m256 exp8(__m256 x)
+{
+    __m256 xc = _mm256_max_ps(_mm256_set1_ps(CPU_EXP_LO), x); /* NaN stays */
+    xc = _mm256_min_ps(_mm256_set1_ps(CPU_EXP_HI), xc);
+    __m256 t = _mm256_mul_ps(xc, _mm256_set1_ps(CPU_EXP_LOG2E));
+    t = _mm256_add_ps(t, _mm256_set1_ps(CPU_EXP_MAGIC));
+    __m256 n = _mm256_sub_ps(t, _mm256_set1_ps(CPU_EXP_MAGIC));
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-CPU_EXP_C1), xc);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-CPU_EXP_C2), r);
+    __m256 p = _mm256_set1_ps(CPU_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CPU_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CPU_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CPU_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CPU_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(CPU_EXP_P5));
+    __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+    y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
+    __m256i sb = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127 - 0x4b400000)), 23);
+    __m256 e = _mm256_mul_ps(y, _mm256_castsi256_ps(sb));
+    __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(CPU_EXP_LO), _CMP_LT_OQ);
+    return _mm256_andnot_ps(under, e);
+}
+
+static float softmax_exp(float *x, int n, float scale)
+{
+    __m256 sv = _mm256_set1_ps(scale), mv = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), sv);
+        _mm256_storeu_ps(x + i, v);
+        mv = _mm256_max_ps(v, mv); /* a NaN in v keeps mv */
+    }
+    /* the tail through a padded copy: -inf never wins the max */
+    float tail[8];
+    int nt = n - i;
+    for (int j = 0; j < 8; j++)
+        tail[j] = j < nt ? x[i + j] * scale : -INFINITY;
+    mv = _mm256_max_ps(_mm256_loadu_ps(tail), mv);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    float m = _mm_cvtss_f32(m4);
+    __m256 mb = _mm256_set1_ps(m);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mb)));
+    _mm256_storeu_ps(tail, exp8(_mm256_sub_ps(_mm256_loadu_ps(tail), mb)));
+    for (int j = 0; j < nt; j++)
+        x[i + j] = tail[j];
+    return m;
+}
+
+ALWAYS __m256 swiglu8(__m256 g, __m256 u)
+{
+    __m256 e = exp8(_mm256_xor_ps(g, _mm256_set1_ps(-0.0f)));
+    __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+    return _mm256_mul_ps(_mm256_div_ps(g, d), u);
+}
+
+static void swiglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float gt[8] = {0}, ut[8] = {0};
+        memcpy(gt, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(gt, swiglu8(_mm256_loadu_ps(gt), _mm256_loadu_ps(ut)));
+        memcpy(g + i, gt, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 const cpu_kern cpu_kern_avx2 = {
     .name = "avx2", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };

@@ -7,15 +7,20 @@
  *    mapped checkpoint and widened to f32 in registers; 8 weight rows at a
  *    time keep 8 independent FMA chains per activation row in flight.
  *  - packed (larger M, prefill and big batches): a block of CPU_NC weight rows
- *    x CPU_KB columns is widened once into per-thread scratch; then for
- *    every 4 activation rows (kept in L1) a 4x4 register tile (16
- *    accumulators: one transposed tree reduces them all) sweeps the block
- *    four weight rows at a time. (8x2, 6x4, 5x3 and K blocks of 512 and 2048
- *    measured slower on Ice Lake.) Activations and scratch should be 64-byte aligned: a zmm load that
- *    straddles two cache lines costs two. */
+ *    x CPU_KB columns is widened once into per-thread scratch (rows
+ *    CPU_PACK_LD apart); for every 4 activation rows (kept in L1) a 4x4
+ *    register tile (16 accumulators: one transposed tree reduces them all)
+ *    sweeps the block four weight rows at a time. The first row tile widens
+ *    the weights itself as it goes, so the block is never a separate pass
+ *    over memory, and every tile fetches a slice of the next row tile a line
+ *    at a time. (8x2, 6x4, 5x3 and K blocks of 512 and 2048 measured slower on
+ *    Ice Lake; so did prefetching the next weight block: it slows the sweep
+ *    about as much as it saves.) Activations and scratch should be 64-byte
+ *    aligned: a zmm load that straddles two cache lines costs two. */
 #include "cpu/kern.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define ALWAYS static inline __attribute__((always_inline))
@@ -181,13 +186,87 @@ static const tile_fn direct_tiles[3][8][2] = {
     [INF_BF16] = DIRECT_ROW(bf16),
 };
 
-/* packed path (weights already f32): [MR-1][NR 4 or 1] */
+/* packed path, tiles narrower than 4x4 (row and column tails):
+ * [MR-1][NR 4 or 1], weights already f32 at stride CPU_PACK_LD */
 TILE(1, 4, INF_F32, p_1x4) TILE(1, 1, INF_F32, p_1x1)
 TILE(2, 4, INF_F32, p_2x4) TILE(2, 1, INF_F32, p_2x1)
 TILE(3, 4, INF_F32, p_3x4) TILE(3, 1, INF_F32, p_3x1)
-TILE(4, 4, INF_F32, p_4x4) TILE(4, 1, INF_F32, p_4x1)
+TILE(4, 1, INF_F32, p_4x1)
 static const tile_fn packed_tiles[PACK_MR][2] = {
-    {p_1x4, p_1x1}, {p_2x4, p_2x1}, {p_3x4, p_3x1}, {p_4x4, p_4x1},
+    {p_1x4, p_1x1}, {p_2x4, p_2x1}, {p_3x4, p_3x1}, {NULL, p_4x1},
+};
+
+/* One 16-k step of ptile, lanes in mask m (the rest count as 0). */
+ALWAYS void pstep(const int WT, const float *x, size_t ldx, const void *w, size_t ldw,
+                  const float *pw, float *pk, int kk, __mmask16 m, __m512 acc[16])
+{
+    __m512 wv[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        if (WT < 0) {
+            wv[j] = m == 0xffff ? _mm512_loadu_ps(pw + (size_t)j * CPU_PACK_LD + kk)
+                                : _mm512_maskz_loadu_ps(m, pw + (size_t)j * CPU_PACK_LD + kk);
+        } else {
+            wv[j] = m == 0xffff ? load_w(w, WT, (size_t)j * ldw + (size_t)kk)
+                                : load_w_mask(w, WT, (size_t)j * ldw + (size_t)kk, m);
+            _mm512_storeu_ps(pk + (size_t)j * CPU_PACK_LD + kk, wv[j]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        __m512 xv = m == 0xffff ? _mm512_loadu_ps(x + (size_t)i * ldx + kk)
+                                : _mm512_maskz_loadu_ps(m, x + (size_t)i * ldx + kk);
+        __asm__("" : "+v"(xv)); /* one load per row (see tile()) */
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            acc[i * 4 + j] = _mm512_fmadd_ps(xv, wv[j], acc[i * 4 + j]);
+    }
+}
+
+/* The packed path's 4x4 tile over one K block: x rows at ldx; weights
+ * either from the packed block (WT < 0), or, for the first row tile of a
+ * block (WT = dtype), from the checkpoint, widened in registers and also
+ * stored into the packed block for the row tiles after it. Once per 64 k it
+ * prefetches one of the npf lines at pf (a slice of the next row tile): so
+ * spread out, the fetches from L3 never stall the FMAs waiting for fill
+ * buffers, as a burst of them would. */
+ALWAYS void ptile(const int WT, const float *x, size_t ldx, const void *w, size_t ldw,
+                  float *pk, int klen, float *y, size_t ldy, int first, const char *pf,
+                  int npf)
+{
+    const float *pw = WT < 0 ? (const float *)w : pk;
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int a = 0; a < 16; a++)
+        acc[a] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= klen; k += 16) {
+        if (k % 64 == 0 && npf-- > 0)
+            _mm_prefetch(pf + (size_t)(k / 64) * 64, _MM_HINT_T0);
+        pstep(WT, x, ldx, w, ldw, pw, pk, k, 0xffff, acc);
+    }
+    if (k < klen) {
+        if (k % 64 == 0 && npf-- > 0)
+            _mm_prefetch(pf + (size_t)(k / 64) * 64, _MM_HINT_T0);
+        pstep(WT, x, ldx, w, ldw, pw, pk, k, (__mmask16)((1u << (klen - k)) - 1u), acc);
+    }
+    flush(4, 4, acc, y, ldy, first);
+}
+
+typedef void (*ptile_fn)(const float *x, size_t ldx, const void *w, size_t ldw, float *pk,
+                         int klen, float *y, size_t ldy, int first, const char *pf, int npf);
+#define PTILE(WT, NAME)                                                          \
+    static void NAME(const float *x, size_t ldx, const void *w, size_t ldw, float *pk, \
+                     int klen, float *y, size_t ldy, int first, const char *pf, int npf) \
+    {                                                                            \
+        ptile(WT, x, ldx, w, ldw, pk, klen, y, ldy, first, pf, npf);             \
+    }
+PTILE(-1, pt_packed)
+PTILE(INF_F32, pt_f32)
+PTILE(INF_F16, pt_f16)
+PTILE(INF_BF16, pt_bf16)
+static const ptile_fn packing_tiles[3] = {
+    [INF_F32] = pt_f32, [INF_F16] = pt_f16, [INF_BF16] = pt_bf16,
 };
 
 static void to_f32(const void *w, inf_dtype wt, float *out, int n)
@@ -222,33 +301,48 @@ static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
 {
     size_t es = inf_dtype_size(a->wt);
     for (int jc = n0; jc < n1; jc += CPU_NC) {
-        int nc = n1 - jc < CPU_NC ? n1 - jc : CPU_NC;
+        int nc = n1 - jc < CPU_NC ? n1 - jc : CPU_NC, nc4 = nc / PACK_NR * PACK_NR;
+        const char *wblk = (const char *)a->w + (size_t)jc * a->ldw * es;
         for (int kb = 0; kb < a->K; kb += CPU_KB) {
             int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
-            for (int r = 0; r < nc; r++)
-                to_f32((const char *)a->w + ((size_t)(jc + r) * a->ldw + kb) * es,
-                       a->wt, pack + (size_t)r * CPU_KB, klen);
+            /* columns past the last full sliver are packed up front; the
+             * full slivers by the first row tile as it goes */
+            for (int r = nc4; r < nc; r++)
+                to_f32(wblk + ((size_t)r * a->ldw + kb) * es, a->wt,
+                       pack + (size_t)r * CPU_PACK_LD, klen);
+            int slivers = nc4 / PACK_NR;
             for (int i = 0; i < a->M; i += PACK_MR) {
                 int mr = a->M - i < PACK_MR ? a->M - i : PACK_MR;
                 const float *x = a->x + (size_t)i * a->ldx + kb;
                 float *y = a->y + (size_t)i * a->ldy + jc;
-                /* the next row tile comes from L3: fetch it a slice per
-                 * panel while this tile sweeps the block */
-                int nxt = a->M - i - mr < PACK_MR ? a->M - i - mr : PACK_MR;
-                int lines = (klen + 15) / 16, per = (lines + nc / PACK_NR) / (nc / PACK_NR + 1);
-                int j = 0;
-                for (; j + PACK_NR <= nc; j += PACK_NR) {
-                    int l0 = j / PACK_NR * per, l1 = l0 + per < lines ? l0 + per : lines;
-                    for (int r = 0; r < nxt; r++)
-                        for (int l = l0; l < l1; l++)
-                            _mm_prefetch((const char *)(x + (size_t)(mr + r) * a->ldx + l * 16),
-                                         _MM_HINT_T0);
-                    packed_tiles[mr - 1][0](x, a->ldx, pack + (size_t)j * CPU_KB,
-                                            CPU_KB, klen, y + j, a->ldy, kb == 0);
+                if (mr < PACK_MR) { /* row tail: the block is packed by now */
+                    for (int j = 0; j < nc4; j += PACK_NR)
+                        packed_tiles[mr - 1][0](x, a->ldx, pack + (size_t)j * CPU_PACK_LD,
+                                                CPU_PACK_LD, klen, y + j, a->ldy, kb == 0);
+                } else {
+                    /* each sliver fetches a slice of one row of the next row
+                     * tile, a line per 64 k */
+                    int nxt = a->M - i - mr < PACK_MR ? a->M - i - mr : PACK_MR;
+                    int lines = (klen + 15) / 16;
+                    int per_row = nxt && slivers > nxt ? (slivers + nxt - 1) / nxt : 1;
+                    int run = (lines + per_row - 1) / per_row;
+                    for (int s = 0; s < slivers; s++) {
+                        int r = s / per_row, l0 = s % per_row * run;
+                        int npf = r < nxt ? (lines - l0 < run ? lines - l0 : run) : 0;
+                        const char *pf = (const char *)(x + (size_t)(mr + r) * a->ldx + (size_t)l0 * 16);
+                        int j = s * PACK_NR;
+                        float *pk = pack + (size_t)j * CPU_PACK_LD;
+                        if (i == 0)
+                            packing_tiles[a->wt](x, a->ldx, wblk + ((size_t)j * a->ldw + kb) * es,
+                                                 a->ldw, pk, klen, y + j, a->ldy, kb == 0, pf, npf);
+                        else
+                            pt_packed(x, a->ldx, pk, CPU_PACK_LD, NULL, klen, y + j, a->ldy,
+                                      kb == 0, pf, npf);
+                    }
                 }
-                for (; j < nc; j++)
-                    packed_tiles[mr - 1][1](x, a->ldx, pack + (size_t)j * CPU_KB,
-                                            CPU_KB, klen, y + j, a->ldy, kb == 0);
+                for (int j = nc4; j < nc; j++)
+                    packed_tiles[mr - 1][1](x, a->ldx, pack + (size_t)j * CPU_PACK_LD,
+                                            CPU_PACK_LD, klen, y + j, a->ldy, kb == 0);
             }
         }
     }
@@ -287,6 +381,129 @@ static void axpy(float a, const float *x, float *y, int n)
     }
 }
 
+/* Up to 4 rows x 64 columns of wsum: the rows' outputs stay in registers
+ * while the value rows stream past; lanes outside mask m[c] are not stored. */
+ALWAYS void wsum_tile(const int RR, const float *w, size_t ldw, const float *v, size_t ldv,
+                      int n, float *o, size_t ldo, const __mmask16 m[4])
+{
+    __m512 acc[16];
+#pragma GCC unroll 4
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            acc[r * 4 + c] = _mm512_maskz_loadu_ps(m[c], o + (size_t)r * ldo + 16 * c);
+    for (int p = 0; p < n; p++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            vv[c] = _mm512_maskz_loadu_ps(m[c], v + (size_t)p * ldv + 16 * c);
+#pragma GCC unroll 4
+        for (int r = 0; r < RR; r++) {
+            __m512 b = _mm512_set1_ps(w[(size_t)r * ldw + p]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                acc[r * 4 + c] = _mm512_fmadd_ps(b, vv[c], acc[r * 4 + c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_mask_storeu_ps(o + (size_t)r * ldo + 16 * c, m[c], acc[r * 4 + c]);
+}
+
+static void wsum(const float *w, size_t ldw, int R, const float *v, size_t ldv, int n,
+                 float *o, size_t ldo, int D)
+{
+    for (int d0 = 0; d0 < D; d0 += 64) {
+        __mmask16 m[4];
+        for (int c = 0; c < 4; c++) {
+            int left = D - d0 - 16 * c;
+            m[c] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1u) : 0;
+        }
+        int r = 0;
+        for (; r + 4 <= R; r += 4)
+            wsum_tile(4, w + (size_t)r * ldw, ldw, v + d0, ldv, n, o + (size_t)r * ldo + d0, ldo, m);
+        const float *wr = w + (size_t)r * ldw;
+        float *orow = o + (size_t)r * ldo + d0;
+        switch (R - r) {
+        case 3: wsum_tile(3, wr, ldw, v + d0, ldv, n, orow, ldo, m); break;
+        case 2: wsum_tile(2, wr, ldw, v + d0, ldv, n, orow, ldo, m); break;
+        case 1: wsum_tile(1, wr, ldw, v + d0, ldv, n, orow, ldo, m); break;
+        }
+    }
+}
+
+/* kern.h's exp on 16 lanes, operation for operation. */
+ALWAYS __m512 exp16(__m512 x)
+{
+    __m512 xc = _mm512_max_ps(_mm512_set1_ps(CPU_EXP_LO), x); /* NaN stays */
+    xc = _mm512_min_ps(_mm512_set1_ps(CPU_EXP_HI), xc);
+    __m512 t = _mm512_mul_ps(xc, _mm512_set1_ps(CPU_EXP_LOG2E));
+    t = _mm512_add_ps(t, _mm512_set1_ps(CPU_EXP_MAGIC));
+    __m512 n = _mm512_sub_ps(t, _mm512_set1_ps(CPU_EXP_MAGIC));
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-CPU_EXP_C1), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-CPU_EXP_C2), r);
+    __m512 p = _mm512_set1_ps(CPU_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(CPU_EXP_P5));
+    __m512 y = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    __m512i sb = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_castps_si512(t), _mm512_set1_epi32(127 - 0x4b400000)), 23);
+    __m512 e = _mm512_mul_ps(y, _mm512_castsi512_ps(sb));
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(CPU_EXP_LO), _CMP_LT_OQ);
+    return _mm512_mask_mov_ps(e, under, _mm512_setzero_ps());
+}
+
+static float softmax_exp(float *x, int n, float scale)
+{
+    __m512 sv = _mm512_set1_ps(scale), mv = _mm512_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x + i), sv);
+        _mm512_storeu_ps(x + i, v);
+        mv = _mm512_max_ps(v, mv); /* a NaN in v keeps mv */
+    }
+    __mmask16 tail = (__mmask16)((1u << (n - i)) - 1u);
+    if (i < n) {
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + i), sv);
+        _mm512_mask_storeu_ps(x + i, tail, v);
+        mv = _mm512_mask_max_ps(mv, tail, v, mv);
+    }
+    float m = _mm512_reduce_max_ps(mv);
+    __m512 mb = _mm512_set1_ps(m);
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(x + i, exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), mb)));
+    if (i < n)
+        _mm512_mask_storeu_ps(x + i, tail,
+                              exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + i), mb)));
+    return m;
+}
+
+ALWAYS __m512 swiglu16(__m512 g, __m512 u)
+{
+    __m512 e = exp16(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f)));
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+    return _mm512_mul_ps(_mm512_div_ps(g, d), u);
+}
+
+static void swiglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, swiglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(g + i, m, swiglu16(_mm512_maskz_loadu_ps(m, g + i),
+                                                 _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 const cpu_kern cpu_kern_avx512 = {
     .name = "avx512", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };

@@ -77,6 +77,66 @@ static void to_f32(const void *w, inf_dtype wt, float *out, int n)
         out[i] = w_at(w, wt, (size_t)i);
 }
 
+static void wsum(const float *w, size_t ldw, int R, const float *v, size_t ldv, int n,
+                 float *o, size_t ldo, int D)
+{
+    for (int r = 0; r < R; r++)
+        for (int p = 0; p < n; p++)
+            for (int d = 0; d < D; d++)
+                o[(size_t)r * ldo + d] =
+                    fmaf(w[(size_t)r * ldw + p], v[(size_t)p * ldv + d], o[(size_t)r * ldo + d]);
+}
+
+/* kern.h's exp, one operation per statement. */
+static float kexp(float x)
+{
+    float xc = x < CPU_EXP_LO ? CPU_EXP_LO : x;
+    xc = xc > CPU_EXP_HI ? CPU_EXP_HI : xc;
+    float t = xc * CPU_EXP_LOG2E;
+    t = t + CPU_EXP_MAGIC;
+    float n = t - CPU_EXP_MAGIC;
+    float r = fmaf(n, -CPU_EXP_C1, xc);
+    r = fmaf(n, -CPU_EXP_C2, r);
+    float p = CPU_EXP_P0;
+    p = fmaf(p, r, CPU_EXP_P1);
+    p = fmaf(p, r, CPU_EXP_P2);
+    p = fmaf(p, r, CPU_EXP_P3);
+    p = fmaf(p, r, CPU_EXP_P4);
+    p = fmaf(p, r, CPU_EXP_P5);
+    float r2 = r * r;
+    float y = fmaf(p, r2, r);
+    y = y + 1.0f;
+    uint32_t tb, sb;
+    memcpy(&tb, &t, sizeof tb);
+    sb = (tb - 0x4b400000u + 127u) << 23; /* 2^n */
+    float s;
+    memcpy(&s, &sb, sizeof s);
+    float e = y * s;
+    return x < CPU_EXP_LO ? 0.0f : e;
+}
+
+static float softmax_exp(float *x, int n, float scale)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        x[i] = x[i] * scale;
+        if (x[i] > m)
+            m = x[i];
+    }
+    for (int i = 0; i < n; i++)
+        x[i] = kexp(x[i] - m);
+    return m;
+}
+
+static void swiglu(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float d = 1.0f + kexp(-g[i]);
+        g[i] = g[i] / d * u[i];
+    }
+}
+
 const cpu_kern cpu_kern_generic = {
     .name = "generic", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };

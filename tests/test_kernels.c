@@ -77,7 +77,7 @@ static void run_mm(const cpu_kern *k, const float *x, int M, int K, const void *
 static void test_kernels_mm_matches_oracle_all_shapes(void **state)
 {
     (void)state;
-    const int Ms[] = {1, 2, 3, 4, 5, 7, 13};
+    const int Ms[] = {1, 2, 3, 4, 5, 7, 13, 37};
     const int Ns[] = {1, 7, 8, 9, 33};
     const int Ks[] = {1, 5, 16, 17, 64, 100, 512, 513, 1100};
     for (int dt = 0; dt < 3; dt++)
@@ -147,6 +147,29 @@ static void test_kernels_mm_row_and_split_invariant(void **state)
         }
 }
 
+/* Several packed blocks in one call (N > CPU_NC, with a column tail) and
+ * K blocks with a tail: every table equals the generic one. */
+static void test_kernels_mm_many_blocks_match_oracle(void **state)
+{
+    (void)state;
+    enum { M = 21, N = 2 * CPU_NC + 37, K = 2 * CPU_KB + 52 };
+    for (int dt = 0; dt < 3; dt++) {
+        float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * N * K);
+        for (int i = 0; i < M * K; i++)
+            x[i] = frand();
+        void *w = rand_weights((inf_dtype)dt, (size_t)N * K, wf);
+        float *ref = malloc(sizeof(float) * M * N), *y = malloc(sizeof(float) * M * N);
+        run_mm(tables[0], x, M, K, w, (inf_dtype)dt, N, ref, 0, N);
+        for (int t = 1; t < n_tables; t++) {
+            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, y, 0, N);
+            if (memcmp(y, ref, sizeof(float) * M * N))
+                fail_msg("%s mm differs from generic: dtype %s M=%d N=%d K=%d", tables[t]->name,
+                         inf_dtype_name((inf_dtype)dt), M, N, K);
+        }
+        free(x), free(wf), free(w), free(ref), free(y);
+    }
+}
+
 /* dot, axpy and to_f32 of every table equal the generic table's exactly. */
 static void test_kernels_dot_axpy_convert_match_oracle(void **state)
 {
@@ -181,6 +204,97 @@ static void test_kernels_dot_axpy_convert_match_oracle(void **state)
     }
 }
 
+/* wsum (attention's weighted sum of value rows) of every table equals the
+ * generic table's exactly, over row counts, widths and key counts with tails,
+ * and equals axpy applied once per key. */
+static void test_kernels_wsum_matches_oracle(void **state)
+{
+    (void)state;
+    const int Rs[] = {1, 2, 3, 4, 5, 8, 9};
+    const int Ds[] = {1, 7, 16, 31, 64, 80, 128};
+    const int ns[] = {0, 1, 5, 16};
+    enum { LDW = 20, LDV = 136, LDO = 132 };
+    float w[9 * LDW], v[16 * LDV], o0[9 * LDO], ref[9 * LDO], got[9 * LDO];
+    for (int i = 0; i < 9 * LDW; i++)
+        w[i] = frand();
+    for (int i = 0; i < 16 * LDV; i++)
+        v[i] = frand();
+    for (int i = 0; i < 9 * LDO; i++)
+        o0[i] = frand();
+    for (size_t ri = 0; ri < sizeof Rs / sizeof *Rs; ri++)
+        for (size_t di = 0; di < sizeof Ds / sizeof *Ds; di++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                int R = Rs[ri], D = Ds[di], n = ns[ni];
+                memcpy(ref, o0, sizeof ref);
+                tables[0]->wsum(w, LDW, R, v, LDV, n, ref, LDO, D);
+                memcpy(got, o0, sizeof got);
+                for (int r = 0; r < R; r++)
+                    for (int p = 0; p < n; p++)
+                        tables[0]->axpy(w[r * LDW + p], v + p * LDV, got + r * LDO, D);
+                assert_memory_equal(got, ref, sizeof got);
+                for (int t = 1; t < n_tables; t++) {
+                    memcpy(got, o0, sizeof got);
+                    tables[t]->wsum(w, LDW, R, v, LDV, n, got, LDO, D);
+                    if (memcmp(got, ref, sizeof got))
+                        fail_msg("%s wsum differs from generic: R=%d D=%d n=%d",
+                                 tables[t]->name, R, D, n);
+                }
+            }
+}
+
+/* softmax_exp and swiglu of every table equal the generic table's exactly,
+ * over lengths with tails and inputs across exp's whole range (including
+ * both clamps, infinities and NaN); and the shared exp is within a few ulp
+ * of libm's. */
+static void test_kernels_exp_ops_match_oracle(void **state)
+{
+    (void)state;
+    const int ns[] = {1, 3, 8, 15, 16, 17, 33, 100, 257};
+    enum { N = 257 };
+    float x[N], u[N], ref[N], got[N];
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+        for (int range = 0; range < 3; range++) {
+            int n = ns[ni];
+            float span = range == 0 ? 4.0f : range == 1 ? 40.0f : 200.0f;
+            for (int i = 0; i < n; i++)
+                x[i] = span * frand(), u[i] = frand();
+            if (range == 2 && n > 5) {
+                x[1] = INFINITY, x[2] = -INFINITY, x[3] = NAN;
+                x[4] = CPU_EXP_LO, x[5] = CPU_EXP_HI;
+            }
+            for (int op = 0; op < 2; op++) {
+                float m0 = 0;
+                memcpy(ref, x, sizeof ref);
+                if (op == 0)
+                    m0 = tables[0]->softmax_exp(ref, n, 0.125f);
+                else
+                    tables[0]->swiglu(ref, u, n);
+                for (int t = 1; t < n_tables; t++) {
+                    memcpy(got, x, sizeof got);
+                    if (op == 0) {
+                        float m = tables[t]->softmax_exp(got, n, 0.125f);
+                        assert_memory_equal(&m, &m0, sizeof m);
+                    } else {
+                        tables[t]->swiglu(got, u, n);
+                    }
+                    if (memcmp(got, ref, sizeof(float) * (size_t)n))
+                        fail_msg("%s %s differs from generic: n=%d span %g", tables[t]->name,
+                                 op ? "swiglu" : "softmax_exp", n, span);
+                }
+            }
+        }
+    /* exp itself, through softmax_exp with scale 1 and max 0 */
+    for (int i = 0; i < 200000; i++) {
+        float in = -100.0f * (float)i / 200000.0f, a[2] = {0.0f, in}, e = expf(in);
+        tables[0]->softmax_exp(a, 2, 1.0f);
+        assert_true(a[0] == 1.0f);
+        if (in < CPU_EXP_LO)
+            assert_true(a[1] == 0.0f);
+        else
+            assert_true(fabsf(a[1] - e) <= 2.5e-7f * e); /* 2 ulp */
+    }
+}
+
 /* "auto" picks a table; unknown names are refused. */
 static void test_kernels_select_names(void **state)
 {
@@ -195,7 +309,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_mm_matches_oracle_all_shapes),
         cmocka_unit_test(test_kernels_mm_row_and_split_invariant),
+        cmocka_unit_test(test_kernels_mm_many_blocks_match_oracle),
         cmocka_unit_test(test_kernels_dot_axpy_convert_match_oracle),
+        cmocka_unit_test(test_kernels_wsum_matches_oracle),
+        cmocka_unit_test(test_kernels_exp_ops_match_oracle),
         cmocka_unit_test(test_kernels_select_names),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
