@@ -12,6 +12,11 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 PYTHON  ?= /usr/bin/python3
 SAN     ?= 0
+# CUDA=1 adds the CUDA backend (see the CUDA section below), built apart.
+CUDA    ?= 0
+ifeq ($(CUDA),1)
+BUILD   ?= build/cuda$(if $(filter 1,$(SAN)),-san)
+endif
 
 ifeq ($(SAN),1)
 BUILD   ?= build/san
@@ -38,14 +43,63 @@ LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthrea
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
 
+# ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
+# Off by default: the default build neither compiles nor needs CUDA, and skips
+# the two files that do (CUDA_ONLY). With CUDA=1 the backend's objects join the
+# library, tests/test_cuda and bench_cuda are built, CFLAGS define INFERD_CUDA,
+# and everything links the CUDA runtime, cuBLAS(Lt) and NCCL. cuda/plan.c is
+# pure C: its test (test_cuda_plan) is built and run in every build.
+CUDA_ONLY := tests/test_cuda.c bench/bench_cuda.c
+T_test_cuda_plan := cuda/plan.o
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+# Machine code for Ampere (sm_80), Ada (sm_89) and Hopper (sm_90: H100, H200),
+# plus Hopper PTX that newer GPUs compile at load.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+             -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS := -std=c++17 -O3 -g -lineinfo $(CUDA_ARCH) -I. -Werror all-warnings \
+             -Xcompiler -Wall,-Wextra,-Werror $(EXTRA_NVCCFLAGS)
+CUDA_C    := $(wildcard cuda/*.c)
+CUDA_CU   := $(wildcard cuda/*.cu)
+CUDA_OBJ  := $(CUDA_C:%.c=$(BUILD)/obj/%.o) $(CUDA_CU:%.cu=$(BUILD)/obj/%.o)
+CUDA_ONLY :=
+CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
+CUDA_BASE_LDLIBS := $(LDLIBS)
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+             -lcublasLt -lcublas -lnccl -lcudart
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/pool.o cpu/kern.o \
+               cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o engine/model.o \
+               engine/st.o engine/be.o engine/kv.o engine/smp.o engine/tok.o
+# test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
+# CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
+# backend's host code runs end to end without a GPU. Not a test of the kernels.
+CUDA_FAKE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cuda/fake/*.c))
+CUDA_TEST_BIN := $(BUILD)/tests/test_cuda_fake
+.DEFAULT_GOAL := all
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/test_cuda_fake: $(BUILD)/obj/tests/test_cuda.o $(BUILD)/obj/engine/common.o \
+		$(CUDA_FAKE_OBJ) $(addprefix $(BUILD)/obj/,$(filter-out $(CUDA_CU:%.cu=%.o),$(T_test_cuda)))
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(CUDA_BASE_LDLIBS)
+else
+CUDA_OBJ  :=
+CUDA_TEST_BIN :=
+endif
+# ---- end of the CUDA section -------------------------------------------------
+
 LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) \
             $(filter-out server/main.c,$(wildcard server/*.c))
 LIB_CXX  := $(wildcard engine/*.cpp)
-LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o) $(CUDA_OBJ)
 MAIN_OBJ := $(BUILD)/obj/server/main.o
-TEST_SRC := $(wildcard tests/test_*.c)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-TOOL_SRC := $(wildcard tests/tools/*.c) $(wildcard bench/*.c)
+TEST_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/test_*.c))
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
+TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
 .PHONY: all deps test unit check run bench bench-spec install clean

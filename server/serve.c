@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "cpu/backend.h"
+#ifdef INFERD_CUDA
+#include "cuda/backend.h"
+#endif
 #include "engine/eng.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
@@ -27,6 +30,7 @@
 typedef struct serve_opts {
     const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
     const char *spec_config, *spec_model, *chat_template, *config;
+    float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int request_timeout_s;
@@ -210,6 +214,17 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
                       a->dm->cfg.max_position_embeddings);
     cpu_config dc = *target_cc;
     dc.n_threads = 1; /* a small draft: its steps are too short to split */
+#ifdef INFERD_CUDA
+    if (!rc && !strcmp(a->o.device, "cuda")) { /* the draft next to the target */
+        cuda_config gc = cuda_config_default();
+        gc.num_blocks = target_cc->num_blocks;
+        gc.block_size = dc.block_size;
+        gc.max_tokens = dc.max_tokens;
+        gc.max_context = max_len;
+        gc.max_seqs = a->o.max_num_seqs;
+        rc = cuda_backend_create(a->dm, &gc, &a->dbe, err);
+    } else
+#endif
     if (!rc)
         rc = cpu_backend_create(a->dm, &dc, &a->dbe, err);
     if (!rc) {
@@ -220,6 +235,40 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
         rc = spec_draft_create(&sc, &a->spec, err);
     }
     return rc;
+}
+
+/* The target's backend: the CPU, or (in a CUDA build) the GPU. cc comes
+ * sized for the CPU; on the GPU the KV pool follows gpu_memory_utilization
+ * and cc.num_blocks is updated to what the backend holds. */
+static int make_backend(app *a, cpu_config *cc, inf_err *err)
+{
+    if (!strcmp(a->o.device, "cpu"))
+        return cpu_backend_create(a->m, cc, &a->be, err);
+#ifdef INFERD_CUDA
+    cuda_config gc = cuda_config_default();
+    gc.gpu_memory_utilization = a->o.gpu_mem;
+    gc.block_size = cc->block_size;
+    gc.max_tokens = cc->max_tokens;
+    gc.max_context = cc->max_context;
+    gc.max_seqs = a->o.max_num_seqs;
+    gc.max_logits = a->o.max_num_seqs * ((a->so.method != SPEC_OFF ? a->so.k : 0) + 1);
+    gc.tensor_parallel_size = a->o.tp;
+    int rc = cuda_backend_create(a->m, &gc, &a->be, err);
+    if (!rc) {
+        cuda_info ci;
+        cuda_backend_info(a->be, &ci);
+        cc->num_blocks = ci.num_blocks;
+        log_msg(a->log, LOG_INFO, "loader", NULL,
+                "cuda: %s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB per GPU",
+                ci.device, ci.tp, ci.weights / 1073741824.0, ci.acts / 1073741824.0,
+                ci.kv / 1073741824.0);
+    }
+    return rc;
+#else
+    return inf_fail(err, INF_ERR_UNSUPPORTED,
+                    "--device %s: this build has no CUDA backend (build with make CUDA=1)",
+                    a->o.device);
+#endif
 }
 
 static void on_ready(void *user)
@@ -351,7 +400,7 @@ static void *load(void *arg)
                     "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
                     "requests will be refused",
                     cc.num_blocks - 1, max_len);
-        rc = cpu_backend_create(a->m, &cc, &a->be, &a->err);
+        rc = make_backend(a, &cc, &a->err);
     }
     if (!rc && a->so.method != SPEC_OFF)
         rc = spec_load(a, max_len, &cc, &a->err);
@@ -379,13 +428,13 @@ static void *load(void *arg)
         srv_post(a->srv, on_failed, a);
         return NULL;
     }
+    int on_cpu = !strcmp(o->device, "cpu");
     log_msg(a->log, LOG_INFO, "loader", NULL,
             "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights; context %d, KV "
-            "pool %d blocks of %d tokens (%.0f MiB), %s kernels",
+            "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype), max_len, cc.num_blocks - 1, cc.block_size,
-            (double)cc.num_blocks * cc.block_size * cpu_kv_bytes_per_token(a->m) / 1048576.0,
-            cpu_backend_kernels(a->be));
+            o->device, on_cpu ? cpu_backend_kernels(a->be) : "cuda");
     if (a->spec)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "speculative decoding: %s, %d tokens per step, off at %d or more running, "
@@ -415,7 +464,8 @@ int serve_main(int argc, char **argv)
         return 1;
     serve_opts *o = &a->o;
     *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
-                      .block_size = 16, .device = "cpu", .kernels = "auto", .tp = 1,
+                      .block_size = 16, .device = NULL, .kernels = "auto", .tp = 1,
+                      .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
@@ -435,7 +485,10 @@ int serve_main(int argc, char **argv)
         {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
                                                           "4GiB or what the sequences need)"},
-        {"device", ARG_STR, &o->device, "DEV", "cpu (default); cuda is not built yet"},
+        {"device", ARG_STR, &o->device, "DEV", "cpu or cuda (default: cuda when a CUDA build "
+                                                "finds a GPU, else cpu)"},
+        {"gpu-memory-utilization", ARG_FLOAT, &o->gpu_mem, "F", "share of each GPU's memory "
+                                                                "to use (default 0.9)"},
         {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
@@ -503,9 +556,21 @@ int serve_main(int argc, char **argv)
         free(a);
         return 0;
     }
+    if (!o->device) {
+#ifdef INFERD_CUDA
+        char why[256];
+        o->device = cuda_available(why, sizeof why) ? "cuda" : "cpu";
+#else
+        o->device = "cpu";
+#endif
+    }
     const char *bad = !o->model ? "--model is required (see --help)"
-                      : strcmp(o->device, "cpu") ? "--device: only cpu is built"
-                      : o->tp != 1 ? "--tensor-parallel-size: only 1 on the CPU"
+                      : (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+                          ? "--device is cpu or cuda"
+                      : (o->tp != 1 && !strcmp(o->device, "cpu"))
+                          ? "--tensor-parallel-size: only 1 on the CPU"
+                      : (o->gpu_mem <= 0 || o->gpu_mem > 1)
+                          ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
                          o->max_body_mb < 1 || o->port < 0 || o->port > 65535)
                           ? "sizes and limits must be positive"

@@ -1,0 +1,786 @@
+/* The Llama forward pass on NVIDIA GPUs over one flattened batch.
+ *
+ * One rank per GPU (tensor_parallel_size of them, 1 by default), all driven
+ * from the caller's thread: every launch is asynchronous, so the thread
+ * enqueues each phase on every rank in turn and NCCL's grouped all-reduce
+ * joins them. With one rank the same code runs and the all-reduces vanish.
+ *
+ * A step: the host packs the batch's metadata into pinned memory
+ * (cuda_plan_batch), one copy moves it to each rank, then the forward runs
+ * eagerly, or, for a pure decode step, as the CUDA graph of its bucket; the
+ * logits (or the sampled ids) come back through pinned memory. Steps are a
+ * ring of two, so the engine may queue the next step before the current one
+ * has finished (cuda_submit / cuda_wait). */
+#include "cuda/backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/check.h"
+#include "cuda/kern.h"
+#include "cuda/plan.h"
+
+#define MIB(x) ((double)(x) / 1048576.0)
+#define STAGE_BYTES ((size_t)16 << 20) /* upload staging, two halves */
+
+typedef struct cuda_rank {
+    int dev;
+    cuda_shard sh;
+    cuda_dims d;
+    cuda_wlayout wl;
+    cuda_alayout al;
+    cudaStream_t st;
+    cublasHandle_t blas;
+    ncclComm_t comm;     /* NULL when tp == 1                            */
+    cudaEvent_t done[2]; /* ring slot k's work on this rank has finished  */
+    unsigned char *w;    /* weight arena (wl)                            */
+    unsigned char *a;    /* activation arena (al)                        */
+    uint16_t *kv;        /* [L][K|V][num_blocks][KVl][block_size][hd]     */
+} cuda_rank;
+
+typedef struct cuda_be {
+    be_backend base;
+    const model *m;
+    cuda_config cfg;
+    int tp;
+    cuda_rank *rk;         /* [tp]                                       */
+    cuda_mlayout ml;       /* the same on every rank                     */
+    size_t layer_kv;       /* bf16 elements of one layer's K (or V)      */
+    size_t total_mem;
+    char dev_name[256];
+    float eps;
+    unsigned char *stage[2]; /* pinned per-step metadata (ml), per slot  */
+    float *hlogits;          /* pinned [R][V]: one logits step at a time */
+    int32_t *hids[2];        /* pinned [R] sampled ids, per slot          */
+    int32_t *tok_scratch;    /* [T] tokens with placeholders resolved     */
+    cuda_step step[2];
+    int head, n_inflight, logits_inflight;
+    int prev_rows;           /* rows the newest step sampled; -1: none     */
+    int buckets[CUDA_MAX_BUCKETS], nb;
+    cudaGraphExec_t graph[CUDA_MAX_BUCKETS];
+    int broken;              /* a device error: every later step fails     */
+    char broken_msg[sizeof(((inf_err *)0)->msg)];
+} cuda_be;
+
+cuda_config cuda_config_default(void)
+{
+    cuda_config c = {.device = 0, .gpu_memory_utilization = 0.9, .block_size = 16,
+                     .max_tokens = 2048, .max_context = 0, .max_seqs = 256, .max_logits = 0,
+                     .tensor_parallel_size = 1, .num_blocks = 0, .cuda_graphs = 1};
+    return c;
+}
+
+size_t cuda_kv_bytes_per_token(const model *m, int tp)
+{
+    const model_config *c = &m->cfg;
+    return (size_t)c->n_layers * 2 * (size_t)(c->n_kv_heads / (tp > 0 ? tp : 1)) *
+           (size_t)c->head_dim * 2;
+}
+
+int cuda_available(char *why, size_t len)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, len, "no usable CUDA driver or device (%s: %s)", cudaGetErrorName(e),
+                 cudaGetErrorString(e));
+        cudaGetLastError(); /* not sticky: clear it */
+        return 0;
+    }
+    if (n < 1) {
+        snprintf(why, len, "no CUDA device is visible");
+        return 0;
+    }
+    struct cudaDeviceProp p;
+    if ((e = cudaGetDeviceProperties(&p, 0)) != cudaSuccess) {
+        snprintf(why, len, "cannot query CUDA device 0 (%s)", cudaGetErrorString(e));
+        cudaGetLastError();
+        return 0;
+    }
+    if (p.major < 8) {
+        snprintf(why, len, "CUDA device 0 (%s) has compute capability %d.%d; inferd's "
+                 "kernels need 8.0 or newer", p.name, p.major, p.minor);
+        return 0;
+    }
+    snprintf(why, len, "%s, %.1f GiB, sm_%d%d, %d device%s", p.name,
+             (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, n, n > 1 ? "s" : "");
+    return 1;
+}
+
+/* ---- buffers ----------------------------------------------------------------- */
+
+typedef struct bufs {
+    float *x, *qkv, *delta, *gu, *logits, *part;
+    uint16_t *xn, *att, *act, *fin;
+    int32_t *tok, *pos, *slot, *seq, *table, *rows, *dec, *tiles, *ids;
+    cuda_smp_row *smp;
+} bufs;
+
+static bufs bufs_of(const cuda_be *be, const cuda_rank *r)
+{
+    unsigned char *a = r->a, *m = r->a + r->al.meta;
+    const cuda_mlayout *ml = &be->ml;
+    bufs b = {
+        .x = (float *)(a + r->al.x), .qkv = (float *)(a + r->al.qkv),
+        .delta = (float *)(a + r->al.delta), .gu = (float *)(a + r->al.gu),
+        .logits = (float *)(a + r->al.logits), .part = (float *)(a + r->al.part),
+        .xn = (uint16_t *)(a + r->al.xn), .att = (uint16_t *)(a + r->al.att),
+        .act = (uint16_t *)(a + r->al.act), .fin = (uint16_t *)(a + r->al.fin),
+        .tok = (int32_t *)(m + ml->tokens), .pos = (int32_t *)(m + ml->positions),
+        .slot = (int32_t *)(m + ml->slots), .seq = (int32_t *)(m + ml->tok_seq),
+        .table = (int32_t *)(m + ml->table), .rows = (int32_t *)(m + ml->rows),
+        .dec = (int32_t *)(m + ml->dec), .tiles = (int32_t *)(m + ml->tiles),
+        .ids = (int32_t *)(a + r->al.ids), .smp = (cuda_smp_row *)(m + ml->smp),
+    };
+    return b;
+}
+
+static const uint16_t *wmat(const cuda_rank *r, int l, int which)
+{
+    return (const uint16_t *)(r->w + r->wl.layer0 + (size_t)l * r->wl.layer_stride +
+                              r->wl.w[which]);
+}
+
+static const float *wnorm(const cuda_rank *r, int l, int ffn)
+{
+    return (const float *)(r->w + r->wl.layer0 + (size_t)l * r->wl.layer_stride +
+                           (ffn ? r->wl.ffn_norm : r->wl.attn_norm));
+}
+
+static int set_dev(const cuda_be *be, const cuda_rank *r, inf_err *err)
+{
+    return be->tp > 1 ? CUDA_RC(err, cudaSetDevice(r->dev)) : INF_OK;
+}
+
+/* ---- the forward pass -------------------------------------------------------- */
+
+/* y[M][ldy] = x[M][ldx] . w[N][K]^T: cuBLAS is column-major, so this is
+ * y^T = w . x^T with w read transposed; bf16 in, f32 accumulate and out. */
+static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
+                float *y, int ldy, int M, inf_err *err)
+{
+    const float one = 1.0f, zero = 0.0f;
+    return CUBLAS_RC(err, cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w,
+                                       CUDA_R_16BF, K, x, CUDA_R_16BF, ldx, &zero, y,
+                                       CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+}
+
+/* Sums delta [T][D] over the ranks, in place (row-parallel O and down). */
+static int allreduce(cuda_be *be, int T, inf_err *err)
+{
+    if (be->tp == 1)
+        return INF_OK;
+    int rc = NCCL_RC(err, ncclGroupStart());
+    for (int i = 0; i < be->tp && !rc; i++) {
+        cuda_rank *r = &be->rk[i];
+        float *delta = (float *)(r->a + r->al.delta);
+        rc = NCCL_RC(err, ncclAllReduce(delta, delta, (size_t)T * r->d.D, ncclFloat, ncclSum,
+                                        r->comm, r->st));
+    }
+    int rc2 = NCCL_RC(rc ? NULL : err, ncclGroupEnd());
+    return rc ? rc : rc2;
+}
+
+static cuda_attn_args attn_args(const cuda_be *be, const cuda_rank *r, const bufs *b, int l)
+{
+    const cuda_dims *d = &r->d;
+    cuda_attn_args a = {
+        .q = b->qkv, .ldq = d->qkv,
+        .kc = r->kv + (size_t)(2 * l) * be->layer_kv,
+        .vc = r->kv + (size_t)(2 * l + 1) * be->layer_kv,
+        .out = b->att, .ldo = d->Hl * d->hd,
+        .positions = b->pos, .tok_seq = b->seq, .table = b->table, .MB = d->MB,
+        .KVl = d->KVl, .G = d->G, .hd = d->hd, .block_size = d->block_size,
+        .scale = 1.0f / sqrtf((float)d->hd),
+        .dec = b->dec, .chunk = d->chunk, .max_splits = d->max_splits, .part = b->part,
+        .tiles = b->tiles,
+    };
+    return a;
+}
+
+/* Norm, QKV, RoPE + KV write, attention, O projection into delta. */
+static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
+{
+    const cuda_dims *d = &r->d;
+    bufs b = bufs_of(be, r);
+    int T = s->T, rc;
+    uint16_t *kc = r->kv + (size_t)(2 * l) * be->layer_kv, *vc = kc + be->layer_kv;
+    const double *rope = (const double *)(r->w + r->wl.rope);
+    cuda_attn_args a = attn_args(be, r, &b, l);
+    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, l ? b.delta : NULL, wnorm(r, l, 0), d->D,
+                                              be->eps, NULL, T, b.xn, r->st))) ||
+        (rc = gemm(r, b.xn, d->D, wmat(r, l, CUDA_W_QKV), d->qkv, d->D, b.qkv, d->qkv, T,
+                   err)) ||
+        (rc = CUDA_RC(err, cuda_k_rope_kv(b.qkv, T, b.pos, b.slot, rope, d->Hl, d->KVl, d->hd,
+                                          kc, vc, d->block_size, r->st))) ||
+        (rc = CUDA_RC(err, cuda_k_attn_decode(&a, s->n_dec, r->st))) ||
+        (rc = CUDA_RC(err, cuda_k_attn_prefill(&a, s->n_tiles, r->st))))
+        return rc;
+    return gemm(r, b.att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b.delta,
+                d->D, T, err);
+}
+
+/* Residual add + norm, gate|up, SwiGLU, down projection into delta. */
+static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
+{
+    const cuda_dims *d = &r->d;
+    bufs b = bufs_of(be, r);
+    int T = s->T, rc;
+    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, b.delta, wnorm(r, l, 1), d->D, be->eps,
+                                              NULL, T, b.xn, r->st))) ||
+        (rc = gemm(r, b.xn, d->D, wmat(r, l, CUDA_W_GU), 2 * d->Fl, d->D, b.gu, 2 * d->Fl, T,
+                   err)) ||
+        (rc = CUDA_RC(err, cuda_k_swiglu(b.gu, d->Fl, T, b.act, r->st))))
+        return rc;
+    return gemm(r, b.act, d->Fl, wmat(r, l, CUDA_W_DOWN), d->D, d->Fl, b.delta, d->D, T, err);
+}
+
+/* The whole forward of step s on every rank, up to the logits: what a CUDA
+ * graph captures for a decode bucket, and what runs eagerly otherwise. */
+static int enqueue(cuda_be *be, const cuda_step *s, inf_err *err)
+{
+    int rc;
+    for (int i = 0; i < be->tp; i++) {
+        cuda_rank *r = &be->rk[i];
+        bufs b = bufs_of(be, r);
+        if ((rc = set_dev(be, r, err)) ||
+            (rc = CUDA_RC(err, cuda_k_embed((const uint16_t *)(r->w + r->wl.embed), r->d.D,
+                                            b.tok, b.ids, s->T, b.x, r->st))))
+            return rc;
+    }
+    int L = be->rk[0].d.L;
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < be->tp; i++)
+            if ((rc = set_dev(be, &be->rk[i], err)) ||
+                (rc = attn_phase(be, &be->rk[i], l, s, err)))
+                return rc;
+        if ((rc = allreduce(be, s->T, err)))
+            return rc;
+        for (int i = 0; i < be->tp; i++)
+            if ((rc = set_dev(be, &be->rk[i], err)) ||
+                (rc = mlp_phase(be, &be->rk[i], l, s, err)))
+                return rc;
+        if ((rc = allreduce(be, s->T, err)))
+            return rc;
+    }
+    if (s->n_rows == 0)
+        return INF_OK;
+    cuda_rank *r = &be->rk[0]; /* the lm_head rank */
+    const cuda_dims *d = &r->d;
+    bufs b = bufs_of(be, r);
+    if ((rc = set_dev(be, r, err)) ||
+        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, b.delta, (const float *)(r->w + r->wl.norm),
+                                              d->D, be->eps, s->bucket ? NULL : b.rows,
+                                              s->n_rows, b.fin, r->st))))
+        return rc;
+    return gemm(r, b.fin, d->D, (const uint16_t *)(r->w + r->wl.lm_head), d->V, d->D,
+                b.logits, d->V, s->n_rows, err);
+}
+
+/* Runs decode step s from bucket bi's graph. The bucket's first step runs
+ * eagerly instead (which also lets cuBLAS do its lazy set-up outside any
+ * capture, as PyTorch's warm-up before capture does), then the same work is
+ * captured, not run, for the steps after it. */
+static int graph_run(cuda_be *be, int bi, const cuda_step *s, inf_err *err)
+{
+    cuda_rank *r = &be->rk[0];
+    if (be->graph[bi])
+        return CUDA_RC(err, cudaGraphLaunch(be->graph[bi], r->st));
+    int rc = enqueue(be, s, err);
+    if (rc)
+        return rc;
+    cudaGraph_t g = NULL;
+    if ((rc = CUDA_RC(err, cudaStreamBeginCapture(r->st, cudaStreamCaptureModeThreadLocal))))
+        return rc;
+    rc = enqueue(be, s, err);
+    int rc2 = CUDA_RC(rc ? NULL : err, cudaStreamEndCapture(r->st, &g));
+    if (!rc && !rc2)
+        rc2 = CUDA_RC(err, cudaGraphInstantiate(&be->graph[bi], g, 0));
+    if (g)
+        cudaGraphDestroy(g);
+    if (rc || rc2)
+        be->graph[bi] = NULL;
+    return rc ? rc : rc2;
+}
+
+/* ---- the ring of steps --------------------------------------------------------- */
+
+static int broken(cuda_be *be, int rc, const inf_err *err)
+{
+    be->broken = 1;
+    snprintf(be->broken_msg, sizeof be->broken_msg, "%s", err ? err->msg : "unknown");
+    return rc;
+}
+
+/* The batch as be_batch_check sees it, with placeholders standing for
+ * token 0, plus what only this backend limits. */
+static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
+{
+    const cuda_dims *d = &be->rk[0].d;
+    if (b->n_tokens < 1 || b->n_tokens > d->T)
+        return inf_fail(err, INF_ERR_INVALID, "batch: %d tokens (limit %d)", b->n_tokens, d->T);
+    for (int t = 0; t < b->n_tokens; t++) {
+        int32_t tok = b->tokens[t];
+        if (tok < 0 && -1 - (int64_t)tok >= (be->prev_rows < 0 ? 0 : be->prev_rows))
+            return inf_fail(err, INF_ERR_INVALID,
+                            "batch: placeholder token %d names no row sampled by the "
+                            "previous step", tok);
+        be->tok_scratch[t] = tok < 0 ? 0 : tok;
+    }
+    be_batch view = *b;
+    view.tokens = be->tok_scratch;
+    int rc = be_batch_check(&be->base, &view, d->T, err);
+    if (rc)
+        return rc;
+    if (b->n_seqs > d->S)
+        return inf_fail(err, INF_ERR_INVALID, "batch: %d sequences (limit max_seqs %d)",
+                        b->n_seqs, d->S);
+    if (b->n_logits > d->R)
+        return inf_fail(err, INF_ERR_INVALID, "batch: %d logit rows (limit max_logits %d)",
+                        b->n_logits, d->R);
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->seq_len[s] > d->max_ctx)
+            return inf_fail(err, INF_ERR_INVALID,
+                            "batch: sequence %d length %d exceeds the context limit %d", s,
+                            b->seq_len[s], d->max_ctx);
+    return INF_OK;
+}
+
+int cuda_submit(be_backend *base, const be_batch *b, const cuda_smp_row *smp, inf_err *err)
+{
+    cuda_be *be = (cuda_be *)base;
+    if (be->broken)
+        return inf_fail(err, INF_ERR_IO, "cuda: the device failed earlier and this backend "
+                        "cannot run more steps (%s)", be->broken_msg);
+    if (be->n_inflight == 2)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: two steps already in flight; cuda_wait "
+                        "for one first");
+    if (!smp && be->logits_inflight)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: a step returning logits is already in "
+                        "flight; cuda_wait for it first");
+    /* the current device is per thread: the engine's may not be the creator's */
+    int rc = CUDA_RC(err, cudaSetDevice(be->rk[0].dev));
+    if (rc || (rc = check_batch(be, b, err)))
+        return rc;
+    int k = be->head, bi = -1;
+    if (be->nb > 0 && cuda_plan_is_decode(b))
+        bi = cuda_plan_bucket(be->buckets, be->nb, b->n_tokens);
+    cuda_step *s = &be->step[k];
+    cuda_plan_batch(&be->rk[0].d, &be->ml, b, bi >= 0 ? be->buckets[bi] : 0, smp,
+                    be->stage[k], s);
+    for (int i = 0; i < be->tp && !rc; i++) {
+        cuda_rank *r = &be->rk[i];
+        if (!(rc = set_dev(be, r, err)))
+            rc = CUDA_RC(err, cudaMemcpyAsync(r->a + r->al.meta, be->stage[k], s->meta_bytes,
+                                              cudaMemcpyHostToDevice, r->st));
+    }
+    if (!rc)
+        rc = bi >= 0 ? graph_run(be, bi, s, err) : enqueue(be, s, err);
+    cuda_rank *r0 = &be->rk[0];
+    bufs b0 = bufs_of(be, r0);
+    if (!rc && s->n_out > 0 && !(rc = set_dev(be, r0, err))) {
+        if (smp && !(rc = CUDA_RC(err, cuda_k_sample(b0.logits, r0->d.V, s->n_out, b0.smp,
+                                                     b0.ids, r0->st))))
+            rc = CUDA_RC(err, cudaMemcpyAsync(be->hids[k], b0.ids,
+                                              (size_t)s->n_out * sizeof(int32_t),
+                                              cudaMemcpyDeviceToHost, r0->st));
+        else if (!smp)
+            rc = CUDA_RC(err, cudaMemcpyAsync(be->hlogits, b0.logits,
+                                              (size_t)s->n_out * r0->d.V * sizeof(float),
+                                              cudaMemcpyDeviceToHost, r0->st));
+    }
+    for (int i = 0; i < be->tp && !rc; i++)
+        if (!(rc = set_dev(be, &be->rk[i], err)))
+            rc = CUDA_RC(err, cudaEventRecord(be->rk[i].done[k], be->rk[i].st));
+    if (rc) /* work may be half queued and the KV half written: stop here */
+        return broken(be, rc, err);
+    be->head ^= 1;
+    be->n_inflight++;
+    be->logits_inflight |= !smp;
+    be->prev_rows = smp ? b->n_logits : -1;
+    return INF_OK;
+}
+
+int cuda_wait(be_backend *base, float *logits, int32_t *ids, inf_err *err)
+{
+    cuda_be *be = (cuda_be *)base;
+    if (be->n_inflight == 0)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: no step in flight");
+    int k = be->n_inflight == 2 ? be->head : be->head ^ 1, rc = 0;
+    for (int i = 0; i < be->tp && !rc; i++) /* events need no current device */
+        rc = CUDA_RC(err, cudaEventSynchronize(be->rk[i].done[k]));
+    be->n_inflight--;
+    const cuda_step *s = &be->step[k];
+    if (!s->sample)
+        be->logits_inflight = 0;
+    if (rc)
+        return broken(be, rc, err);
+    if (s->sample && ids)
+        memcpy(ids, be->hids[k], (size_t)s->n_out * sizeof(int32_t));
+    if (!s->sample && logits)
+        memcpy(logits, be->hlogits, (size_t)s->n_out * be->base.vocab_size * sizeof(float));
+    return INF_OK;
+}
+
+int cuda_forward_sample(be_backend *be, const be_batch *b, const cuda_smp_row *smp,
+                        int32_t *ids, inf_err *err)
+{
+    int rc = cuda_submit(be, b, smp, err);
+    return rc ? rc : cuda_wait(be, NULL, ids, err);
+}
+
+static int cuda_forward(be_backend *be, const be_batch *b, float *logits, inf_err *err)
+{
+    int rc = cuda_submit(be, b, NULL, err);
+    return rc ? rc : cuda_wait(be, logits, NULL, err);
+}
+
+/* ---- creation ------------------------------------------------------------------ */
+
+/* Pinned double-buffered staging: the host converts the next chunk while
+ * the previous one is copied. */
+typedef struct uploader {
+    unsigned char *buf[2];
+    cudaEvent_t ev[2];
+    int k;
+    cudaStream_t st;
+} uploader;
+
+static int up_begin(uploader *u, inf_err *err)
+{
+    int rc = CUDA_RC(err, cudaEventSynchronize(u->ev[u->k]));
+    return rc;
+}
+
+static int up_end(uploader *u, void *dst, size_t bytes, inf_err *err)
+{
+    int rc = CUDA_RC(err, cudaMemcpyAsync(dst, u->buf[u->k], bytes, cudaMemcpyHostToDevice,
+                                          u->st));
+    if (!rc)
+        rc = CUDA_RC(err, cudaEventRecord(u->ev[u->k], u->st));
+    u->k ^= 1;
+    return rc;
+}
+
+/* Pieces stacked by rows into dst, as bf16, a chunk of rows at a time. */
+static int up_pieces(uploader *u, unsigned char *dst, const cuda_piece *p, int n, inf_err *err)
+{
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        size_t row = (size_t)p[i].nc * 2;
+        int64_t step = (int64_t)(STAGE_BYTES / row);
+        if (step < 1)
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a row of %s is wider than the "
+                            "upload staging buffer", p[i].w->name);
+        for (int64_t r0 = 0; r0 < p[i].nr && !rc; r0 += step) {
+            int64_t nr = p[i].nr - r0 < step ? p[i].nr - r0 : step;
+            if ((rc = up_begin(u, err)))
+                break;
+            cuda_plan_pack(&p[i], r0, nr, (uint16_t *)u->buf[u->k]);
+            rc = up_end(u, dst, (size_t)nr * row, err);
+            dst += (size_t)nr * row;
+        }
+    }
+    return rc;
+}
+
+static int up_f32(uploader *u, unsigned char *dst, const model_tensor *t, inf_err *err)
+{
+    int rc = up_begin(u, err);
+    if (rc)
+        return rc;
+    size_t n = (size_t)(t->rows * t->cols);
+    cuda_plan_to_f32(t->data, t->dtype, n, (float *)u->buf[u->k]);
+    return up_end(u, dst, n * sizeof(float), err);
+}
+
+static int upload(cuda_be *be, cuda_rank *r, inf_err *err)
+{
+    const model *m = be->m;
+    const model_config *c = &m->cfg;
+    uploader u = {.st = r->st};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++)
+        if (!(rc = CUDA_RC(err, cudaHostAlloc((void **)&u.buf[i], STAGE_BYTES,
+                                              cudaHostAllocPortable))))
+            rc = CUDA_RC(err, cudaEventCreateWithFlags(&u.ev[i], cudaEventDisableTiming));
+    cuda_piece p[3];
+    if (!rc) {
+        p[0] = (cuda_piece){.w = &m->embed, .r0 = 0, .nr = c->vocab_size, .c0 = 0,
+                            .nc = c->hidden_size};
+        rc = up_pieces(&u, r->w + r->wl.embed, p, 1, err);
+    }
+    if (!rc && r->d.lm_head && r->wl.lm_head != r->wl.embed) {
+        p[0].w = &m->lm_head;
+        rc = up_pieces(&u, r->w + r->wl.lm_head, p, 1, err);
+    }
+    if (!rc)
+        rc = up_f32(&u, r->w + r->wl.norm, &m->norm, err);
+    if (!rc && !(rc = up_begin(&u, err))) {
+        double *f = (double *)u.buf[u.k];
+        for (int i = 0; i < c->head_dim / 2; i++)
+            f[i] = pow(c->rope_theta, -2.0 * i / c->head_dim);
+        rc = up_end(&u, r->w + r->wl.rope, (size_t)(c->head_dim / 2) * sizeof(double), err);
+    }
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        unsigned char *lw = r->w + r->wl.layer0 + (size_t)l * r->wl.layer_stride;
+        if ((rc = up_f32(&u, lw + r->wl.attn_norm, &m->layers[l].attn_norm, err)) ||
+            (rc = up_f32(&u, lw + r->wl.ffn_norm, &m->layers[l].ffn_norm, err)))
+            break;
+        for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
+            int n = cuda_plan_pieces(&m->layers[l], c, &r->sh, w, p);
+            rc = up_pieces(&u, lw + r->wl.w[w], p, n, err);
+        }
+    }
+    int rc2 = CUDA_RC(rc ? NULL : err, cudaStreamSynchronize(r->st));
+    for (int i = 0; i < 2; i++) {
+        if (u.ev[i])
+            cudaEventDestroy(u.ev[i]);
+        if (u.buf[i])
+            cudaFreeHost(u.buf[i]);
+    }
+    return rc ? rc : rc2;
+}
+
+/* cudaMalloc with the out-of-memory message the operator needs. */
+static int dev_alloc(cuda_rank *r, void **p, size_t bytes, const char *what, inf_err *err)
+{
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e == cudaSuccess)
+        return INF_OK;
+    *p = NULL;
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    if (e == cudaErrorMemoryAllocation)
+        return inf_fail(err, INF_ERR_NOMEM,
+                        "cuda: out of memory on device %d allocating the %s (%.1f MiB); "
+                        "%.1f MiB of %.1f MiB are free", r->dev, what, MIB(bytes), MIB(fr),
+                        MIB(tot));
+    return CUDA_RC(err, e);
+}
+
+static void cuda_destroy(be_backend *base)
+{
+    cuda_be *be = (cuda_be *)base;
+    if (!be)
+        return;
+    for (int i = 0; i < be->nb; i++)
+        if (be->graph[i])
+            cudaGraphExecDestroy(be->graph[i]);
+    for (int i = 0; be->rk && i < be->tp; i++) {
+        cuda_rank *r = &be->rk[i];
+        cudaSetDevice(r->dev);
+        if (r->st)
+            cudaStreamSynchronize(r->st);
+        if (r->comm)
+            ncclCommDestroy(r->comm);
+        if (r->blas)
+            cublasDestroy(r->blas);
+        for (int k = 0; k < 2; k++)
+            if (r->done[k])
+                cudaEventDestroy(r->done[k]);
+        if (r->st)
+            cudaStreamDestroy(r->st);
+        cudaFree(r->w);
+        cudaFree(r->a);
+        cudaFree(r->kv);
+    }
+    for (int k = 0; k < 2; k++) {
+        cudaFreeHost(be->stage[k]);
+        cudaFreeHost(be->hids[k]);
+    }
+    cudaFreeHost(be->hlogits);
+    cudaGetLastError();
+    free(be->tok_scratch);
+    free(be->rk);
+    free(be);
+}
+
+static const be_ops cuda_ops = {.name = "cuda", .forward = cuda_forward,
+                                .destroy = cuda_destroy};
+
+/* Stream, cuBLAS, weights and activations of one rank. */
+static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
+{
+    int rc;
+    if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) || (rc = CUDA_RC(err, cudaFree(NULL))) ||
+        (rc = CUDA_RC(err, cudaStreamCreateWithFlags(&r->st, cudaStreamNonBlocking))) ||
+        (rc = CUDA_RC(err, cudaEventCreateWithFlags(&r->done[0], cudaEventDisableTiming))) ||
+        (rc = CUDA_RC(err, cudaEventCreateWithFlags(&r->done[1], cudaEventDisableTiming))) ||
+        (rc = CUBLAS_RC(err, cublasCreate(&r->blas))) ||
+        (rc = CUBLAS_RC(err, cublasSetStream(r->blas, r->st))) ||
+        (rc = dev_alloc(r, (void **)&r->w, r->wl.total, "weights", err)) ||
+        (rc = upload(be, r, err)) ||
+        (rc = dev_alloc(r, (void **)&r->a, r->al.total, "activation buffers", err)) ||
+        /* on our stream: a non-blocking stream does not wait for cudaMemset's */
+        (rc = CUDA_RC(err, cudaMemsetAsync(r->a, 0, r->al.total, r->st))) ||
+        (rc = CUBLAS_RC(err, cublasSetWorkspace(r->blas, r->a + r->al.ws, CUDA_BLAS_WORKSPACE))))
+        return rc;
+    return CUDA_RC(err, cuda_k_attn_setup(r->d.hd));
+}
+
+/* Blocks every rank has room for; then the caches themselves. */
+static int kv_init(cuda_be *be, inf_err *err)
+{
+    const model_config *c = &be->m->cfg;
+    int blocks = 0, rc;
+    for (int i = 0; i < be->tp; i++) {
+        cuda_rank *r = &be->rk[i];
+        size_t fr = 0, tot = 0;
+        if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) ||
+            (rc = CUDA_RC(err, cudaMemGetInfo(&fr, &tot))))
+            return rc;
+        cuda_kv_in in = {.total = tot, .free = fr, .util = be->cfg.gpu_memory_utilization,
+                         .block_bytes = cuda_plan_kv_block_bytes(&r->d), .reserve = CUDA_RESERVE,
+                         .weights = r->wl.total, .acts = r->al.total,
+                         .block_size = r->d.block_size, .max_ctx = r->d.max_ctx,
+                         .num_blocks = be->cfg.num_blocks};
+        int n;
+        if ((rc = cuda_plan_kv(&in, &n, err)))
+            return rc;
+        blocks = i == 0 || n < blocks ? n : blocks;
+        be->total_mem = tot;
+    }
+    be->layer_kv = (size_t)blocks * be->rk[0].d.KVl * be->rk[0].d.block_size * be->rk[0].d.hd;
+    for (int i = 0; i < be->tp; i++) {
+        cuda_rank *r = &be->rk[i];
+        size_t bytes = be->layer_kv * 2 * 2 * (size_t)c->n_layers;
+        if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) ||
+            (rc = dev_alloc(r, (void **)&r->kv, bytes, "KV cache", err)) ||
+            (rc = CUDA_RC(err, cudaMemsetAsync(r->kv, 0, bytes, r->st))) ||
+            (rc = CUDA_RC(err, cudaStreamSynchronize(r->st))))
+            return rc;
+    }
+    be->base.num_blocks = blocks;
+    return INF_OK;
+}
+
+static int check_config(const model *m, const cuda_config *cfg, int *n_dev, inf_err *err)
+{
+    char why[256];
+    if (!cuda_available(why, sizeof why))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: %s", why);
+    int rc = CUDA_RC(err, cudaGetDeviceCount(n_dev));
+    if (rc)
+        return rc;
+    int tp = cfg->tensor_parallel_size;
+    if (tp < 1 || cfg->device < 0 || cfg->device + tp > *n_dev)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: devices %d..%d requested (device %d, "
+                        "tensor_parallel_size %d), %d visible", cfg->device,
+                        cfg->device + tp - 1, cfg->device, tp, *n_dev);
+    if (cfg->max_tokens < 1 || cfg->max_tokens > 65535 || cfg->max_seqs < 1 ||
+        cfg->block_size < 1 || cfg->num_blocks < 0)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: bad sizes (max_tokens %d (1..65535), "
+                        "max_seqs %d, block_size %d, num_blocks %d)", cfg->max_tokens,
+                        cfg->max_seqs, cfg->block_size, cfg->num_blocks);
+    if (m->cfg.n_heads % m->cfg.n_kv_heads)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: %d heads do not group over %d KV "
+                        "heads", m->cfg.n_heads, m->cfg.n_kv_heads);
+    return INF_OK;
+}
+
+int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out, inf_err *err)
+{
+    *out = NULL;
+    const model_config *c = &m->cfg;
+    int n_dev = 0, rc = check_config(m, cfg, &n_dev, err);
+    if (rc)
+        return rc;
+    cuda_be *be = calloc(1, sizeof *be);
+    if (!be)
+        return inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");
+    be->base.ops = &cuda_ops;
+    be->base.vocab_size = c->vocab_size;
+    be->base.block_size = cfg->block_size;
+    be->m = m;
+    be->cfg = *cfg;
+    be->tp = cfg->tensor_parallel_size;
+    be->eps = (float)c->rms_norm_eps;
+    be->prev_rows = -1;
+    int max_ctx = cfg->max_context > 0 ? cfg->max_context : c->max_position_embeddings;
+    int tied = m->lm_head.data == m->embed.data;
+    be->rk = calloc((size_t)be->tp, sizeof *be->rk);
+    be->tok_scratch = malloc((size_t)cfg->max_tokens * sizeof(int32_t));
+    if (!be->rk || !be->tok_scratch) {
+        rc = inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < be->tp && !rc; i++) {
+        cuda_rank *r = &be->rk[i];
+        r->dev = cfg->device + i;
+        cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
+                           .max_ctx = max_ctx, .block_size = cfg->block_size,
+                           .max_logits = cfg->max_logits};
+        if ((rc = cuda_plan_shard(c, be->tp, i, &r->sh, err)) ||
+            (rc = cuda_plan_dims(c, &r->sh, &lim, &r->d, err)))
+            break;
+        cuda_plan_weights(&r->d, tied, &r->wl);
+        cuda_plan_meta(&r->d, &be->ml);
+        cuda_plan_acts(&r->d, &be->ml, &r->al);
+    }
+    for (int i = 0; i < be->tp && !rc; i++)
+        rc = rank_init(be, &be->rk[i], err);
+    if (!rc)
+        rc = kv_init(be, err);
+    if (!rc && be->tp > 1) {
+        ncclComm_t comms[64];
+        int devs[64];
+        if (be->tp > 64) {
+            rc = inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: tensor_parallel_size %d (at most 64)",
+                          be->tp);
+            goto fail;
+        }
+        for (int i = 0; i < be->tp; i++)
+            devs[i] = be->rk[i].dev;
+        if (!(rc = NCCL_RC(err, ncclCommInitAll(comms, be->tp, devs))))
+            for (int i = 0; i < be->tp; i++)
+                be->rk[i].comm = comms[i];
+    }
+    const cuda_dims *d = &be->rk[0].d;
+    if (!rc)
+        rc = CUDA_RC(err, cudaSetDevice(be->rk[0].dev));
+    for (int k = 0; k < 2 && !rc; k++)
+        if (!(rc = CUDA_RC(err, cudaHostAlloc((void **)&be->stage[k], be->ml.total,
+                                              cudaHostAllocPortable))))
+            rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hids[k],
+                                            (size_t)d->R * sizeof(int32_t),
+                                            cudaHostAllocPortable));
+    if (!rc)
+        rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hlogits,
+                                        (size_t)d->R * d->V * sizeof(float),
+                                        cudaHostAllocPortable));
+    if (rc)
+        goto fail;
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, be->rk[0].dev) == cudaSuccess)
+        snprintf(be->dev_name, sizeof be->dev_name, "%s", p.name);
+    /* multi-GPU capture from one thread is not attempted: tp > 1 runs eagerly */
+    if (cfg->cuda_graphs && be->tp == 1)
+        be->nb = cuda_plan_buckets(d->S, be->buckets, CUDA_MAX_BUCKETS);
+    *out = &be->base;
+    return INF_OK;
+fail:
+    cuda_destroy(&be->base);
+    return rc;
+}
+
+void cuda_backend_info(const be_backend *base, cuda_info *o)
+{
+    const cuda_be *be = (const cuda_be *)base;
+    memset(o, 0, sizeof *o);
+    snprintf(o->device, sizeof o->device, "%s", be->dev_name);
+    o->tp = be->tp;
+    o->total = be->total_mem;
+    o->weights = be->rk[0].wl.total;
+    o->acts = be->rk[0].al.total;
+    o->kv = be->layer_kv * 2 * 2 * (size_t)be->rk[0].d.L;
+    o->num_blocks = be->base.num_blocks;
+    o->n_buckets = be->nb;
+}

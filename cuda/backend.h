@@ -1,0 +1,115 @@
+/* cuda_backend: the model's forward pass on NVIDIA GPUs, behind the be_ seam.
+ *
+ * Weights are uploaded once as bf16 (f32 and f16 checkpoints converted on the
+ * host on the way); the paged KV cache is bf16 in device memory, sized from
+ * gpu_memory_utilization after weights and activation buffers. GEMMs run in
+ * cuBLAS (bf16 in, f32 accumulate), everything else in our kernels (the .cu files).
+ * Decode steps replay CUDA graphs; tensor_parallel_size > 1 shards the model
+ * over that many GPUs with NCCL (docs/cuda.md: what has run on a GPU and what
+ * has not).
+ *
+ * Compiled only with `make CUDA=1` (which defines INFERD_CUDA); this header
+ * includes no CUDA header, so callers need none. */
+#ifndef INFERD_CUDA_BACKEND_H
+#define INFERD_CUDA_BACKEND_H
+
+#include "engine/be.h"
+#include "engine/model.h"
+
+typedef struct cuda_config {
+    int device;                    /* first GPU; rank r uses device + r        */
+    double gpu_memory_utilization; /* (0, 1]: share of each GPU's memory this
+                                      backend may hold (vLLM's meaning); 0.9  */
+    int block_size;                /* tokens per KV block; 16                  */
+    int max_tokens;                /* most tokens one forward carries; 2048    */
+    int max_context;               /* longest sequence; <= 0: the model's
+                                      max_position_embeddings                 */
+    int max_seqs;                  /* most sequences in one forward; 256       */
+    int max_logits;                /* most logit rows one forward returns; 0:
+                                      max_tokens. Sizes the logits buffers
+                                      ([max_logits][vocab] f32 on the device
+                                      and pinned on the host); raised to
+                                      max_seqs                                */
+    int tensor_parallel_size;      /* GPUs, one rank each; 1                   */
+    int num_blocks;                /* > 0: exactly this many KV blocks (tests);
+                                      0: as many as the memory budget allows  */
+    int cuda_graphs;               /* 1: replay decode steps as graphs; 1      */
+} cuda_config;
+
+cuda_config cuda_config_default(void);
+
+/* 1 when a CUDA driver is present and at least one device of compute
+ * capability 8.0 or newer is visible, else 0; why gets one line either way
+ * ("NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or the reason there is none).
+ * Safe on machines without a driver: it never crashes or exits. */
+int cuda_available(char *why, size_t len);
+
+/* Builds a backend for m (which must outlive it): uploads the weights, then
+ * allocates activations and as many KV blocks as the memory budget allows,
+ * reported in be->num_blocks (including the null block 0) for the engine's
+ * kv_ pool. Errors: INF_ERR_UNSUPPORTED (no device, shape or tp the kernels
+ * do not handle), INF_ERR_NOMEM (a message with the sizes involved),
+ * INF_ERR_INVALID (bad config), INF_ERR_IO (any other CUDA, cuBLAS or NCCL
+ * failure, naming the call and its source line). */
+int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out,
+                        inf_err *err);
+
+/* How the backend placed itself, for the log line at start-up. */
+typedef struct cuda_info {
+    char device[256];     /* device name of rank 0                            */
+    int tp;
+    size_t total;         /* device memory per GPU                            */
+    size_t weights;       /* weight arena per rank                            */
+    size_t acts;          /* activation arena per rank                        */
+    size_t kv;            /* KV cache per rank                                */
+    int num_blocks;       /* including the null block                         */
+    int n_buckets;        /* decode batch sizes with a CUDA graph             */
+} cuda_info;
+
+void cuda_backend_info(const be_backend *be, cuda_info *out);
+
+/* Bytes of KV cache one token takes on one rank (all layers, K and V, bf16). */
+size_t cuda_kv_bytes_per_token(const model *m, int tensor_parallel_size);
+
+/* ---- extension of the seam: sampling on the device, overlap ----------------
+ *
+ * be_forward (logits back to the host) stays the engine's path. These let the
+ * engine, later, keep logits on the GPU (only token ids cross PCIe) and
+ * prepare step N+1 while step N runs. */
+
+/* Sampling parameters of one logit row, applied as smp_ does (engine/smp.h):
+ * temperature 0 is the argmax (lowest id on ties); else softmax(logits / T)
+ * restricted by top-k, then top-p (mass within the top-k set), then min-p,
+ * renormalized, and one inverse-CDF draw in token-id order at u. Penalties
+ * are not applied on the device: rows that need them take be_forward's
+ * logits and smp_sample on the host. */
+struct cuda_smp_row {
+    float temperature; /* >= 0                                               */
+    int32_t top_k;     /* <= 0 or >= vocab: off                              */
+    float top_p;       /* (0, 1]; 1: off                                     */
+    float min_p;       /* [0, 1]; 0: off                                     */
+    double u;          /* the request's uniform in [0, 1) (smp_rng_uniform)  */
+};
+typedef struct cuda_smp_row cuda_smp_row;
+
+/* Queues one step and returns without waiting for it. smp: one row per
+ * logit row (NULL: the step returns logits). At most two steps may be in
+ * flight; a third submit fails (INF_ERR_INVALID) until cuda_wait.
+ *
+ * Tokens of b may be placeholders: token -1 - i stands for the id sampled
+ * for logit row i of the previously submitted step (which must have
+ * sampled), resolved on the device, so a decode step can be queued before
+ * the previous one's tokens are known on the host. */
+int cuda_submit(be_backend *be, const be_batch *b, const cuda_smp_row *smp, inf_err *err);
+
+/* Waits for the oldest queued step and copies out its result: logits
+ * [n_logits][vocab] for a step without sampling, ids [n_logits] for one with
+ * (either pointer may be NULL to drop it). A failure of the step is reported
+ * here. */
+int cuda_wait(be_backend *be, float *logits, int32_t *ids, inf_err *err);
+
+/* cuda_submit then cuda_wait: one step sampled on the device. */
+int cuda_forward_sample(be_backend *be, const be_batch *b, const cuda_smp_row *smp,
+                        int32_t *ids, inf_err *err);
+
+#endif

@@ -1,0 +1,307 @@
+/* Host reference versions of the kernels in cuda/kern.h, for the fake device
+ * (cuda/fake/fake.h): same contracts, same arguments and buffers, plain C.
+ * Decode attention goes through the same split-K partials and merge as the
+ * CUDA kernel, so the partial buffer's layout and size are exercised too.
+ * These are what the fake runs instead of the CUDA kernels; they say
+ * nothing about whether the CUDA kernels are right. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/fake/fake.h"
+#include "cuda/kern.h"
+#include "cuda/plan.h"
+#include "engine/smp.h"
+
+static float bf(uint16_t h) { return inf_bf16_to_f32(h); }
+
+typedef struct embed_args {
+    const uint16_t *table;
+    int D, T;
+    const int32_t *tokens, *prev;
+    float *x;
+} embed_args;
+
+static void embed_run(const void *p)
+{
+    const embed_args *a = p;
+    for (int t = 0; t < a->T; t++) {
+        int tok = a->tokens[t] >= 0 ? a->tokens[t] : a->prev[-1 - a->tokens[t]];
+        for (int i = 0; i < a->D; i++)
+            a->x[(size_t)t * a->D + i] = bf(a->table[(size_t)tok * a->D + i]);
+    }
+}
+
+cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
+                         const int32_t *prev_ids, int T, float *x, cudaStream_t st)
+{
+    (void)st;
+    embed_args a = {.table = table, .D = D, .T = T, .tokens = tokens, .prev = prev_ids, .x = x};
+    return fake_launch(embed_run, &a, sizeof a);
+}
+
+typedef struct norm_args {
+    float *x;
+    const float *delta, *gain;
+    int D, n;
+    float eps;
+    const int32_t *rows;
+    uint16_t *out;
+} norm_args;
+
+static void norm_run(const void *p)
+{
+    const norm_args *a = p;
+    for (int i = 0; i < a->n; i++) {
+        int r = a->rows ? a->rows[i] : i;
+        float *x = a->x + (size_t)r * a->D, ss = 0.0f;
+        for (int j = 0; j < a->D; j++) {
+            if (a->delta)
+                x[j] += a->delta[(size_t)r * a->D + j];
+            ss += x[j] * x[j];
+        }
+        float inv = 1.0f / sqrtf(ss / (float)a->D + a->eps);
+        for (int j = 0; j < a->D; j++)
+            a->out[(size_t)i * a->D + j] = inf_f32_to_bf16(x[j] * inv * a->gain[j]);
+    }
+}
+
+cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain, int D,
+                               float eps, const int32_t *rows, int n, uint16_t *out,
+                               cudaStream_t st)
+{
+    (void)st;
+    norm_args a = {.x = x, .delta = delta, .gain = gain, .D = D, .n = n, .eps = eps,
+                   .rows = rows, .out = out};
+    return fake_launch(norm_run, &a, sizeof a);
+}
+
+typedef struct rope_args {
+    float *qkv;
+    int T, Hl, KVl, hd, bs;
+    const int32_t *pos, *slots;
+    const double *inv;
+    uint16_t *kc, *vc;
+} rope_args;
+
+static void rope_run(const void *p)
+{
+    const rope_args *a = p;
+    int half = a->hd / 2, ld = (a->Hl + 2 * a->KVl) * a->hd;
+    for (int t = 0; t < a->T; t++) {
+        float *row = a->qkv + (size_t)t * ld;
+        int blk = a->slots[t] / a->bs, off = a->slots[t] % a->bs;
+        for (int h = 0; h < a->Hl + a->KVl; h++)
+            for (int i = 0; i < half; i++) {
+                double ang = (double)a->pos[t] * a->inv[i];
+                float c = (float)cos(ang), s = (float)sin(ang);
+                float *v = row + (size_t)h * a->hd, x0 = v[i], x1 = v[i + half];
+                float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+                if (h < a->Hl) {
+                    v[i] = r0;
+                    v[i + half] = r1;
+                } else {
+                    uint16_t *k = a->kc +
+                                  (((size_t)blk * a->KVl + (h - a->Hl)) * a->bs + off) * a->hd;
+                    k[i] = inf_f32_to_bf16(r0);
+                    k[i + half] = inf_f32_to_bf16(r1);
+                }
+            }
+        for (int h = 0; h < a->KVl; h++)
+            for (int d = 0; d < a->hd; d++)
+                a->vc[(((size_t)blk * a->KVl + h) * a->bs + off) * a->hd + d] =
+                    inf_f32_to_bf16(row[(size_t)(a->Hl + a->KVl + h) * a->hd + d]);
+    }
+}
+
+cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions, const int32_t *slots,
+                           const double *inv_freq, int Hl, int KVl, int hd, uint16_t *kc,
+                           uint16_t *vc, int block_size, cudaStream_t st)
+{
+    (void)st;
+    rope_args a = {.qkv = qkv, .T = T, .Hl = Hl, .KVl = KVl, .hd = hd, .bs = block_size,
+                   .pos = positions, .slots = slots, .inv = inv_freq, .kc = kc, .vc = vc};
+    return fake_launch(rope_run, &a, sizeof a);
+}
+
+typedef struct swiglu_args {
+    const float *gu;
+    int F, T;
+    uint16_t *out;
+} swiglu_args;
+
+static void swiglu_run(const void *p)
+{
+    const swiglu_args *a = p;
+    for (int t = 0; t < a->T; t++)
+        for (int i = 0; i < a->F; i++) {
+            float g = a->gu[(size_t)t * 2 * a->F + i], u = a->gu[(size_t)t * 2 * a->F + a->F + i];
+            a->out[(size_t)t * a->F + i] = inf_f32_to_bf16(g / (1.0f + expf(-g)) * u);
+        }
+}
+
+cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st)
+{
+    (void)st;
+    swiglu_args a = {.gu = gu, .F = F, .T = T, .out = out};
+    return fake_launch(swiglu_run, &a, sizeof a);
+}
+
+/* ---- attention ----------------------------------------------------------------- */
+
+static size_t kv_at(const cuda_attn_args *a, int seq, int g, int p)
+{
+    int blk = a->table[(size_t)seq * a->MB + p / a->block_size];
+    return (((size_t)blk * a->KVl + g) * a->block_size + p % a->block_size) * a->hd;
+}
+
+/* Softmax-weighted sum of V over positions [p0, p1) for query head h of
+ * token t: acc[hd] unnormalized, *m the max score, *l the sum. */
+static void attend(const cuda_attn_args *a, int t, int h, int p0, int p1, float *acc,
+                   float *m, float *l)
+{
+    int hd = a->hd, g = h / a->G, seq = a->tok_seq[t];
+    const float *q = a->q + (size_t)t * a->ldq + (size_t)h * hd;
+    float mx = -INFINITY;
+    float *sc = malloc((size_t)(p1 - p0) * sizeof *sc);
+    for (int p = p0; p < p1; p++) {
+        const uint16_t *k = a->kc + kv_at(a, seq, g, p);
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++)
+            s += q[d] * a->scale * bf(k[d]);
+        sc[p - p0] = s;
+        mx = fmaxf(mx, s);
+    }
+    float sum = 0.0f;
+    memset(acc, 0, (size_t)hd * sizeof *acc);
+    for (int p = p0; p < p1; p++) {
+        float e = expf(sc[p - p0] - mx);
+        const uint16_t *v = a->vc + kv_at(a, seq, g, p);
+        sum += e;
+        for (int d = 0; d < hd; d++)
+            acc[d] += e * bf(v[d]);
+    }
+    free(sc);
+    *m = mx;
+    *l = sum;
+}
+
+typedef struct attn_run_args {
+    cuda_attn_args a;
+    int n;
+} attn_run_args;
+
+static void decode_run(const void *p)
+{
+    const attn_run_args *r = p;
+    const cuda_attn_args *a = &r->a;
+    int hd = a->hd, H = a->KVl * a->G;
+    for (int di = 0; di < r->n; di++) {
+        int t = a->dec[di], n = a->positions[t] + 1, ns = cuda_plan_n_splits(a->chunk, n);
+        for (int h = 0; h < H; h++) {
+            int g = h / a->G, j = h % a->G;
+            for (int s = 0; s < ns; s++) { /* the CUDA kernel's partials */
+                float *part = a->part +
+                              ((((size_t)di * a->KVl + g) * a->max_splits + s) * a->G + j) *
+                                  (hd + 2);
+                int p1 = (s + 1) * a->chunk < n ? (s + 1) * a->chunk : n;
+                attend(a, t, h, s * a->chunk, p1, part, &part[hd], &part[hd + 1]);
+            }
+            float M = -INFINITY, L = 0.0f;
+            size_t step = (size_t)a->G * (hd + 2);
+            const float *pb = a->part + (((size_t)di * a->KVl + g) * a->max_splits * a->G + j) *
+                                            (hd + 2);
+            for (int s = 0; s < ns; s++)
+                M = fmaxf(M, pb[s * step + hd]);
+            for (int s = 0; s < ns; s++)
+                L += expf(pb[s * step + hd] - M) * pb[s * step + hd + 1];
+            for (int d = 0; d < hd; d++) {
+                float o = 0.0f;
+                for (int s = 0; s < ns; s++)
+                    o += expf(pb[s * step + hd] - M) * pb[s * step + d];
+                a->out[(size_t)t * a->ldo + (size_t)h * hd + d] = inf_f32_to_bf16(o / L);
+            }
+        }
+    }
+}
+
+cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cudaStream_t st)
+{
+    (void)st;
+    attn_run_args r = {.a = *a, .n = n_dec};
+    return n_dec > 0 ? fake_launch(decode_run, &r, sizeof r) : cudaSuccess;
+}
+
+static void prefill_run(const void *p)
+{
+    const attn_run_args *r = p;
+    const cuda_attn_args *a = &r->a;
+    int hd = a->hd;
+    float *acc = malloc((size_t)hd * sizeof *acc);
+    for (int i = 0; i < r->n; i++) {
+        int t0 = a->tiles[3 * i + 1], nq = a->tiles[3 * i + 2];
+        for (int t = t0; t < t0 + nq; t++)
+            for (int h = 0; h < a->KVl * a->G; h++) {
+                float m, l;
+                attend(a, t, h, 0, a->positions[t] + 1, acc, &m, &l);
+                for (int d = 0; d < hd; d++)
+                    a->out[(size_t)t * a->ldo + (size_t)h * hd + d] = inf_f32_to_bf16(acc[d] / l);
+            }
+    }
+    free(acc);
+}
+
+cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles, cudaStream_t st)
+{
+    (void)st;
+    attn_run_args r = {.a = *a, .n = n_tiles};
+    return n_tiles > 0 ? fake_launch(prefill_run, &r, sizeof r) : cudaSuccess;
+}
+
+cudaError_t cuda_k_attn_setup(int hd)
+{
+    return hd >= 2 && hd <= CUDA_MAX_HEAD_DIM ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* ---- sampling ------------------------------------------------------------------------ */
+
+typedef struct sample_args {
+    const float *logits;
+    int V, n;
+    const cuda_smp_row *rows;
+    int32_t *ids;
+} sample_args;
+
+static void sample_run(const void *p)
+{
+    const sample_args *a = p;
+    smp_ctx *c = NULL;
+    float *probs = malloc((size_t)a->V * sizeof *probs);
+    if (smp_create(a->V, &c, NULL) || !probs)
+        abort(); /* test-only code: out of host memory */
+    for (int r = 0; r < a->n; r++) {
+        const float *x = a->logits + (size_t)r * a->V;
+        cuda_smp_row s = a->rows[r];
+        smp_params sp = smp_params_default();
+        sp.temperature = s.temperature;
+        sp.top_k = s.top_k;
+        sp.top_p = s.top_p;
+        sp.min_p = s.min_p;
+        if (!(s.temperature > 0.0f)) {
+            a->ids[r] = smp_argmax(x, a->V);
+            continue;
+        }
+        smp_probs(c, &sp, x, probs);
+        a->ids[r] = smp_draw(probs, a->V, s.u);
+    }
+    smp_destroy(c);
+    free(probs);
+}
+
+cudaError_t cuda_k_sample(const float *logits, int V, int n, const cuda_smp_row *rows,
+                          int32_t *ids, cudaStream_t st)
+{
+    (void)st;
+    sample_args a = {.logits = logits, .V = V, .n = n, .rows = rows, .ids = ids};
+    return n > 0 ? fake_launch(sample_run, &a, sizeof a) : cudaSuccess;
+}

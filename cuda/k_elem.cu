@@ -1,0 +1,124 @@
+// Per-token kernels: embedding gather, residual add + RMSNorm, RoPE + KV
+// write, SwiGLU. Each token row is one block (or a row of blocks), so a
+// token's result never depends on the other rows of the batch. Products that
+// the CPU backend rounds separately (-ffp-contract=off) are written with
+// __fmul_rn / __fadd_rn so nvcc does not fuse them into FMAs either.
+#include "cuda/dev.cuh"
+#include "cuda/kern.h"
+
+static __global__ void k_embed(const uint16_t *table, int D, const int32_t *tokens,
+                               const int32_t *prev_ids, float *x)
+{
+    int t = blockIdx.x, tok = tokens[t];
+    if (tok < 0)
+        tok = prev_ids[-1 - tok];
+    const uint16_t *row = table + (size_t)tok * D;
+    float *o = x + (size_t)t * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        o[i] = bf2f(row[i]);
+}
+
+extern "C" cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
+                                    const int32_t *prev_ids, int T, float *x, cudaStream_t st)
+{
+    if (T > 0)
+        k_embed<<<T, 256, 0, st>>>(table, D, tokens, prev_ids, x);
+    return cudaGetLastError();
+}
+
+static __global__ void __launch_bounds__(256)
+    k_add_rmsnorm(float *x, const float *delta, const float *gain, int D, float eps,
+                  const int32_t *rows, uint16_t *out)
+{
+    __shared__ float red[32];
+    int i = blockIdx.x, r = rows ? rows[i] : i;
+    float *xr = x + (size_t)r * D;
+    const float *dr = delta ? delta + (size_t)r * D : nullptr;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float v = xr[j];
+        if (dr) {
+            v = __fadd_rn(v, dr[j]);
+            xr[j] = v; // each thread rereads only what it wrote
+        }
+        ss = __fmaf_rn(v, v, ss);
+    }
+    ss = block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    uint16_t *o = out + (size_t)i * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        o[j] = f2bf(__fmul_rn(__fmul_rn(xr[j], inv), gain[j]));
+}
+
+extern "C" cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain,
+                                          int D, float eps, const int32_t *rows, int n,
+                                          uint16_t *out, cudaStream_t st)
+{
+    if (n > 0)
+        k_add_rmsnorm<<<n, 256, 0, st>>>(x, delta, gain, D, eps, rows, out);
+    return cudaGetLastError();
+}
+
+static __global__ void k_rope_kv(float *qkv, const int32_t *positions, const int32_t *slots,
+                                 const double *inv_freq, int Hl, int KVl, int hd,
+                                 uint16_t *kc, uint16_t *vc, int bs)
+{
+    int t = blockIdx.x, half = hd / 2, ld = (Hl + 2 * KVl) * hd;
+    float *row = qkv + (size_t)t * ld;
+    double p = (double)positions[t];
+    int slot = slots[t], blk = slot / bs, off = slot % bs;
+    for (int e = threadIdx.x; e < (Hl + KVl) * half; e += blockDim.x) {
+        int h = e / half, i = e % half;
+        double s, c;
+        sincos(p * inv_freq[i], &s, &c);
+        float cf = (float)c, sf = (float)s;
+        float *v = row + (size_t)h * hd; // k heads follow the q heads
+        float a = v[i], b = v[i + half];
+        float na = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
+        float nb = __fadd_rn(__fmul_rn(b, cf), __fmul_rn(a, sf));
+        if (h < Hl) {
+            v[i] = na;
+            v[i + half] = nb;
+        } else {
+            uint16_t *k = kc + (((size_t)blk * KVl + (h - Hl)) * bs + off) * hd;
+            k[i] = f2bf(na);
+            k[i + half] = f2bf(nb);
+        }
+    }
+    const float *vs = row + (size_t)(Hl + KVl) * hd;
+    for (int e = threadIdx.x; e < KVl * hd; e += blockDim.x) {
+        int h = e / hd, d = e % hd;
+        vc[(((size_t)blk * KVl + h) * bs + off) * hd + d] = f2bf(vs[e]);
+    }
+}
+
+extern "C" cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions,
+                                      const int32_t *slots, const double *inv_freq, int Hl,
+                                      int KVl, int hd, uint16_t *kc, uint16_t *vc,
+                                      int block_size, cudaStream_t st)
+{
+    if (T > 0)
+        k_rope_kv<<<T, 128, 0, st>>>(qkv, positions, slots, inv_freq, Hl, KVl, hd, kc, vc,
+                                     block_size);
+    return cudaGetLastError();
+}
+
+static __global__ void k_swiglu(const float *gu, int F, uint16_t *out)
+{
+    int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= F)
+        return;
+    const float *r = gu + (size_t)t * 2 * F;
+    float g = r[i], u = r[F + i];
+    out[(size_t)t * F + i] = f2bf(__fmul_rn(g / __fadd_rn(1.0f, expf(-g)), u));
+}
+
+extern "C" cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out,
+                                     cudaStream_t st)
+{
+    if (T > 0 && F > 0) {
+        dim3 grid((unsigned)((F + 255) / 256), (unsigned)T);
+        k_swiglu<<<grid, 256, 0, st>>>(gu, F, out);
+    }
+    return cudaGetLastError();
+}

@@ -1,0 +1,93 @@
+/* cuda_k_: the CUDA backend's kernels, one per op, each behind a host
+ * launcher that takes a stream and returns the launch's error (never
+ * synchronizes). Kernels are CUDA C++ (the .cu files); this header is C.
+ *
+ * Storage: activations f32 or bf16 (uint16_t here, __nv_bfloat16 on the
+ * device), row-major with the row strides given. The paged KV cache of one
+ * layer is K and V, each [num_blocks][KVl][block_size][hd] bf16: the
+ * block_size x hd tile of one (block, KV head) is contiguous, so attention
+ * reads a block's keys for one head as one 16-byte-aligned run, and slot
+ * s = block * block_size + offset lands at [block][head][offset]. */
+#ifndef INFERD_CUDA_KERN_H
+#define INFERD_CUDA_KERN_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "cuda/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x[t][:] = table[tok][:] widened to f32 for t < T, where tok = tokens[t],
+ * or, for a placeholder tokens[t] = -1 - i, prev_ids[i]. */
+cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
+                         const int32_t *prev_ids, int T, float *x, cudaStream_t st);
+
+/* For i < n and r = rows ? rows[i] : i: x[r] += delta[r] (skipped when delta
+ * is NULL), then out[i] = bf16(x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * gain):
+ * the residual add fused with the RMSNorm that follows it. */
+cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain, int D,
+                               float eps, const int32_t *rows, int n, uint16_t *out,
+                               cudaStream_t st);
+
+/* qkv [T][(Hl + 2 KVl) hd] holds q | k | v of each token. Rotates q in place
+ * and k (HF rotate-half: pairs (i, i + hd/2), angle position * inv_freq[i]
+ * in double), then writes k and v as bf16 to the layer's cache at slots[t]. */
+cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions,
+                           const int32_t *slots, const double *inv_freq, int Hl, int KVl,
+                           int hd, uint16_t *kc, uint16_t *vc, int block_size,
+                           cudaStream_t st);
+
+/* out[t][i] = bf16(g / (1 + exp(-g)) * u) with g = gu[t][i], u = gu[t][F + i]. */
+cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st);
+
+/* Paged attention over one layer. Token t (of sequence tok_seq[t]) attends
+ * to positions 0..positions[t] of its sequence, read through
+ * table[seq][p / block_size]; q comes from the rotated qkv rows, the result
+ * goes to out [T][ldo] bf16 at head h's columns h*hd. */
+typedef struct cuda_attn_args {
+    const float *q;          /* [T][ldq], head h at h*hd                      */
+    int ldq;
+    const uint16_t *kc, *vc; /* this layer's cache                            */
+    uint16_t *out;           /* [T][ldo]                                      */
+    int ldo;
+    const int32_t *positions, *tok_seq;
+    const int32_t *table;    /* [S][MB]                                       */
+    int MB;
+    int KVl, G, hd, block_size;
+    float scale;             /* 1 / sqrt(hd)                                  */
+    const int32_t *dec;      /* decode: token indices                         */
+    int chunk, max_splits;   /* decode split-K (cuda_plan_splitk)             */
+    float *part;             /* [n_dec][KVl][max_splits][G][hd + 2]          */
+    const int32_t *tiles;    /* prefill: [n_tiles][3] seq, first token, count */
+} cuda_attn_args;
+
+/* Decode: one query token per entry of dec (their sequences have one token
+ * in this step). Each (token, KV head, split of chunk positions) block
+ * writes a partial softmax to part; a second kernel merges the splits in
+ * split order. Empty splits exit at once, so the grid can stay fixed (CUDA
+ * graphs) while contexts grow. */
+cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cudaStream_t st);
+
+/* Prefill and verification rows: one block per (tile, KV head) takes up to
+ * CUDA_ATTN_ROWS query rows (tile tokens x the KV head's G query heads),
+ * walks the KV positions 0..max position in the tile 32 at a time through
+ * shared memory with the causal mask per row, online softmax. */
+cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles, cudaStream_t st);
+
+/* Raises the prefill kernel's shared-memory limit for head_dim hd on the
+ * current device (once per device, before any launch or capture). */
+cudaError_t cuda_k_attn_setup(int hd);
+
+/* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with
+ * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row. */
+cudaError_t cuda_k_sample(const float *logits, int V, int n, const cuda_smp_row *rows,
+                          int32_t *ids, cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

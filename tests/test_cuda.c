@@ -1,0 +1,1305 @@
+/* CUDA backend parity: every kernel against a CPU reference on random
+ * inputs, whole-model logits against the CPU backend, greedy tokens against
+ * the CPU backend for 64 tokens, paged attention over many sequences with
+ * chunked prefill, CUDA graphs against eager steps, queued steps with
+ * placeholder tokens, errors, and tensor parallelism where two GPUs exist.
+ *
+ * Built only with `make CUDA=1`. Without a usable GPU every test that needs
+ * one is skipped with the reason printed; test_cuda_available_never_crashes
+ * runs everywhere. Tolerances (first estimates, stated per test; see
+ * docs/cuda.md: not yet calibrated on a GPU):
+ *   - exact:   embedding gather, residual add, V written to the cache,
+ *              sampled ids (u kept away from CDF boundaries);
+ *   - 1 bf16 ulp (|d| <= 2^-8 |ref| + 1e-6): bf16 outputs of RMSNorm,
+ *              K after RoPE, SwiGLU;
+ *   - 1e-6 relative: q after RoPE (f32);
+ *   - 5e-3 absolute: attention outputs (values in [-1, 1], bf16 out);
+ *   - 3% of the row's logit range + 1e-3: model logits against the CPU
+ *              backend on the same bf16-rounded weights (the GPU rounds
+ *              activations and KV to bf16 as well). */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "cpu/backend.h"
+#include "cuda/backend.h"
+#include "cuda/kern.h"
+#include "cuda/plan.h"
+#include "engine/model.h"
+#include "engine/smp.h"
+#include "engine/tok.h"
+
+static int have_gpu;
+static char gpu_why[256];
+
+#define NEED_GPU()                                                                     \
+    do {                                                                               \
+        if (!have_gpu) {                                                               \
+            print_message("skipped: needs a GPU (%s)\n", gpu_why);                     \
+            skip();                                                                    \
+        }                                                                              \
+    } while (0)
+#define CK(call) assert_int_equal((int)(call), (int)cudaSuccess)
+
+static uint64_t rng_state = 7;
+
+static uint32_t urand(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    return (float)(urand() >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+static void *dmalloc(size_t n)
+{
+    void *p = NULL;
+    CK(cudaMalloc(&p, n ? n : 1));
+    return p;
+}
+
+static void *to_dev(const void *h, size_t n)
+{
+    void *d = dmalloc(n);
+    CK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void to_host(void *h, const void *d, size_t n)
+{
+    CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+
+static float bf(uint16_t h) { return inf_bf16_to_f32(h); }
+
+/* |got - want| within one bf16 ulp of want. */
+static int bf16_close(float got, double want)
+{
+    return fabs((double)got - want) <= fabs(want) / 256.0 + 1e-6;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    have_gpu = cuda_available(gpu_why, sizeof gpu_why);
+    print_message("%s: %s\n", have_gpu ? "GPU" : "no GPU, GPU tests are skipped", gpu_why);
+    return 0;
+}
+
+static const char *fixtures(void)
+{
+    const char *f = getenv("INFERD_TEST_FIXTURES");
+    return f ? f : "build/fixtures";
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* ---- no GPU needed ------------------------------------------------------------ */
+
+/* cuda_available answers with a reason on any machine, GPU or not, and
+ * without a GPU cuda_backend_create fails cleanly with that reason. */
+static void test_cuda_available_never_crashes(void **state)
+{
+    (void)state;
+    char why[256] = "";
+    int ok = cuda_available(why, sizeof why);
+    assert_true(strlen(why) > 0);
+    print_message("cuda_available: %d (%s)\n", ok, why);
+    if (ok)
+        return;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err)) {
+        print_message("note: %s: %s; creation not tried\n", dir, err.msg);
+        return;
+    }
+    cuda_config cfg = cuda_config_default();
+    be_backend *be = (be_backend *)1;
+    assert_int_equal(cuda_backend_create(m, &cfg, &be, &err), INF_ERR_UNSUPPORTED);
+    assert_null(be);
+    assert_memory_equal(err.msg, "cuda: ", 6);
+    model_destroy(m);
+}
+
+/* ---- kernels ---------------------------------------------------------------------- */
+
+/* The gather widens bf16 exactly and resolves placeholders from prev_ids. */
+static void test_cuda_kern_embed_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    int V = 1000, D = 200, T = 37;
+    uint16_t *table = malloc((size_t)V * D * 2);
+    for (int i = 0; i < V * D; i++)
+        table[i] = inf_f32_to_bf16(frand());
+    int32_t tok[37], prev[3] = {5, 6, 999};
+    for (int t = 0; t < T; t++)
+        tok[t] = (int32_t)(urand() % (unsigned)V);
+    tok[3] = -1;
+    tok[20] = -3;
+    uint16_t *dt = to_dev(table, (size_t)V * D * 2);
+    int32_t *dtok = to_dev(tok, sizeof tok), *dprev = to_dev(prev, sizeof prev);
+    float *dx = dmalloc((size_t)T * D * 4), *x = malloc((size_t)T * D * 4);
+    CK(cuda_k_embed(dt, D, dtok, dprev, T, dx, 0));
+    to_host(x, dx, (size_t)T * D * 4);
+    for (int t = 0; t < T; t++) {
+        int id = tok[t] >= 0 ? tok[t] : prev[-1 - tok[t]];
+        for (int i = 0; i < D; i++)
+            assert_true(x[t * D + i] == bf(table[(size_t)id * D + i]));
+    }
+    cudaFree(dt);
+    cudaFree(dtok);
+    cudaFree(dprev);
+    cudaFree(dx);
+    free(table);
+    free(x);
+}
+
+/* Residual add (exact f32 adds) then RMSNorm to bf16 (1 ulp), for listed
+ * rows only, with and without the add. */
+static void test_cuda_kern_add_rmsnorm(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int Ds[] = {64, 80, 4096, 5003};
+    for (size_t k = 0; k < sizeof Ds / sizeof Ds[0]; k++) {
+        int D = Ds[k], R = 10, n = 4;
+        int32_t rows[4] = {3, 0, 9, 4};
+        float *x = malloc((size_t)R * D * 4), *delta = malloc((size_t)R * D * 4);
+        float *g = malloc((size_t)D * 4), *xo = malloc((size_t)R * D * 4);
+        uint16_t *out = malloc((size_t)n * D * 2);
+        for (int i = 0; i < R * D; i++) {
+            x[i] = 3.0f * frand();
+            delta[i] = frand();
+        }
+        for (int i = 0; i < D; i++)
+            g[i] = 1.0f + 0.5f * frand();
+        for (int with = 0; with < 2; with++) {
+            float *dx = to_dev(x, (size_t)R * D * 4), *dd = to_dev(delta, (size_t)R * D * 4);
+            float *dg = to_dev(g, (size_t)D * 4);
+            int32_t *dr = to_dev(rows, sizeof rows);
+            uint16_t *dout = dmalloc((size_t)n * D * 2);
+            CK(cuda_k_add_rmsnorm(dx, with ? dd : NULL, dg, D, 1e-5f, dr, n, dout, 0));
+            to_host(xo, dx, (size_t)R * D * 4);
+            to_host(out, dout, (size_t)n * D * 2);
+            for (int r = 0; r < R; r++) {
+                int listed = 0;
+                for (int i = 0; i < n; i++)
+                    listed |= rows[i] == r;
+                for (int j = 0; j < D; j++) {
+                    float want = listed && with ? x[r * D + j] + delta[r * D + j] : x[r * D + j];
+                    assert_true(xo[r * D + j] == want);
+                }
+            }
+            for (int i = 0; i < n; i++) {
+                const float *xr = xo + (size_t)rows[i] * D;
+                double ss = 0;
+                for (int j = 0; j < D; j++)
+                    ss += (double)xr[j] * xr[j];
+                double inv = 1.0 / sqrt(ss / D + 1e-5);
+                for (int j = 0; j < D; j++)
+                    assert_true(bf16_close(bf(out[i * D + j]), xr[j] * inv * g[j]));
+            }
+            cudaFree(dx);
+            cudaFree(dd);
+            cudaFree(dg);
+            cudaFree(dr);
+            cudaFree(dout);
+        }
+        free(x);
+        free(delta);
+        free(g);
+        free(xo);
+        free(out);
+    }
+}
+
+/* RoPE as the CPU computes it (double angles, float rotation): q in place
+ * within 1e-6 relative, K in the cache within 1 bf16 ulp, V exact, at the
+ * slot's [block][head][offset] and nowhere else. */
+static void test_cuda_kern_rope_kv(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int hds[] = {8, 64, 128};
+    const double thetas[] = {10000.0, 500000.0};
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 2; b++) {
+            int hd = hds[a], H = 4, KV = 2, T = 20, bs = 16, nb = 40, ld = (H + 2 * KV) * hd;
+            size_t cache = (size_t)nb * KV * bs * hd;
+            float *qkv = malloc((size_t)T * ld * 4), *qo = malloc((size_t)T * ld * 4);
+            int32_t pos[20], slots[20];
+            double *inv = malloc((size_t)(hd / 2) * sizeof *inv);
+            for (int i = 0; i < hd / 2; i++)
+                inv[i] = pow(thetas[b], -2.0 * i / hd);
+            for (int i = 0; i < T * ld; i++)
+                qkv[i] = frand();
+            for (int t = 0; t < T; t++) {
+                pos[t] = t < 10 ? t : (int32_t)(urand() % 30000);
+                slots[t] = bs + t * 37 % (bs * (nb - 1)); /* distinct, never block 0 */
+            }
+            uint16_t *kc = malloc(cache * 2), *vc = malloc(cache * 2);
+            for (size_t i = 0; i < cache; i++)
+                kc[i] = vc[i] = 0x7fc1; /* sentinel NaN: must stay where not written */
+            float *dq = to_dev(qkv, (size_t)T * ld * 4);
+            int32_t *dp = to_dev(pos, sizeof pos), *ds = to_dev(slots, sizeof slots);
+            double *di = to_dev(inv, (size_t)(hd / 2) * sizeof *inv);
+            uint16_t *dk = to_dev(kc, cache * 2), *dv = to_dev(vc, cache * 2);
+            CK(cuda_k_rope_kv(dq, T, dp, ds, di, H, KV, hd, dk, dv, bs, 0));
+            to_host(qo, dq, (size_t)T * ld * 4);
+            to_host(kc, dk, cache * 2);
+            to_host(vc, dv, cache * 2);
+            char *hit = calloc(cache, 1);
+            int half = hd / 2;
+            for (int t = 0; t < T; t++) {
+                for (int h = 0; h < H + KV; h++)
+                    for (int i = 0; i < half; i++) {
+                        double ang = (double)pos[t] * inv[i];
+                        float c = (float)cos(ang), s = (float)sin(ang);
+                        float x0 = qkv[t * ld + h * hd + i], x1 = qkv[t * ld + h * hd + i + half];
+                        float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
+                        double tol = 1e-6 * (fabs(x0) + fabs(x1)) + 1e-7;
+                        if (h < H) {
+                            assert_true(fabs(qo[t * ld + h * hd + i] - r0) <= tol);
+                            assert_true(fabs(qo[t * ld + h * hd + i + half] - r1) <= tol);
+                        } else {
+                            int blk = slots[t] / bs, off = slots[t] % bs;
+                            size_t at = (((size_t)blk * KV + (h - H)) * bs + off) * hd;
+                            assert_true(bf16_close(bf(kc[at + i]), r0) || fabs(r0) < 1e-6);
+                            assert_true(bf16_close(bf(kc[at + i + half]), r1) || fabs(r1) < 1e-6);
+                            hit[at + i] = hit[at + i + half] = 1;
+                        }
+                    }
+                for (int h = 0; h < KV; h++) {
+                    int blk = slots[t] / bs, off = slots[t] % bs;
+                    size_t at = (((size_t)blk * KV + h) * bs + off) * hd;
+                    for (int d = 0; d < hd; d++)
+                        assert_int_equal(vc[at + d],
+                                         inf_f32_to_bf16(qkv[t * ld + (H + KV + h) * hd + d]));
+                }
+            }
+            for (size_t i = 0; i < cache; i++)
+                if (!hit[i])
+                    assert_int_equal(kc[i], 0x7fc1);
+            free(hit);
+            cudaFree(dq);
+            cudaFree(dp);
+            cudaFree(ds);
+            cudaFree(di);
+            cudaFree(dk);
+            cudaFree(dv);
+            free(qkv);
+            free(qo);
+            free(kc);
+            free(vc);
+            free(inv);
+        }
+}
+
+/* SwiGLU to bf16 within 1 ulp. */
+static void test_cuda_kern_swiglu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    int F = 600, T = 5;
+    float *gu = malloc((size_t)T * 2 * F * 4);
+    for (int i = 0; i < T * 2 * F; i++)
+        gu[i] = 6.0f * frand();
+    uint16_t *out = malloc((size_t)T * F * 2);
+    float *dg = to_dev(gu, (size_t)T * 2 * F * 4);
+    uint16_t *dout = dmalloc((size_t)T * F * 2);
+    CK(cuda_k_swiglu(dg, F, T, dout, 0));
+    to_host(out, dout, (size_t)T * F * 2);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < F; i++) {
+            double g = gu[t * 2 * F + i], u = gu[t * 2 * F + F + i];
+            assert_true(bf16_close(bf(out[t * F + i]), g / (1.0 + exp(-g)) * u));
+        }
+    cudaFree(dg);
+    cudaFree(dout);
+    free(gu);
+    free(out);
+}
+
+/* ---- attention ---------------------------------------------------------------------- */
+
+typedef struct attn_case {
+    int hd, G, KV, bs, max_ctx;
+    int n_seqs;
+    int first[8], count[8]; /* sequence s: tokens at positions first..first+count-1 */
+} attn_case;
+
+/* Causal attention in double: token t (sequence seq[t]) over positions
+ * 0..pos[t] read through the table, from the same bf16 cache. */
+static void attn_ref(const attn_case *c, const float *q, int ldq, const uint16_t *kc,
+                     const uint16_t *vc, const int32_t *table, int MB, const int32_t *seq,
+                     const int32_t *pos, int t, double *out)
+{
+    int hd = c->hd, H = c->KV * c->G;
+    double *sc = malloc((size_t)(pos[t] + 1) * sizeof *sc);
+    for (int h = 0; h < H; h++) {
+        int g = h / c->G;
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p <= pos[t]; p++) {
+            size_t at = (((size_t)table[seq[t] * MB + p / c->bs] * c->KV + g) * c->bs +
+                         p % c->bs) * hd;
+            double s = 0;
+            for (int d = 0; d < hd; d++)
+                s += (double)q[(size_t)t * ldq + h * hd + d] * bf(kc[at + d]);
+            sc[p] = s / sqrt((double)hd);
+            if (sc[p] > mx)
+                mx = sc[p];
+        }
+        for (int p = 0; p <= pos[t]; p++)
+            sum += (sc[p] = exp(sc[p] - mx));
+        for (int d = 0; d < hd; d++) {
+            double o = 0;
+            for (int p = 0; p <= pos[t]; p++) {
+                size_t at = (((size_t)table[seq[t] * MB + p / c->bs] * c->KV + g) * c->bs +
+                             p % c->bs) * hd;
+                o += sc[p] * bf(vc[at + d]);
+            }
+            out[h * hd + d] = o / sum;
+        }
+    }
+    free(sc);
+}
+
+/* Runs one mixed batch (one-token sequences through the decode kernel, the
+ * others through prefill tiles, metadata packed by cuda_plan_batch) over a
+ * random cache with blocks handed out in shuffled order, and compares every
+ * output with attn_ref within 5e-3. */
+static void run_attn_case(const attn_case *c)
+{
+    model_config mc;
+    memset(&mc, 0, sizeof mc);
+    mc.hidden_size = c->KV * c->G * c->hd;
+    mc.intermediate_size = 8;
+    mc.n_layers = 1;
+    mc.n_heads = c->KV * c->G;
+    mc.n_kv_heads = c->KV;
+    mc.head_dim = c->hd;
+    mc.vocab_size = 8;
+    int T = 0;
+    for (int s = 0; s < c->n_seqs; s++)
+        T += c->count[s];
+    cuda_shard sh;
+    cuda_dims d;
+    assert_int_equal(cuda_plan_shard(&mc, 1, 0, &sh, NULL), INF_OK);
+    cuda_limits lim = {.max_tokens = T, .max_seqs = c->n_seqs, .max_ctx = c->max_ctx,
+                       .block_size = c->bs};
+    assert_int_equal(cuda_plan_dims(&mc, &sh, &lim, &d, NULL), INF_OK);
+    int MB = d.MB, nb = c->n_seqs * MB + 1, H = c->KV * c->G, hd = c->hd;
+    /* shuffled blocks 1..nb-1 */
+    int32_t *perm = malloc((size_t)nb * sizeof *perm);
+    for (int i = 0; i < nb - 1; i++)
+        perm[i] = i + 1;
+    for (int i = nb - 2; i > 0; i--) {
+        int j = (int)(urand() % (unsigned)(i + 1));
+        int32_t tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    int32_t *table = calloc((size_t)c->n_seqs * MB, sizeof *table);
+    for (int s = 0, k = 0; s < c->n_seqs; s++)
+        for (int i = 0; i < MB; i++)
+            table[s * MB + i] = perm[k++];
+    int32_t *tok = calloc((size_t)T, 4), *pos = malloc((size_t)T * 4), *slot = malloc((size_t)T * 4);
+    int32_t *seq = malloc((size_t)T * 4), start[9], len[8];
+    int32_t *rows = malloc((size_t)T * 4);
+    for (int s = 0, t = 0; s < c->n_seqs; s++) {
+        start[s] = t;
+        len[s] = c->first[s] + c->count[s];
+        for (int i = 0; i < c->count[s]; i++, t++) {
+            pos[t] = c->first[s] + i;
+            slot[t] = table[s * MB + pos[t] / c->bs] * c->bs + pos[t] % c->bs;
+            seq[t] = s;
+            rows[t] = t;
+        }
+    }
+    start[c->n_seqs] = T;
+    be_batch b = {.n_tokens = T, .tokens = tok, .positions = pos, .slots = slot,
+                  .n_seqs = c->n_seqs, .seq_start = start, .seq_len = len,
+                  .block_table = table, .max_blocks = MB, .logit_rows = rows, .n_logits = T};
+    cuda_mlayout ml;
+    cuda_plan_meta(&d, &ml);
+    void *stage = calloc(1, ml.total);
+    cuda_step st;
+    cuda_plan_batch(&d, &ml, &b, 0, NULL, stage, &st);
+
+    size_t cache = (size_t)nb * c->KV * c->bs * hd;
+    uint16_t *kc = malloc(cache * 2), *vc = malloc(cache * 2);
+    for (size_t i = 0; i < cache; i++) {
+        kc[i] = inf_f32_to_bf16(frand());
+        vc[i] = inf_f32_to_bf16(frand());
+    }
+    int ldq = H * hd;
+    float *q = malloc((size_t)T * ldq * 4);
+    for (int i = 0; i < T * ldq; i++)
+        q[i] = 2.0f * frand();
+    unsigned char *dmeta = to_dev(stage, ml.total);
+    uint16_t *dk = to_dev(kc, cache * 2), *dv = to_dev(vc, cache * 2);
+    float *dq = to_dev(q, (size_t)T * ldq * 4);
+    uint16_t *dout = dmalloc((size_t)T * ldq * 2);
+    float *dpart = dmalloc((size_t)c->n_seqs * c->KV * d.max_splits * c->G * (hd + 2) * 4);
+    cuda_attn_args a = {.q = dq, .ldq = ldq, .kc = dk, .vc = dv, .out = dout, .ldo = ldq,
+                        .positions = (int32_t *)(dmeta + ml.positions),
+                        .tok_seq = (int32_t *)(dmeta + ml.tok_seq),
+                        .table = (int32_t *)(dmeta + ml.table), .MB = MB, .KVl = c->KV,
+                        .G = c->G, .hd = hd, .block_size = c->bs,
+                        .scale = 1.0f / sqrtf((float)hd), .dec = (int32_t *)(dmeta + ml.dec),
+                        .chunk = d.chunk, .max_splits = d.max_splits, .part = dpart,
+                        .tiles = (int32_t *)(dmeta + ml.tiles)};
+    CK(cuda_k_attn_setup(hd));
+    CK(cuda_k_attn_decode(&a, st.n_dec, 0));
+    CK(cuda_k_attn_prefill(&a, st.n_tiles, 0));
+    CK(cudaDeviceSynchronize());
+    uint16_t *out = malloc((size_t)T * ldq * 2);
+    to_host(out, dout, (size_t)T * ldq * 2);
+    double *ref = malloc((size_t)ldq * sizeof *ref), worst = 0;
+    for (int t = 0; t < T; t++) {
+        attn_ref(c, q, ldq, kc, vc, table, MB, seq, pos, t, ref);
+        for (int i = 0; i < ldq; i++) {
+            double e = fabs(bf(out[t * ldq + i]) - ref[i]);
+            if (e > worst)
+                worst = e;
+            if (e > 5e-3)
+                fail_msg("attention hd %d G %d KV %d bs %d: token %d (pos %d) dim %d: gpu %g, "
+                         "reference %g", hd, c->G, c->KV, c->bs, t, pos[t], i,
+                         bf(out[t * ldq + i]), ref[i]);
+        }
+    }
+    print_message("attention hd %d G %d KV %d bs %d: %d tokens (%d decode, %d tiles), worst "
+                  "|error| %.2e\n", hd, c->G, c->KV, c->bs, T, st.n_dec, st.n_tiles, worst);
+    cudaFree(dmeta);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dq);
+    cudaFree(dout);
+    cudaFree(dpart);
+    free(perm);
+    free(table);
+    free(tok);
+    free(pos);
+    free(slot);
+    free(seq);
+    free(rows);
+    free(stage);
+    free(kc);
+    free(vc);
+    free(q);
+    free(out);
+    free(ref);
+}
+
+/* Decode (split-K: contexts from 1 to max_ctx, one split to many) and
+ * prefill tiles (a fresh prompt, a chunk after earlier context, verification
+ * rows) in one batch, for head dims 8..256, GQA groups 1..12 (more than one
+ * decode head group), block sizes 7..32. */
+static void test_cuda_kern_attention_paged(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const attn_case cases[] = {
+        {.hd = 64, .G = 4, .KV = 2, .bs = 16, .max_ctx = 4096, .n_seqs = 8,
+         .first = {0, 16, 255, 256, 999, 4095, 0, 100},
+         .count = {1, 1, 1, 1, 1, 1, 70, 33}},
+        {.hd = 8, .G = 2, .KV = 4, .bs = 16, .max_ctx = 512, .n_seqs = 4,
+         .first = {0, 300, 40, 511}, .count = {60, 1, 5, 1}},
+        {.hd = 128, .G = 1, .KV = 3, .bs = 32, .max_ctx = 2048, .n_seqs = 3,
+         .first = {2047, 10, 1500}, .count = {1, 40, 1}},
+        {.hd = 256, .G = 8, .KV = 1, .bs = 16, .max_ctx = 1024, .n_seqs = 2,
+         .first = {700, 0}, .count = {1, 9}},
+        {.hd = 16, .G = 5, .KV = 1, .bs = 7, .max_ctx = 300, .n_seqs = 3,
+         .first = {0, 150, 299}, .count = {30, 12, 1}},
+        {.hd = 32, .G = 12, .KV = 2, .bs = 16, .max_ctx = 600, .n_seqs = 2,
+         .first = {599, 20}, .count = {1, 4}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_attn_case(&cases[i]);
+}
+
+/* ---- sampling ------------------------------------------------------------------------ */
+
+/* Moves u off the CPU distribution's CDF boundaries (by at least 1e-7 of the
+ * mass), where float summation order could legitimately pick a neighbour. */
+static double safe_u(const float *probs, int V, double u)
+{
+    for (int tries = 0; tries < 100; tries++, u = fmod(u + 0.123456789, 1.0)) {
+        double total = 0, acc = 0, near = INFINITY;
+        for (int i = 0; i < V; i++)
+            total += probs[i] > 0 ? probs[i] : 0;
+        double target = u * total;
+        for (int i = 0; i < V; i++)
+            if (probs[i] > 0) {
+                acc += probs[i];
+                if (fabs(acc - target) < near)
+                    near = fabs(acc - target);
+            }
+        if (near > 1e-7 * total)
+            return u;
+    }
+    return u;
+}
+
+/* Device sampling equals smp_probs + smp_draw (what smp_sample does) for
+ * greedy, temperature, top-k, top-p, min-p and their mixes, on rows with
+ * ties, NaN and -inf, for small and real vocabulary sizes. */
+static void test_cuda_kern_sample_matches_smp(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int Vs[] = {100, 512, 32000};
+    const smp_params base = smp_params_default();
+    smp_params ps[12];
+    for (int i = 0; i < 12; i++)
+        ps[i] = base;
+    ps[0].temperature = 0.0f;
+    ps[1].temperature = 1.0f;
+    ps[2].temperature = 0.7f, ps[2].top_k = 1;
+    ps[3].temperature = 0.7f, ps[3].top_k = 50;
+    ps[4].temperature = 1.3f, ps[4].top_p = 0.9f;
+    ps[5].temperature = 1.0f, ps[5].top_k = 40, ps[5].top_p = 0.8f;
+    ps[6].temperature = 1.0f, ps[6].min_p = 0.05f;
+    ps[7].temperature = 0.8f, ps[7].top_k = 1 << 20, ps[7].top_p = 0.5f, ps[7].min_p = 0.1f;
+    ps[8].temperature = 2.0f, ps[8].top_p = 0.3f;
+    ps[9].temperature = 1.0f, ps[9].top_k = 99;
+    ps[10].temperature = 0.5f, ps[10].top_k = 7, ps[10].top_p = 0.95f, ps[10].min_p = 0.01f;
+    ps[11].temperature = 1e-3f, ps[11].top_p = 0.99f;
+    for (size_t vi = 0; vi < 3; vi++) {
+        int V = Vs[vi], n = 12 * 4;
+        float *logits = malloc((size_t)n * V * 4), *probs = malloc((size_t)V * 4);
+        cuda_smp_row rows[48];
+        int32_t want[48], got[48];
+        smp_ctx *sc = NULL;
+        assert_int_equal(smp_create(V, &sc, NULL), INF_OK);
+        for (int r = 0; r < n; r++) {
+            float *x = logits + (size_t)r * V;
+            int kind = r / 12; /* 0 smooth, 1 ties, 2 NaN and -inf, 3 peaked */
+            for (int i = 0; i < V; i++) {
+                float v = 3.0f * frand();
+                x[i] = kind == 1 ? roundf(v * 2.0f) / 2.0f : kind == 3 ? 12.0f * v : v;
+            }
+            if (kind == 2) {
+                x[urand() % (unsigned)V] = NAN;
+                x[urand() % (unsigned)V] = -INFINITY;
+                x[urand() % (unsigned)V] = NAN;
+            }
+            const smp_params *p = &ps[r % 12];
+            smp_probs(sc, p, x, probs);
+            double u = safe_u(probs, V, (double)(urand() >> 8) / 16777216.0);
+            want[r] = p->temperature > 0 ? smp_draw(probs, V, u) : smp_argmax(x, V);
+            rows[r] = (cuda_smp_row){.temperature = p->temperature, .top_k = p->top_k,
+                                     .top_p = p->top_p, .min_p = p->min_p, .u = u};
+        }
+        float *dl = to_dev(logits, (size_t)n * V * 4);
+        cuda_smp_row *dr = to_dev(rows, sizeof rows);
+        int32_t *di = dmalloc(sizeof got);
+        CK(cuda_k_sample(dl, V, n, dr, di, 0));
+        to_host(got, di, sizeof got);
+        for (int r = 0; r < n; r++)
+            if (got[r] != want[r])
+                fail_msg("sample V %d row %d (params %d, kind %d): gpu %d, smp %d", V, r,
+                         r % 12, r / 12, got[r], want[r]);
+        cudaFree(dl);
+        cudaFree(dr);
+        cudaFree(di);
+        smp_destroy(sc);
+        free(logits);
+        free(probs);
+    }
+}
+
+/* ---- whole models -------------------------------------------------------------------- */
+
+/* Models to compare on: the tests' own fixtures, and the real ones when
+ * ../shared is here (said when not). */
+static int model_dirs(char dirs[][600], int want_real_only)
+{
+    int n = 0;
+    if (!want_real_only) {
+        snprintf(dirs[n++], 600, "%s/tiny", fixtures());
+        snprintf(dirs[n++], 600, "%s/wide", fixtures());
+    }
+    const char *real[] = {"../shared/models/stories260K", "../shared/models/babyllama-105"};
+    for (int i = 0; i < 2; i++) {
+        if (is_dir(real[i]))
+            snprintf(dirs[n++], 600, "%s", real[i]);
+        else
+            print_message("note: %s is absent; not compared\n", real[i]);
+    }
+    return n;
+}
+
+/* The model with its matrices and embedding rounded to bf16 (norm gains
+ * kept): what the GPU holds, for the CPU backend to run. */
+typedef struct mcopy {
+    model m;
+    void *blob[2 + 7 * 64];
+    int n;
+} mcopy;
+
+static void round_tensor(mcopy *mc, model_tensor *t)
+{
+    size_t n = (size_t)(t->rows * t->cols);
+    uint16_t *b = malloc(n * 2);
+    cuda_plan_to_bf16(t->data, t->dtype, n, b);
+    t->data = b;
+    t->dtype = INF_BF16;
+    mc->blob[mc->n++] = b;
+}
+
+static mcopy *bf16_copy(const model *m)
+{
+    mcopy *mc = calloc(1, sizeof *mc);
+    mc->m = *m;
+    assert_true(m->cfg.n_layers <= 64);
+    mc->m.layers = malloc((size_t)m->cfg.n_layers * sizeof *mc->m.layers);
+    memcpy(mc->m.layers, m->layers, (size_t)m->cfg.n_layers * sizeof *mc->m.layers);
+    int tied = m->lm_head.data == m->embed.data;
+    round_tensor(mc, &mc->m.embed);
+    if (tied)
+        mc->m.lm_head = mc->m.embed;
+    else
+        round_tensor(mc, &mc->m.lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        model_layer *w = &mc->m.layers[l];
+        model_tensor *ts[7] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < 7; i++)
+            round_tensor(mc, ts[i]);
+    }
+    return mc;
+}
+
+static void mcopy_free(mcopy *mc)
+{
+    for (int i = 0; i < mc->n; i++)
+        free(mc->blob[i]);
+    free(mc->m.layers);
+    free(mc);
+}
+
+enum { BS = 16, MAXB = 48, MAXT = 1024, MAXS = 64 };
+
+static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
+{
+    cpu_config c = cpu_config_default();
+    c.max_tokens = T;
+    c.max_context = ctx;
+    c.block_size = BS;
+    c.num_blocks = nb;
+    be_backend *be = NULL;
+    inf_err err = {0};
+    if (cpu_backend_create(m, &c, &be, &err))
+        fail_msg("cpu backend: %s", err.msg);
+    return be;
+}
+
+static be_backend *gpu_make(const model *m, int T, int S, int ctx, int nb, int graphs, int tp)
+{
+    cuda_config c = cuda_config_default();
+    c.max_tokens = T;
+    c.max_seqs = S;
+    c.max_context = ctx;
+    c.block_size = BS;
+    c.num_blocks = nb;
+    c.cuda_graphs = graphs;
+    c.tensor_parallel_size = tp;
+    be_backend *be = NULL;
+    inf_err err = {0};
+    if (cuda_backend_create(m, &c, &be, &err))
+        fail_msg("cuda backend: %s", err.msg);
+    return be;
+}
+
+/* One batch under construction: sequences with their new tokens. */
+typedef struct bb {
+    int32_t tok[MAXT], pos[MAXT], slot[MAXT], rows[MAXT], start[MAXS + 1], len[MAXS];
+    int32_t table[MAXS * MAXB];
+    int n, s, nl;
+} bb;
+
+/* Adds a sequence whose blocks are `blocks` with toks[0..n) at positions
+ * pos0..; logits for every new token, or only the last. */
+static void bb_add(bb *b, const int32_t *blocks, const int32_t *toks, int pos0, int n, int all)
+{
+    b->start[b->s] = b->n;
+    b->len[b->s] = pos0 + n;
+    memcpy(b->table + b->s * MAXB, blocks, MAXB * sizeof *blocks);
+    for (int i = 0; i < n; i++, b->n++) {
+        int p = pos0 + i;
+        b->tok[b->n] = toks[i];
+        b->pos[b->n] = p;
+        b->slot[b->n] = blocks[p / BS] * BS + p % BS;
+        if (all || i == n - 1)
+            b->rows[b->nl++] = b->n;
+    }
+    b->s++;
+    b->start[b->s] = b->n;
+}
+
+static be_batch bb_batch(bb *b)
+{
+    be_batch x = {.n_tokens = b->n, .tokens = b->tok, .positions = b->pos, .slots = b->slot,
+                  .n_seqs = b->s, .seq_start = b->start, .seq_len = b->len,
+                  .block_table = b->table, .max_blocks = MAXB, .logit_rows = b->rows,
+                  .n_logits = b->nl};
+    return x;
+}
+
+static void forward_ok(be_backend *be, const be_batch *b, float *logits)
+{
+    inf_err err = {0};
+    int rc = be_forward(be, b, logits, &err);
+    if (rc)
+        fail_msg("%s forward: %s", be->ops->name, err.msg);
+}
+
+/* Logits of one sequence, every position, fed in chunks of `chunk` tokens
+ * (0: at once) on blocks 1, 2, ... */
+static void seq_logits(be_backend *be, const int32_t *toks, int n, int chunk, float *out)
+{
+    int32_t blocks[MAXB];
+    for (int i = 0; i < MAXB; i++)
+        blocks[i] = i + 1;
+    int V = be->vocab_size;
+    bb *b = malloc(sizeof *b);
+    for (int done = 0; done < n;) {
+        int take = chunk > 0 && n - done > chunk ? chunk : n - done;
+        memset(b, 0, sizeof *b);
+        bb_add(b, blocks, toks + done, done, take, 1);
+        be_batch x = bb_batch(b);
+        forward_ok(be, &x, out + (size_t)done * V);
+        done += take;
+    }
+    free(b);
+}
+
+/* Largest |a - b| over a row, against the tolerance 3% of b's range + 1e-3. */
+static double row_err(const float *a, const float *b, int V, double *tol)
+{
+    float lo = b[0], hi = b[0];
+    double e = 0;
+    for (int i = 0; i < V; i++) {
+        lo = fminf(lo, b[i]);
+        hi = fmaxf(hi, b[i]);
+        e = fmax(e, fabs((double)a[i] - b[i]));
+    }
+    *tol = 0.03 * (hi - lo) + 1e-3;
+    return e;
+}
+
+/* Every prompt position's logits on the GPU match the CPU backend run on
+ * the same bf16 weights (3% of the row's range), prefilled at once and in
+ * chunks of 7. */
+static void test_cuda_model_logits_match_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dirs[4][600];
+    int nd = model_dirs(dirs, 0);
+    for (int k = 0; k < nd; k++) {
+        model *m = NULL;
+        inf_err err = {0};
+        if (model_load(dirs[k], &m, &err))
+            fail_msg("%s", err.msg);
+        int V = m->cfg.vocab_size, n = 40;
+        int32_t toks[40];
+        toks[0] = 1;
+        for (int i = 1; i < n; i++)
+            toks[i] = (int32_t)((i * 37 + 11) % V);
+        mcopy *mc = bf16_copy(m);
+        be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+        be_backend *gpu = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+        float *lc = malloc((size_t)n * V * 4), *lg = malloc((size_t)n * V * 4);
+        float *lg7 = malloc((size_t)n * V * 4);
+        seq_logits(cpu, toks, n, 0, lc);
+        seq_logits(gpu, toks, n, 0, lg);
+        seq_logits(gpu, toks, n, 7, lg7);
+        double worst = 0, worst7 = 0;
+        for (int i = 0; i < n; i++) {
+            double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+            double e7 = row_err(lg7 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+            worst = fmax(worst, e / tol);
+            worst7 = fmax(worst7, e7 / tol);
+            if (e > tol || e7 > tol)
+                fail_msg("%s position %d: |gpu - cpu| %g (chunked %g) > %g", dirs[k], i, e, e7,
+                         tol);
+        }
+        print_message("%s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked)\n",
+                      dirs[k], worst, worst7);
+        be_destroy(cpu);
+        be_destroy(gpu);
+        mcopy_free(mc);
+        model_destroy(m);
+        free(lc);
+        free(lg);
+        free(lg7);
+    }
+}
+
+/* Greedy continuation of "Once upon a time" for 64 tokens: the GPU's
+ * (argmax on the device) equals the CPU backend's on the checkpoint as it
+ * is, on stories260K and babyllama-105; the host-argmax path over the GPU's
+ * logits gives the same tokens. */
+static void test_cuda_model_greedy_64_matches_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dirs[4][600];
+    int nd = model_dirs(dirs, 1);
+    if (nd == 0) {
+        print_message("skipped: neither real model is present\n");
+        skip();
+    }
+    for (int k = 0; k < nd; k++) {
+        model *m = NULL;
+        tok *tk = NULL;
+        inf_err err = {0};
+        if (model_load(dirs[k], &m, &err) || tok_create(dirs[k], &tk, &err))
+            fail_msg("%s", err.msg);
+        int32_t *ids = NULL, np = 0;
+        const char *prompt = "Once upon a time";
+        assert_int_equal(tok_encode(tk, prompt, strlen(prompt), 1, &ids, &np, &err), INF_OK);
+        int V = m->cfg.vocab_size, total = np + 64;
+        assert_true(total <= MAXB * BS);
+        be_backend *cpu = cpu_make(m, MAXT, MAXB * BS, MAXB + 1);
+        be_backend *gpu = gpu_make(m, MAXT, MAXS, MAXB * BS, MAXB + 1, 1, 1);
+        int32_t seq_c[MAXB * BS], seq_g[MAXB * BS], seq_h[MAXB * BS], blocks[MAXB];
+        for (int i = 0; i < MAXB; i++)
+            blocks[i] = i + 1;
+        memcpy(seq_c, ids, (size_t)np * 4);
+        memcpy(seq_g, ids, (size_t)np * 4);
+        memcpy(seq_h, ids, (size_t)np * 4);
+        float *lc = malloc((size_t)V * 4), *lh = malloc((size_t)V * 4);
+        bb *b = malloc(sizeof *b);
+        cuda_smp_row greedy = {.temperature = 0.0f, .top_p = 1.0f};
+        for (int n = np; n < total; n++) {
+            int first = n == np ? 0 : n - 1, cnt = n - first;
+            memset(b, 0, sizeof *b);
+            bb_add(b, blocks, seq_c + first, first, cnt, 0);
+            be_batch x = bb_batch(b);
+            forward_ok(cpu, &x, lc);
+            seq_c[n] = smp_argmax(lc, V);
+            memset(b, 0, sizeof *b);
+            bb_add(b, blocks, seq_g + first, first, cnt, 0);
+            x = bb_batch(b);
+            int32_t id;
+            if (cuda_forward_sample(gpu, &x, &greedy, &id, &err))
+                fail_msg("cuda_forward_sample: %s", err.msg);
+            seq_g[n] = id;
+            /* the same step again through be_forward, on the same slots */
+            memset(b, 0, sizeof *b);
+            bb_add(b, blocks, seq_g + first, first, cnt, 0);
+            x = bb_batch(b);
+            forward_ok(gpu, &x, lh);
+            seq_h[n] = smp_argmax(lh, V);
+            if (seq_g[n] != seq_c[n] || seq_h[n] != seq_g[n]) {
+                float top = lc[seq_c[n]], alt = lc[seq_g[n]];
+                fail_msg("%s: token %d: cpu %d (logit %g), gpu %d (cpu logit %g), gpu host "
+                         "argmax %d", dirs[k], n - np, seq_c[n], top, seq_g[n], alt, seq_h[n]);
+            }
+        }
+        char *text = NULL;
+        tok_decode(tk, seq_g + np, 64, &text, NULL, &err);
+        print_message("%s: 64 greedy tokens equal: \"%.60s...\"\n", dirs[k], text ? text : "");
+        free(text);
+        free(ids);
+        free(lc);
+        free(lh);
+        free(b);
+        be_destroy(cpu);
+        be_destroy(gpu);
+        tok_destroy(tk);
+        model_destroy(m);
+    }
+}
+
+/* Many sequences at once on scattered blocks, prompts prefilled in chunks of
+ * 7 alongside other sequences' decode tokens: every position's logits match
+ * the same sequence run alone on the GPU and on the CPU (bf16 weights). */
+static void test_cuda_model_batched_chunked_paged(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    if (is_dir("../shared/models/stories260K"))
+        snprintf(dir, sizeof dir, "../shared/models/stories260K");
+    else
+        snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    enum { NS = 16, MAXLEN = 70, PER = (MAXLEN + BS - 1) / BS };
+    int V = m->cfg.vocab_size, len[NS];
+    int32_t toks[NS][MAXLEN], blocks[NS][MAXB];
+    int nb = NS * PER + 1;
+    int32_t *perm = malloc((size_t)nb * 4);
+    for (int i = 0; i < nb - 1; i++)
+        perm[i] = i + 1;
+    for (int i = nb - 2; i > 0; i--) {
+        int j = (int)(urand() % (unsigned)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    for (int s = 0, k = 0; s < NS; s++) {
+        len[s] = 8 + (int)(urand() % (MAXLEN - 8));
+        toks[s][0] = 1;
+        for (int i = 1; i < len[s]; i++)
+            toks[s][i] = (int32_t)(3 + urand() % (unsigned)(V - 3));
+        memset(blocks[s], 0, sizeof blocks[s]);
+        for (int i = 0; i < PER; i++)
+            blocks[s][i] = perm[k++];
+    }
+    mcopy *mc = bf16_copy(m);
+    be_backend *cpu = cpu_make(&mc->m, MAXT, MAXB * BS, MAXB + 1);
+    be_backend *alone = gpu_make(m, MAXT, MAXS, MAXB * BS, MAXB + 1, 1, 1);
+    be_backend *gpu = gpu_make(m, MAXT, MAXS, MAXB * BS, nb, 1, 1);
+    float *ref_c = malloc((size_t)MAXLEN * V * 4), *ref_g = malloc((size_t)MAXLEN * V * 4);
+    float *got[NS];
+    for (int s = 0; s < NS; s++)
+        got[s] = malloc((size_t)MAXLEN * V * 4);
+    /* together: every unfinished sequence each step, 7 prompt tokens at a
+     * time for the first 40 tokens, then one at a time (decode) */
+    int done[NS] = {0};
+    float *logits = malloc((size_t)MAXT * V * 4);
+    bb *b = malloc(sizeof *b);
+    for (;;) {
+        memset(b, 0, sizeof *b);
+        int who[NS], ns = 0;
+        for (int s = 0; s < NS; s++) {
+            if (done[s] >= len[s])
+                continue;
+            int take = done[s] < 40 ? 7 : 1;
+            if (take > len[s] - done[s])
+                take = len[s] - done[s];
+            bb_add(b, blocks[s], toks[s] + done[s], done[s], take, 1);
+            who[ns++] = s;
+        }
+        if (ns == 0)
+            break;
+        be_batch x = bb_batch(b);
+        forward_ok(gpu, &x, logits);
+        for (int i = 0; i < ns; i++) {
+            int s = who[i], t0 = b->start[i], cnt = b->start[i + 1] - t0;
+            memcpy(got[s] + (size_t)done[s] * V, logits + (size_t)t0 * V, (size_t)cnt * V * 4);
+            done[s] += cnt;
+        }
+    }
+    double worst_g = 0, worst_c = 0;
+    for (int s = 0; s < NS; s++) {
+        seq_logits(alone, toks[s], len[s], 0, ref_g);
+        seq_logits(cpu, toks[s], len[s], 0, ref_c);
+        for (int i = 0; i < len[s]; i++) {
+            double tg, tc;
+            double eg = row_err(got[s] + (size_t)i * V, ref_g + (size_t)i * V, V, &tg);
+            double ec = row_err(got[s] + (size_t)i * V, ref_c + (size_t)i * V, V, &tc);
+            worst_g = fmax(worst_g, eg / tg);
+            worst_c = fmax(worst_c, ec / tc);
+            if (eg > tg || ec > tc)
+                fail_msg("sequence %d position %d: batched vs alone %g (tol %g), vs cpu %g "
+                         "(tol %g)", s, i, eg, tg, ec, tc);
+        }
+    }
+    print_message("%s: %d sequences batched and chunked: worst error %.2f (vs GPU alone), "
+                  "%.2f (vs CPU) of the tolerance\n", dir, NS, worst_g, worst_c);
+    for (int s = 0; s < NS; s++)
+        free(got[s]);
+    free(ref_c);
+    free(ref_g);
+    free(logits);
+    free(b);
+    free(perm);
+    be_destroy(cpu);
+    be_destroy(alone);
+    be_destroy(gpu);
+    mcopy_free(mc);
+    model_destroy(m);
+}
+
+/* Decode steps replayed from CUDA graphs give the eager path's logits:
+ * bit-identical when the batch fills its bucket (same kernels, same shapes),
+ * within tolerance when padded (cuBLAS may pick another kernel for M). */
+static void test_cuda_graphs_match_eager(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    int V = m->cfg.vocab_size;
+    const int sizes[] = {8, 5};
+    for (int k = 0; k < 2; k++) {
+        int S = sizes[k];
+        be_backend *g = gpu_make(m, MAXT, MAXS, 256, S * 4 + 1, 1, 1);
+        be_backend *e = gpu_make(m, MAXT, MAXS, 256, S * 4 + 1, 0, 1);
+        float *lg = malloc((size_t)S * V * 4), *le = malloc((size_t)S * V * 4);
+        int32_t blocks[8][MAXB];
+        memset(blocks, 0, sizeof blocks);
+        for (int s = 0; s < S; s++)
+            for (int i = 0; i < 4; i++)
+                blocks[s][i] = 1 + s * 4 + i;
+        bb *b = malloc(sizeof *b);
+        int exact = 1;
+        double worst = 0;
+        for (int step = 0; step < 12; step++) {
+            memset(b, 0, sizeof *b);
+            for (int s = 0; s < S; s++) {
+                int32_t t = (int32_t)((step * 31 + s * 7 + 1) % V);
+                bb_add(b, blocks[s], &t, step, 1, 0);
+            }
+            be_batch x = bb_batch(b);
+            forward_ok(g, &x, lg);
+            forward_ok(e, &x, le);
+            exact &= memcmp(lg, le, (size_t)S * V * 4) == 0;
+            for (int s = 0; s < S; s++) {
+                double tol, er = row_err(lg + (size_t)s * V, le + (size_t)s * V, V, &tol);
+                worst = fmax(worst, er / tol);
+                assert_true(er <= tol);
+            }
+        }
+        print_message("graphs vs eager, %d sequences: %s, worst %.3f of the tolerance\n", S,
+                      exact ? "bit-identical" : "not bit-identical", worst);
+        if (S == 8)
+            assert_true(exact);
+        free(lg);
+        free(le);
+        free(b);
+        be_destroy(g);
+        be_destroy(e);
+    }
+    model_destroy(m);
+}
+
+/* A decode pipeline two steps deep, each step's tokens given as
+ * placeholders for the previous step's sampled ids, produces the same
+ * tokens as waiting for every step. */
+static void test_cuda_submit_pipeline_placeholders(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    if (is_dir("../shared/models/stories260K"))
+        snprintf(dir, sizeof dir, "../shared/models/stories260K");
+    else
+        snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    enum { NS = 4, STEPS = 24 };
+    int32_t prompt[NS][3], ref[NS][STEPS], got[NS][STEPS], blocks[NS][MAXB];
+    memset(blocks, 0, sizeof blocks);
+    for (int s = 0; s < NS; s++) {
+        prompt[s][0] = 1;
+        prompt[s][1] = (int32_t)(5 + s);
+        prompt[s][2] = (int32_t)(9 + 2 * s);
+        for (int i = 0; i < 4; i++)
+            blocks[s][i] = 1 + s * 4 + i;
+    }
+    cuda_smp_row smp[NS];
+    for (int s = 0; s < NS; s++)
+        smp[s] = (cuda_smp_row){.temperature = 0.9f, .top_k = 20, .top_p = 0.9f,
+                                .u = 0.1 + 0.2 * s};
+    for (int mode = 0; mode < 2; mode++) {
+        be_backend *be = gpu_make(m, MAXT, MAXS, 256, NS * 4 + 1, 1, 1);
+        bb *b = malloc(sizeof *b);
+        int32_t ids[NS];
+        for (int step = 0; step < STEPS; step++) {
+            memset(b, 0, sizeof *b);
+            for (int s = 0; s < NS; s++) {
+                if (step == 0)
+                    bb_add(b, blocks[s], prompt[s], 0, 3, 0);
+                else {
+                    /* mode 0: the real previous token; mode 1: a placeholder */
+                    int32_t t = mode == 0 ? ref[s][step - 1] : -1 - s;
+                    bb_add(b, blocks[s], &t, 2 + step, 1, 0);
+                }
+            }
+            be_batch x = bb_batch(b);
+            if (cuda_submit(be, &x, smp, &err))
+                fail_msg("submit step %d: %s", step, err.msg);
+            if (mode == 0 || step > 0) { /* mode 1 waits one step behind */
+                if (cuda_wait(be, NULL, ids, &err))
+                    fail_msg("wait: %s", err.msg);
+                for (int s = 0; s < NS; s++)
+                    (mode == 0 ? ref : got)[s][mode == 0 ? step : step - 1] = ids[s];
+            }
+        }
+        if (mode == 1) {
+            if (cuda_wait(be, NULL, ids, &err))
+                fail_msg("wait: %s", err.msg);
+            for (int s = 0; s < NS; s++)
+                got[s][STEPS - 1] = ids[s];
+        }
+        free(b);
+        be_destroy(be);
+    }
+    for (int s = 0; s < NS; s++)
+        assert_memory_equal(ref[s], got[s], sizeof ref[s]);
+    model_destroy(m);
+}
+
+/* Bad input (token ids, placeholders, more logit rows than max_logits, a
+ * third step in flight) fails the step with INF_ERR_INVALID and leaves the
+ * backend usable; start-up without room says so with the sizes. */
+static void test_cuda_errors(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    int V = m->cfg.vocab_size;
+    be_backend *be = gpu_make(m, 64, 8, 256, 17, 1, 1);
+    int32_t blocks[MAXB] = {1, 2, 3}, t = V + 5, good = 3;
+    bb *b = calloc(1, sizeof *b);
+    bb_add(b, blocks, &t, 0, 1, 0);
+    be_batch x = bb_batch(b);
+    float *lg = malloc((size_t)V * 4);
+    assert_int_equal(be_forward(be, &x, lg, &err), INF_ERR_INVALID);
+    b->tok[0] = -1; /* a placeholder with no sampled step before it */
+    assert_int_equal(be_forward(be, &x, lg, &err), INF_ERR_INVALID);
+    memset(b, 0, sizeof *b);
+    bb_add(b, blocks, &good, 0, 1, 0);
+    x = bb_batch(b);
+    forward_ok(be, &x, lg);
+    cuda_smp_row g = {.temperature = 0.0f, .top_p = 1.0f};
+    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_OK);
+    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_OK);
+    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_ERR_INVALID); /* two in flight */
+    int32_t id;
+    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_OK);
+    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_OK);
+    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_ERR_INVALID); /* none */
+    be_destroy(be);
+
+    cuda_config c = cuda_config_default(); /* more logit rows than max_logits */
+    c.max_tokens = 64;
+    c.max_seqs = 4;
+    c.max_logits = 8;
+    c.max_context = 256;
+    c.num_blocks = 17;
+    assert_int_equal(cuda_backend_create(m, &c, &be, &err), INF_OK);
+    int32_t nine[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    memset(b, 0, sizeof *b);
+    bb_add(b, blocks, nine, 0, 9, 1);
+    x = bb_batch(b);
+    float *l9 = malloc((size_t)9 * V * 4);
+    assert_int_equal(be_forward(be, &x, l9, &err), INF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "max_logits 8"));
+    b->nl = 8;
+    x = bb_batch(b);
+    forward_ok(be, &x, l9);
+    free(l9);
+    be_destroy(be);
+
+    c = cuda_config_default();
+    c.gpu_memory_utilization = 0.001;
+    be = NULL;
+    assert_int_equal(cuda_backend_create(m, &c, &be, &err), INF_ERR_NOMEM);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "gpu_memory_utilization"));
+    print_message("startup message: %s\n", err.msg);
+    c = cuda_config_default();
+    c.num_blocks = 1 << 30;
+    assert_int_equal(cuda_backend_create(m, &c, &be, &err), INF_ERR_NOMEM);
+    assert_non_null(strstr(err.msg, "KV blocks"));
+    c = cuda_config_default();
+    c.tensor_parallel_size = 3; /* 4 heads, 2 KV heads */
+    int n_dev = 0;
+    cudaGetDeviceCount(&n_dev);
+    if (n_dev >= 3) {
+        assert_int_equal(cuda_backend_create(m, &c, &be, &err), INF_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.msg, "tensor_parallel_size 3"));
+    } else {
+        assert_int_equal(cuda_backend_create(m, &c, &be, &err), INF_ERR_INVALID);
+    }
+    free(b);
+    free(lg);
+    model_destroy(m);
+}
+
+/* Tensor parallelism over two GPUs gives tp=1's logits (within tolerance:
+ * the all-reduce sums partial products in another order). */
+static void test_cuda_tensor_parallel_matches_tp1(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    int n_dev = 0;
+    cudaGetDeviceCount(&n_dev);
+    if (n_dev < 2) {
+        print_message("skipped: tensor parallelism needs 2 GPUs, %d visible; UNTESTED\n", n_dev);
+        skip();
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    int V = m->cfg.vocab_size, n = 30;
+    int32_t toks[30];
+    for (int i = 0; i < n; i++)
+        toks[i] = (int32_t)((i * 13 + 1) % V);
+    be_backend *one = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    be_backend *two = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 2);
+    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    seq_logits(one, toks, n, 0, a);
+    seq_logits(two, toks, n, 5, b);
+    for (int i = 0; i < n; i++) {
+        double tol, e = row_err(b + (size_t)i * V, a + (size_t)i * V, V, &tol);
+        assert_true(e <= tol);
+    }
+    free(a);
+    free(b);
+    be_destroy(one);
+    be_destroy(two);
+    model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cuda_available_never_crashes),
+        cmocka_unit_test(test_cuda_kern_embed_exact),
+        cmocka_unit_test(test_cuda_kern_add_rmsnorm),
+        cmocka_unit_test(test_cuda_kern_rope_kv),
+        cmocka_unit_test(test_cuda_kern_swiglu),
+        cmocka_unit_test(test_cuda_kern_attention_paged),
+        cmocka_unit_test(test_cuda_kern_sample_matches_smp),
+        cmocka_unit_test(test_cuda_model_logits_match_cpu),
+        cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
+        cmocka_unit_test(test_cuda_model_batched_chunked_paged),
+        cmocka_unit_test(test_cuda_graphs_match_eager),
+        cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
+        cmocka_unit_test(test_cuda_errors),
+        cmocka_unit_test(test_cuda_tensor_parallel_matches_tp1),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
