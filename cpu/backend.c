@@ -20,6 +20,7 @@ typedef struct cpu_be {
     cpu_pool *pool;
     int nt;                   /* threads                                    */
     int max_tokens, max_ctx;
+    long attn_work;           /* this forward's attention multiply-adds/layer */
     int D, H, KV, hd, F, V, L, qdim, kvdim, group;
     float eps;
     float *norms;             /* [L][2][D] attn, ffn gains; then [D] final  */
@@ -134,7 +135,7 @@ static void rows_run(void *ctx, int t, int nt)
 static void per_token(cpu_be *be, int T, row_fn fn, const void *arg)
 {
     rows_job j = {.be = be, .fn = fn, .arg = arg, .T = T};
-    if (T < 4)
+    if ((long)T * be->D < 32 * 1024) /* tiny: waking a worker costs more */
         rows_run(&j, 0, 1);
     else
         cpu_pool_run(be->pool, rows_run, &j);
@@ -326,7 +327,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l)
     per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
     atomic_init(&aj.next, 0);
-    if (T * be->KV < 2)
+    if (be->attn_work < 64 * 1024) /* tiny: waking a worker costs more */
         attn_run(&aj, 0, 1);
     else
         cpu_pool_run(be->pool, attn_run, &aj);
@@ -359,6 +360,9 @@ static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_e
                             s, b->seq_len[s], be->max_ctx);
     embed(be, b);
     rope_tables(be, b);
+    be->attn_work = 0; /* multiply-adds of one layer's attention */
+    for (int t = 0; t < b->n_tokens; t++)
+        be->attn_work += 2L * (b->positions[t] + 1) * be->qdim;
     for (int l = 0; l < be->L; l++)
         layer_forward(be, b, l);
     if (b->n_logits == 0)
