@@ -1005,7 +1005,8 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
                     .enable_prefix_caching = cfg->enable_prefix_caching};
     sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
                        .max_num_batched_tokens = cfg->max_num_batched_tokens,
-                       .max_model_len = cfg->max_model_len};
+                       .max_model_len = cfg->max_model_len,
+                       .max_prefill_while_decoding = cfg->max_prefill_while_decoding};
     int rc;
     if ((rc = kv_create(&kc, &e->kv, err)) || (rc = sched_create(&sc, e->kv, &e->sch, err)) ||
         (rc = smp_create(e->vocab, &e->smp, err)))

@@ -24,6 +24,8 @@ typedef void (*eng_notify_fn)(void *user, eng_req *r);
 typedef struct eng_config {
     int max_num_seqs;           /* running sequences at most               */
     int max_num_batched_tokens; /* token budget of one step                */
+    int max_prefill_while_decoding; /* prompt tokens per step while others
+                                       decode (0: the step budget alone)   */
     int max_model_len;          /* context limit                           */
     int block_size;
     int num_blocks;             /* KV blocks (the backend holds as many)    */

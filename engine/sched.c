@@ -1,5 +1,7 @@
 #include "sched.h"
 
+#include <limits.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,11 +174,26 @@ void sched_schedule(sched *s, sched_plan **out)
     for (sched_seq *q = s->running.head; q; q = q->next) /* last step's blocks */
         kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
 
+    /* prompt tokens are capped while anything decodes, so streams keep pace;
+     * a bigger decode batch already makes a longer step, so it lets through
+     * 1.5 prompt tokens per decoding sequence, and new arrivals keep up */
+    int prefill_left = INT_MAX, n_decoding = 0;
+    for (sched_seq *q = s->running.head; q; q = q->next)
+        n_decoding += q->n_computed >= q->prefill_end;
+    if (n_decoding && s->cfg.max_prefill_while_decoding > 0) {
+        prefill_left = s->cfg.max_prefill_while_decoding;
+        if (prefill_left < n_decoding + n_decoding / 2)
+            prefill_left = n_decoding + n_decoding / 2;
+    }
+
     /* running first, oldest first: a victim is always one not yet planned */
     for (sched_seq *q = s->running.head; q && budget > 0; q = q->next) {
         int take = q->n_tokens - q->n_computed;
         if (take > budget)
             take = budget;
+        int prefilling = q->n_computed < q->prefill_end;
+        if (prefilling && take > prefill_left)
+            take = prefill_left;
         if (take <= 0)
             continue;
         /* victims come off the tail, so q->next is read after this */
@@ -184,10 +201,12 @@ void sched_schedule(sched *s, sched_plan **out)
             break; /* q was the newest; nothing after it runs */
         plan_add(s, q, take);
         budget -= take;
+        if (prefilling)
+            prefill_left -= take;
     }
 
     /* then admit waiting sequences in order, unless memory is short */
-    while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.head &&
+    while (s->plan.n_preempted == 0 && budget > 0 && prefill_left > 0 && s->waiting.head &&
            s->running.n < s->cfg.max_num_seqs) {
         sched_seq *q = s->waiting.head;
         int hit = kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
@@ -195,6 +214,8 @@ void sched_schedule(sched *s, sched_plan **out)
         int take = q->n_tokens - q->n_computed;
         if (take > budget)
             take = budget;
+        if (take > prefill_left)
+            take = prefill_left;
         if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK) {
             kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
             q->n_computed = 0;
@@ -208,9 +229,11 @@ void sched_schedule(sched *s, sched_plan **out)
         q_unlink(&s->waiting, q);
         q->state = SCHED_RUNNING;
         q->order = s->next_order++;
+        q->prefill_end = q->n_tokens;
         q_push_tail(&s->running, q);
         plan_add(s, q, take);
         budget -= take;
+        prefill_left -= take;
     }
     *out = &s->plan;
 }

@@ -32,6 +32,7 @@ typedef struct serve_opts {
     const char *spec_config, *spec_model, *chat_template, *config;
     float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
+    int prefill_decoding; /* -1: by device */
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int request_timeout_s;
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, no_prefix_caching,
@@ -413,6 +414,7 @@ static void *load(void *arg)
     }
     if (!rc) {
         eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
+                         .max_prefill_while_decoding = o->prefill_decoding,
                          .max_model_len = max_len, .block_size = o->block_size,
                          .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = !o->no_prefix_caching,
@@ -464,6 +466,7 @@ int serve_main(int argc, char **argv)
         return 1;
     serve_opts *o = &a->o;
     *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
+                      .prefill_decoding = -1,
                       .block_size = 16, .device = NULL, .kernels = "auto", .tp = 1,
                       .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
@@ -482,6 +485,9 @@ int serve_main(int argc, char **argv)
         {"max-num-seqs", ARG_INT, &o->max_num_seqs, "N", "sequences running at once (default 64)"},
         {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
                                                               "(default 512)"},
+        {"max-prefill-tokens-while-decoding", ARG_INT, &o->prefill_decoding, "N",
+         "prompt tokens per step while other requests decode, or 1.5 per decoding request "
+         "if more (default 12 on the CPU; 0, the step budget alone, on CUDA)"},
         {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
                                                           "4GiB or what the sequences need)"},
@@ -572,7 +578,8 @@ int serve_main(int argc, char **argv)
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
-                         o->max_body_mb < 1 || o->port < 0 || o->port > 65535)
+                         o->max_body_mb < 1 || o->port < 0 || o->port > 65535 ||
+                         o->prefill_decoding < -1)
                           ? "sizes and limits must be positive"
                       : (o->kv_mem && !parse_size(o->kv_mem)) ? "--kv-cache-memory: expected e.g. "
                                                                 "4GiB or 512MiB"
@@ -584,6 +591,8 @@ int serve_main(int argc, char **argv)
     }
     if (o->batched < o->max_num_seqs)
         o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
+    if (o->prefill_decoding < 0) /* a CPU pays per token; a GPU hardly does until it is full */
+        o->prefill_decoding = !strcmp(o->device, "cpu") ? 12 : 0;
     log_config lc = log_config_default();
     static const char *levels[] = {"debug", "info", "warn", "error"};
     int lv = -1;

@@ -108,6 +108,74 @@ static void test_sched_chunked_prefill_keeps_decode_running(void **state)
     drop(&f);
 }
 
+/* While anything decodes, prompt tokens per step are capped (here 8, of a
+ * 64-token budget) over all prefilling sequences together; alone, a prompt
+ * gets the whole budget again. */
+static void test_sched_prefill_capped_while_decoding(void **state)
+{
+    (void)state;
+    kv_config kc = {.num_blocks = 65, .block_size = 16};
+    sched_config sc = {.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 512,
+                       .max_prefill_while_decoding = 8};
+    fixture f;
+    inf_err e = {0};
+    assert_int_equal(kv_create(&kc, &f.kv, &e), INF_OK);
+    assert_int_equal(sched_create(&sc, f.kv, &f.s, &e), INF_OK);
+    sched_seq *a = seq_new(100, 512), *b = seq_new(50, 512), *c = seq_new(50, 512);
+    assert_int_equal(sched_add(f.s, a, &e), INF_OK);
+    sched_plan *p = fake_step(&f);
+    assert_int_equal(planned(p, a), 64); /* nothing decodes: the whole budget */
+    p = fake_step(&f);
+    assert_int_equal(planned(p, a), 36);
+    assert_int_equal(sched_add(f.s, b, &e), INF_OK);
+    assert_int_equal(sched_add(f.s, c, &e), INF_OK);
+    int steps = 0;
+    while (c->n_computed < 50) {
+        int b_pre = b->n_computed < 50;
+        p = fake_step(&f);
+        assert_int_equal(planned(p, a), 1); /* a decodes every step */
+        int pre = (b_pre ? planned(p, b) : 0) + planned(p, c);
+        assert_true(pre > 0 && pre <= 8);
+        if (!b_pre)
+            assert_int_equal(planned(p, b), 1); /* b decodes once its prompt is in */
+        steps++;
+    }
+    assert_int_equal(steps, 13); /* 100 prompt tokens, 8 a step (b's last 2 + c's first 6) */
+    sched_remove(f.s, a);
+    sched_remove(f.s, b);
+    /* c decodes alone now; a new prompt gets 8 tokens a step beside it */
+    sched_seq *d = seq_new(40, 512);
+    assert_int_equal(sched_add(f.s, d, &e), INF_OK);
+    p = fake_step(&f);
+    assert_int_equal(planned(p, c), 1);
+    assert_int_equal(planned(p, d), 8);
+    sched_remove(f.s, c);
+    p = fake_step(&f);
+    assert_int_equal(planned(p, d), 32); /* alone again: the rest at once */
+    sched_remove(f.s, d);
+    /* 7 decoding: 1.5 prompt tokens each (10) beats the cap of 8 */
+    sched_seq *r[7], *g = seq_new(60, 512);
+    for (int i = 0; i < 7; i++) {
+        r[i] = seq_new(3, 512);
+        assert_int_equal(sched_add(f.s, r[i], &e), INF_OK);
+    }
+    p = fake_step(&f);
+    assert_int_equal(p->n_tokens, 21);
+    assert_int_equal(sched_add(f.s, g, &e), INF_OK);
+    p = fake_step(&f);
+    assert_int_equal(planned(p, g), 10);
+    assert_int_equal(p->n_tokens, 17);
+    for (int i = 0; i < 7; i++) {
+        sched_remove(f.s, r[i]);
+        seq_free(r[i]);
+    }
+    sched_remove(f.s, g);
+    seq_free(g);
+    assert_int_equal(kv_num_free(f.kv), 64);
+    seq_free(a), seq_free(b), seq_free(c), seq_free(d);
+    drop(&f);
+}
+
 /* Waiting sequences are admitted first come, first served, and never more
  * than max_num_seqs run at once. */
 static void test_sched_fcfs_and_max_num_seqs(void **state)
@@ -277,6 +345,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sched_chunked_prefill_keeps_decode_running),
+        cmocka_unit_test(test_sched_prefill_capped_while_decoding),
         cmocka_unit_test(test_sched_fcfs_and_max_num_seqs),
         cmocka_unit_test(test_sched_preempts_newest_and_resumes),
         cmocka_unit_test(test_sched_refuses_what_never_fits),
