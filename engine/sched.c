@@ -174,9 +174,10 @@ void sched_schedule(sched *s, sched_plan **out)
     for (sched_seq *q = s->running.head; q; q = q->next) /* last step's blocks */
         kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
 
-    /* prompt tokens are capped while anything decodes, so streams keep pace;
-     * a bigger decode batch already makes a longer step, so it lets through
-     * 1.5 prompt tokens per decoding sequence, and new arrivals keep up */
+    /* long prompts' tokens are capped while anything decodes, so streams
+     * keep pace; a bigger decode batch already makes a longer step, so it
+     * lets through 1.5 prompt tokens per decoding sequence. Short prompts go
+     * in whole: trickling them in would cost more steps than it saves. */
     int prefill_left = INT_MAX, n_decoding = 0;
     for (sched_seq *q = s->running.head; q; q = q->next)
         n_decoding += q->n_computed >= q->prefill_end;
@@ -191,7 +192,7 @@ void sched_schedule(sched *s, sched_plan **out)
         int take = q->n_tokens - q->n_computed;
         if (take > budget)
             take = budget;
-        int prefilling = q->n_computed < q->prefill_end;
+        int prefilling = q->n_computed < q->prefill_end && q->prefill_long;
         if (prefilling && take > prefill_left)
             take = prefill_left;
         if (take <= 0)
@@ -206,16 +207,21 @@ void sched_schedule(sched *s, sched_plan **out)
     }
 
     /* then admit waiting sequences in order, unless memory is short */
-    while (s->plan.n_preempted == 0 && budget > 0 && prefill_left > 0 && s->waiting.head &&
+    while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.head &&
            s->running.n < s->cfg.max_num_seqs) {
         sched_seq *q = s->waiting.head;
         int hit = kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
-        q->n_computed = hit;
-        int take = q->n_tokens - q->n_computed;
+        int take = q->n_tokens - hit;
+        int is_long = take > 8 * s->cfg.max_prefill_while_decoding;
         if (take > budget)
             take = budget;
-        if (take > prefill_left)
+        if (is_long && take > prefill_left)
             take = prefill_left;
+        if (take <= 0) {
+            kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
+            break; /* first come, first served: nobody jumps the line */
+        }
+        q->n_computed = hit;
         if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK) {
             kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
             q->n_computed = 0;
@@ -230,10 +236,12 @@ void sched_schedule(sched *s, sched_plan **out)
         q->state = SCHED_RUNNING;
         q->order = s->next_order++;
         q->prefill_end = q->n_tokens;
+        q->prefill_long = is_long;
         q_push_tail(&s->running, q);
         plan_add(s, q, take);
         budget -= take;
-        prefill_left -= take;
+        if (is_long)
+            prefill_left -= take;
     }
     *out = &s->plan;
 }

@@ -19,11 +19,12 @@ typedef struct sched_config {
     int max_num_seqs;           /* running at most                        */
     int max_num_batched_tokens; /* tokens per step                        */
     int max_model_len;          /* a sequence never grows past this       */
-    /* Prompt tokens (prefill and recompute) one step may hold while other
-     * sequences are decoding, or 1.5 per decoding sequence when that is
-     * more; 0: only the step budget limits them. On a CPU a prompt token
-     * costs about a tenth of a decode step, so a 512-token chunk would
-     * stall every stream for dozens of decode steps. */
+    /* Tokens of long prompts (over 8 times this, uncached; recompute after
+     * preemption counts) one step may hold while other sequences are
+     * decoding, or 1.5 per decoding sequence when that is more; 0: only the
+     * step budget limits them. On a CPU a prompt token costs about a tenth
+     * of a decode step, so a 512-token chunk would stall every stream for
+     * dozens of decode steps. */
     int max_prefill_while_decoding;
 } sched_config;
 
@@ -47,6 +48,7 @@ typedef struct sched_seq {
     int admitted;        /* has been admitted once                         */
     uint64_t order;      /* admission order: FCFS and preemption victims   */
     int prefill_end;     /* n_tokens when last admitted: below it, prefill  */
+    int prefill_long;    /* that prefill is long: it is fed in capped chunks */
     struct sched_seq *prev, *next; /* queue links (scheduler-private)      */
 } sched_seq;
 

@@ -108,9 +108,10 @@ static void test_sched_chunked_prefill_keeps_decode_running(void **state)
     drop(&f);
 }
 
-/* While anything decodes, prompt tokens per step are capped (here 8, of a
- * 64-token budget) over all prefilling sequences together; alone, a prompt
- * gets the whole budget again. */
+/* While anything decodes, the tokens of long prompts (over 8 x the cap of
+ * 8 here) are capped per step over all of them together; short prompts go
+ * in whole; alone, a prompt gets the whole budget (64) again; with many
+ * decoding, 1.5 prompt tokens per decoding sequence. */
 static void test_sched_prefill_capped_while_decoding(void **state)
 {
     (void)state;
@@ -121,7 +122,7 @@ static void test_sched_prefill_capped_while_decoding(void **state)
     inf_err e = {0};
     assert_int_equal(kv_create(&kc, &f.kv, &e), INF_OK);
     assert_int_equal(sched_create(&sc, f.kv, &f.s, &e), INF_OK);
-    sched_seq *a = seq_new(100, 512), *b = seq_new(50, 512), *c = seq_new(50, 512);
+    sched_seq *a = seq_new(100, 512), *b = seq_new(80, 512), *c = seq_new(80, 512);
     assert_int_equal(sched_add(f.s, a, &e), INF_OK);
     sched_plan *p = fake_step(&f);
     assert_int_equal(planned(p, a), 64); /* nothing decodes: the whole budget */
@@ -130,8 +131,8 @@ static void test_sched_prefill_capped_while_decoding(void **state)
     assert_int_equal(sched_add(f.s, b, &e), INF_OK);
     assert_int_equal(sched_add(f.s, c, &e), INF_OK);
     int steps = 0;
-    while (c->n_computed < 50) {
-        int b_pre = b->n_computed < 50;
+    while (c->n_computed < 80) {
+        int b_pre = b->n_computed < 80;
         p = fake_step(&f);
         assert_int_equal(planned(p, a), 1); /* a decodes every step */
         int pre = (b_pre ? planned(p, b) : 0) + planned(p, c);
@@ -140,21 +141,24 @@ static void test_sched_prefill_capped_while_decoding(void **state)
             assert_int_equal(planned(p, b), 1); /* b decodes once its prompt is in */
         steps++;
     }
-    assert_int_equal(steps, 13); /* 100 prompt tokens, 8 a step (b's last 2 + c's first 6) */
+    assert_int_equal(steps, 20); /* 160 prompt tokens, 8 a step */
     sched_remove(f.s, a);
     sched_remove(f.s, b);
-    /* c decodes alone now; a new prompt gets 8 tokens a step beside it */
-    sched_seq *d = seq_new(40, 512);
+    /* beside c decoding: a long prompt is capped, a short one goes in whole */
+    sched_seq *d = seq_new(80, 512), *s40 = seq_new(40, 512);
     assert_int_equal(sched_add(f.s, d, &e), INF_OK);
+    assert_int_equal(sched_add(f.s, s40, &e), INF_OK);
     p = fake_step(&f);
     assert_int_equal(planned(p, c), 1);
     assert_int_equal(planned(p, d), 8);
+    assert_int_equal(planned(p, s40), 40);
     sched_remove(f.s, c);
+    sched_remove(f.s, s40);
     p = fake_step(&f);
-    assert_int_equal(planned(p, d), 32); /* alone again: the rest at once */
+    assert_int_equal(planned(p, d), 64); /* alone again: the whole budget */
     sched_remove(f.s, d);
     /* 7 decoding: 1.5 prompt tokens each (10) beats the cap of 8 */
-    sched_seq *r[7], *g = seq_new(60, 512);
+    sched_seq *r[7], *g = seq_new(80, 512);
     for (int i = 0; i < 7; i++) {
         r[i] = seq_new(3, 512);
         assert_int_equal(sched_add(f.s, r[i], &e), INF_OK);
@@ -172,7 +176,7 @@ static void test_sched_prefill_capped_while_decoding(void **state)
     sched_remove(f.s, g);
     seq_free(g);
     assert_int_equal(kv_num_free(f.kv), 64);
-    seq_free(a), seq_free(b), seq_free(c), seq_free(d);
+    seq_free(a), seq_free(b), seq_free(c), seq_free(d), seq_free(s40);
     drop(&f);
 }
 
