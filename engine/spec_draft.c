@@ -94,6 +94,9 @@ static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const 
     const int32_t *toks[n > 0 ? n : 1];
     /* who drafts: state, and room for the catch-up plus k - 1 drafts */
     for (int i = 0; i < n; i++) {
+        int room = d->cfg.draft_len - seqs[i]->n_tokens + 1; /* positions the draft knows */
+        if (k[i] > room)
+            k[i] = room > 0 ? room : 0;
         draft_state *s = k[i] > 0 ? state_of(seqs[i]) : NULL;
         if (!s || kv_seq_reserve(d->kv, &s->kv, seqs[i]->n_tokens + k[i] - 1) != INF_OK) {
             k[i] = 0;
@@ -216,6 +219,8 @@ int spec_draft_create(const spec_draft_config *cfg, spec_proposer **out, inf_err
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     d->base.ops = &draft_ops;
     d->cfg = *cfg;
+    if (d->cfg.draft_len <= 0 || d->cfg.draft_len > cfg->max_len)
+        d->cfg.draft_len = cfg->max_len;
     d->max_blocks = (cfg->max_len + cfg->block_size - 1) / cfg->block_size;
     kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
     int rc = kv_create(&kc, &d->kv, err);

@@ -2,8 +2,8 @@
  * has its own backend and paged KV blocks; each proposal first catches the
  * draft up on the sequence's new tokens, then runs k steps batched over all
  * drafting sequences; its KV is rolled back with the target's when drafts
- * are rejected. A sequence the draft's KV pool cannot hold just gets no
- * proposals (never an error). */
+ * are rejected. A sequence the draft's KV pool or context cannot hold just
+ * gets no proposals (never an error). */
 #ifndef INFERD_SPEC_DRAFT_H
 #define INFERD_SPEC_DRAFT_H
 
@@ -19,6 +19,8 @@ typedef struct spec_draft_config {
     int max_tokens;            /* most tokens the draft backend takes a step */
     int max_seqs;              /* sequences drafting at once, at most       */
     int max_len;               /* longest sequence                          */
+    int draft_len;             /* the draft's own context: longer sequences
+                                  get no proposals (0: max_len)             */
     int vocab;
 } spec_draft_config;
 

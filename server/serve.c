@@ -208,12 +208,15 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
     if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
                       "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
-    if (!rc && a->dm->cfg.max_position_embeddings < max_len)
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's context (%d) is shorter than "
-                      "the served context (%d); pass --max-model-len %d",
-                      so->model, a->dm->cfg.max_position_embeddings, max_len,
-                      a->dm->cfg.max_position_embeddings);
+    int draft_len = a->dm ? a->dm->cfg.max_position_embeddings : 0;
+    if (!rc && draft_len < max_len)
+        log_msg(a->log, LOG_INFO, "loader", NULL,
+                "%s: the draft's context (%d) is shorter than the served context (%d): "
+                "sequences past %d tokens are not speculated",
+                so->model, draft_len, max_len, draft_len);
     cpu_config dc = *target_cc;
+    if (draft_len < max_len)
+        dc.max_context = draft_len;
     dc.n_threads = 1; /* a small draft: its steps are too short to split */
 #ifdef INFERD_CUDA
     if (!rc && !strcmp(a->o.device, "cuda")) { /* the draft next to the target */
@@ -221,7 +224,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
         gc.num_blocks = target_cc->num_blocks;
         gc.block_size = dc.block_size;
         gc.max_tokens = dc.max_tokens;
-        gc.max_context = max_len;
+        gc.max_context = dc.max_context;
         gc.max_seqs = a->o.max_num_seqs;
         rc = cuda_backend_create(a->dm, &gc, &a->dbe, err);
     } else
@@ -232,7 +235,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
         spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = dc.num_blocks,
                                 .block_size = dc.block_size, .max_tokens = dc.max_tokens,
                                 .max_seqs = a->o.max_num_seqs, .max_len = max_len,
-                                .vocab = a->m->cfg.vocab_size};
+                                .draft_len = draft_len, .vocab = a->m->cfg.vocab_size};
         rc = spec_draft_create(&sc, &a->spec, err);
     }
     return rc;
@@ -486,8 +489,9 @@ int serve_main(int argc, char **argv)
         {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
                                                               "(default 512)"},
         {"max-prefill-tokens-while-decoding", ARG_INT, &o->prefill_decoding, "N",
-         "prompt tokens per step while other requests decode, or 1.5 per decoding request "
-         "if more (default 12 on the CPU; 0, the step budget alone, on CUDA)"},
+         "tokens per step of prompts longer than 8N while other requests decode, or 1.5 "
+         "per decoding request if more (default 12 on the CPU; 0, the step budget alone, "
+         "on CUDA)"},
         {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
                                                           "4GiB or what the sequences need)"},

@@ -111,6 +111,22 @@ describe('speculative decoding', () => {
     } finally { await d.stop(); }
   });
 
+  test('past the draft\'s context (256) sequences go on unspeculated, text unchanged', { skip: !haveReal && 'needs ../shared/models' }, async () => {
+    const r = { prompt: 'Once upon a time', max_tokens: 400, temperature: 0, ignore_eos: true };
+    const off = await startDaemon(model, []); // the model's own 512
+    let ref;
+    try { ref = (await post(off.base, '/v1/completions', r)).json.choices[0].text; } finally { await off.stop(); }
+    const d = await startDaemon(model, ['--speculative-config', `{"model":"${draft}","num_speculative_tokens":4}`]);
+    try {
+      const got = await post(d.base, '/v1/completions', r);
+      assert.equal(got.status, 200, got.text);
+      assert.equal(got.json.usage.completion_tokens, 400);
+      assert.equal(got.json.choices[0].text, ref);
+      const m = await (await fetch(`${d.base}/metrics`)).text();
+      assert.ok(metric(m, 'spec_decode_num_drafts_total') > 0, 'nothing was drafted');
+    } finally { await d.stop(); }
+  });
+
   test('a bad speculative config is a clear start-up error', async () => {
     const { spawnSync } = await import('node:child_process');
     const r = spawnSync(process.env.BUILD ? `${process.env.BUILD}/inferd` : 'build/inferd',
