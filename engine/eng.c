@@ -38,6 +38,7 @@ struct eng_req {
     int draft_slot;           /* row block of their probs in eng.dprobs     */
     double accept_avg;        /* recent acceptance (moving average)        */
     int spec_pause, spec_backoff; /* steps without drafting, next pause     */
+    int spec_k;               /* draft length now: shrinks on rejections    */
     long plan_stamp;          /* step in which it was last planned          */
     int scheduled;            /* has been scheduled once (queue time)      */
     int touched;              /* in eng.touched this step                  */
@@ -589,11 +590,19 @@ static void verify(eng *e, eng_req *r, const float *rows, int m)
     out[res.accepted] = res.next;
     if (e->cfg.met && m > 0)
         met_spec_draft(e->cfg.met, m, res.accepted);
-    /* acceptance controller: a moving average, and back-off when it is low */
+    /* acceptance controller. The draft length follows the runs being
+     * accepted (doubles after a full acceptance, falls to what was accepted
+     * plus one), since every rejected draft is a row computed for nothing;
+     * when even short drafts keep failing (moving average below the
+     * floor), drafting pauses, backing off 4, 8, 16 steps: a one-token
+     * probe then costs little, and a text that starts repeating is caught
+     * soon. */
+    if (m > 0)
+        r->spec_k = res.accepted == m ? (2 * m < e->kmax ? 2 * m : e->kmax) : res.accepted + 1;
     double rate = m ? (double)res.accepted / m : 1.0;
     r->accept_avg = 0.7 * r->accept_avg + 0.3 * rate;
     if (r->accept_avg < e->cfg.spec_min_accept) {
-        r->spec_backoff = r->spec_backoff ? (r->spec_backoff < 64 ? 2 * r->spec_backoff : 64) : 4;
+        r->spec_backoff = r->spec_backoff ? (r->spec_backoff < 16 ? 2 * r->spec_backoff : 16) : 4;
         r->spec_pause = r->spec_backoff;
         r->accept_avg = e->cfg.spec_min_accept; /* probe again after the pause */
     } else {
@@ -637,7 +646,7 @@ static void propose(eng *e)
             r->spec_pause--;
             continue;
         }
-        int k = e->kmax;
+        int k = r->spec_k > 0 && r->spec_k < e->kmax ? r->spec_k : e->kmax;
         int room = r->p.max_tokens - r->n_output - 1;
         int ctx = e->cfg.max_model_len - q->n_tokens - 1;
         k = k < room ? k : room;
@@ -796,6 +805,7 @@ static void admit(eng *e, eng_req *r)
     }
     r->active = 1;
     r->accept_avg = 1.0; /* optimistic: a request must show low acceptance */
+    r->spec_k = e->kmax;
     e->active[e->n_active++] = r;
 }
 

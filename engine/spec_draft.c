@@ -72,7 +72,8 @@ static int32_t pick(draft *d, spec_seq *q, draft_state *s, const smp_params *p, 
     memcpy(d->work, row, sizeof(float) * (size_t)d->cfg.vocab);
     int hist_n = q->n_tokens - q->n_prompt;
     memcpy(d->hist, q->tokens + q->n_prompt, sizeof(int32_t) * (size_t)hist_n);
-    memcpy(d->hist + hist_n, drafted, sizeof(int32_t) * (size_t)n_drafted);
+    if (n_drafted) /* drafted is NULL for the first draft */
+        memcpy(d->hist + hist_n, drafted, sizeof(int32_t) * (size_t)n_drafted);
     smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt, .output = d->hist,
                      .n_output = hist_n + n_drafted};
     smp_apply_penalties(d->smp, p, &h, d->work);
