@@ -166,3 +166,19 @@ double inf_now(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+/* dir + "/" + name, without doubling a trailing slash; NULL when out of memory. */
+char *inf_path_join(const char *dir, const char *name)
+{
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/')
+        dl--;
+    size_t nl = strlen(name);
+    char *p = malloc(dl + 1 + nl + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, dl);
+    p[dl] = '/';
+    memcpy(p + dl + 1, name, nl + 1);
+    return p;
+}

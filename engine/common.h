@@ -47,6 +47,10 @@ float inf_f16_to_f32(uint16_t h);
 uint16_t inf_f32_to_bf16(float f); /* round to nearest even */
 uint16_t inf_f32_to_f16(float f);  /* round to nearest even */
 
+/* dir + "/" + name, without doubling a trailing slash; NULL when out of
+ * memory. The caller frees it. */
+char *inf_path_join(const char *dir, const char *name);
+
 /* Reads a whole file into a malloc'd NUL-terminated buffer; *len (may be
  * NULL) gets its size. A file over max_bytes (0: no limit) is
  * INF_ERR_FORMAT. A file that does not exist is INF_ERR_IO, and when missing

@@ -16,20 +16,6 @@
 /* Config files are a few KB; anything huge is not one. */
 #define MODEL_MAX_JSON ((long)16 << 20)
 
-static char *model__join(const char *dir, const char *name)
-{
-    size_t dl = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/')
-        dl--;
-    size_t nl = strlen(name);
-    char *p = malloc(dl + 1 + nl + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, dl);
-    p[dl] = '/';
-    memcpy(p + dl + 1, name, nl + 1);
-    return p;
-}
 
 /* Reads and parses a JSON object file. */
 static int model__read_json(const char *path, cJSON **out, inf_err *err)
@@ -403,8 +389,8 @@ static int model__bind(const model__binder *b, const char *name, model__dim rows
 static int model__source(model__binder *b, inf_err *err)
 {
     const model *m = b->m;
-    char *index = model__join(m->dir, "model.safetensors.index.json");
-    char *single = model__join(m->dir, "model.safetensors");
+    char *index = inf_path_join(m->dir, "model.safetensors.index.json");
+    char *single = inf_path_join(m->dir, "model.safetensors");
     int n = st_count(m->st), n_files = 0;
     const char **files = malloc((size_t)(n > 0 ? n : 1) * sizeof *files);
     int rc = INF_OK;
@@ -480,14 +466,14 @@ int model_load(const char *dir, model **out, inf_err *err)
     char *path = NULL;
     model *m = calloc(1, sizeof *m);
     int rc;
-    if (!m || !(m->dir = strdup(dir)) || !(path = model__join(dir, "config.json"))) {
+    if (!m || !(m->dir = strdup(dir)) || !(path = inf_path_join(dir, "config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
     if ((rc = model_config_load(path, &m->cfg, err)))
         goto fail;
     free(path);
-    if (!(path = model__join(dir, "generation_config.json"))) {
+    if (!(path = inf_path_join(dir, "generation_config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }

@@ -64,21 +64,6 @@ static const st_dtype_info *st__dtype(const char *name)
     return NULL;
 }
 
-/* dir + "/" + name, without doubling a trailing slash; NULL when out of memory. */
-static char *st__join(const char *dir, const char *name)
-{
-    size_t dl = strlen(dir);
-    while (dl > 1 && dir[dl - 1] == '/')
-        dl--;
-    size_t nl = strlen(name);
-    char *p = malloc(dl + 1 + nl + 1);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, dl);
-    p[dl] = '/';
-    memcpy(p + dl + 1, name, nl + 1);
-    return p;
-}
 
 static st_set *st__new(void)
 {
@@ -448,7 +433,7 @@ static int st__open_index(const char *dir, const char *index, st_set **out, inf_
         goto fail;
     }
     for (int i = 0; i < n_shards; i++) {
-        path = st__join(dir, shards[i]);
+        path = inf_path_join(dir, shards[i]);
         if (!path) {
             rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", index);
             goto fail;
@@ -504,8 +489,8 @@ int st_open_dir(const char *dir, st_set **out, inf_err *err)
         return inf_fail(err, INF_ERR_IO, "%s: cannot open checkpoint directory (%s)", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode))
         return inf_fail(err, INF_ERR_IO, "%s: not a checkpoint directory", dir);
-    char *index = st__join(dir, "model.safetensors.index.json");
-    char *single = st__join(dir, "model.safetensors");
+    char *index = inf_path_join(dir, "model.safetensors.index.json");
+    char *single = inf_path_join(dir, "model.safetensors");
     int rc;
     if (!index || !single) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
