@@ -182,3 +182,56 @@ char *inf_path_join(const char *dir, const char *name)
     memcpy(p + dl + 1, name, nl + 1);
     return p;
 }
+
+/* Room for n more bytes and the NUL. */
+static int buf_reserve(inf_buf *b, size_t n)
+{
+    if (b->oom)
+        return 0;
+    if (b->len + n + 1 <= b->cap)
+        return 1;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+void inf_buf_put(inf_buf *b, const char *s, size_t n)
+{
+    if (!buf_reserve(b, n))
+        return;
+    if (n)
+        memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void inf_buf_printf(inf_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char small[256];
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        inf_buf_put(b, small, (size_t)n);
+        return;
+    }
+    if (!buf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}

@@ -47,6 +47,17 @@ float inf_f16_to_f32(uint16_t h);
 uint16_t inf_f32_to_bf16(float f); /* round to nearest even */
 uint16_t inf_f32_to_f16(float f);  /* round to nearest even */
 
+/* A growing NUL-terminated byte buffer. Start from {0}; oom sticks, so
+ * callers check once at the end; p belongs to the caller (free it). */
+typedef struct inf_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} inf_buf;
+
+void inf_buf_put(inf_buf *b, const char *s, size_t n);
+void inf_buf_printf(inf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* dir + "/" + name, without doubling a trailing slash; NULL when out of
  * memory. The caller frees it. */
 char *inf_path_join(const char *dir, const char *name);

@@ -346,55 +346,17 @@ static void fmt_num(double d, char *out)
     *w = '\0';
 }
 
-/* A growing output buffer; oom sticks so callers check once at the end. */
-typedef struct met_buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} met_buf;
-
-static void buf_printf(met_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void buf_printf(met_buf *b, const char *fmt, ...)
-{
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 /* One sample: name{label[,extra]} value. */
-static void sample(met_buf *b, const met_registry *m, const char *name,
+static void sample(inf_buf *b, const met_registry *m, const char *name,
                    const char *suffix, const char *extra, double v)
 {
     char num[40];
     fmt_num(v, num);
-    buf_printf(b, PREFIX "%s%s{%s%s} %s\n", name, suffix, m->label,
+    inf_buf_printf(b, PREFIX "%s%s{%s%s} %s\n", name, suffix, m->label,
                extra ? extra : "", num);
 }
 
-static void render_hist(met_buf *b, const met_registry *m, const char *name,
+static void render_hist(inf_buf *b, const met_registry *m, const char *name,
                         const met_hist_store *s)
 {
     uint64_t cnt[HIST_MAX_BOUNDS + 1];
@@ -479,7 +441,7 @@ static const char *const finish_names[MET_NUM_FINISH] = {
     "stop", "length", "abort", "error",
 };
 
-static void render_family(met_buf *b, const met_registry *m,
+static void render_family(inf_buf *b, const met_registry *m,
                           const met_family *f)
 {
     static const char *const types[] = {
@@ -488,7 +450,7 @@ static void render_family(met_buf *b, const met_registry *m,
         [FAM_PER_POS] = "counter",
     };
     char extra[48];
-    buf_printf(b, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", f->name,
+    inf_buf_printf(b, "# HELP " PREFIX "%s %s\n# TYPE " PREFIX "%s %s\n", f->name,
                f->help, f->name, types[f->kind]);
     switch (f->kind) {
     case FAM_GAUGE:
@@ -523,10 +485,7 @@ int met_render(const met_registry *m, char **out, size_t *len, inf_err *err)
         *len = 0;
     if (!m)
         return inf_fail(err, INF_ERR_INVALID, "metrics: no registry");
-    met_buf b = {.cap = 16384};
-    b.p = malloc(b.cap);
-    if (!b.p)
-        return inf_fail(err, INF_ERR_NOMEM, "metrics: out of memory");
+    inf_buf b = {0};
     for (int i = 0; i < NELEM(families); i++)
         if (!families[i].spec || m->spec_k > 0)
             render_family(&b, m, &families[i]);

@@ -1,4 +1,5 @@
 #include "server/cfg.h"
+#include "engine/common.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,64 +35,37 @@ static char *keep(cfg_file *c, char *s)
     return c->strings[c->n++] = s;
 }
 
-typedef struct buf {
-    char *s;
-    size_t len, cap;
-    int oom;
-} buf;
-
-static void put(buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *ns = realloc(b->s, cap);
-        if (!ns) {
-            b->oom = 1;
-            return;
-        }
-        b->s = ns;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
 /* A YAML scalar as JSON: plain numbers, booleans and null stay bare. */
-static void put_scalar(buf *b, const yaml_event_t *ev)
+static void put_scalar(inf_buf *b, const yaml_event_t *ev)
 {
     const char *v = (const char *)ev->data.scalar.value;
     int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
     char *end;
     if (plain && (!strcmp(v, "true") || !strcmp(v, "false") || !strcmp(v, "null") ||
                   (strtod(v, &end), *v && !*end))) {
-        put(b, v, strlen(v));
+        inf_buf_put(b, v, strlen(v));
         return;
     }
-    put(b, "\"", 1);
+    inf_buf_put(b, "\"", 1);
     for (; *v; v++) {
         if (*v == '"' || *v == '\\')
-            put(b, "\\", 1);
+            inf_buf_put(b, "\\", 1);
         if ((unsigned char)*v < 0x20) {
             char esc[8];
             snprintf(esc, sizeof esc, "\\u%04x", (unsigned char)*v);
-            put(b, esc, strlen(esc));
+            inf_buf_put(b, esc, strlen(esc));
             continue;
         }
-        put(b, v, 1);
+        inf_buf_put(b, v, 1);
     }
-    put(b, "\"", 1);
+    inf_buf_put(b, "\"", 1);
 }
 
 /* The rest of a mapping or sequence (its start already read) as JSON. */
-static int to_json(yaml_parser_t *p, yaml_event_type_t start, buf *b)
+static int to_json(yaml_parser_t *p, yaml_event_type_t start, inf_buf *b)
 {
     int mapping = start == YAML_MAPPING_START_EVENT, n = 0;
-    put(b, mapping ? "{" : "[", 1);
+    inf_buf_put(b, mapping ? "{" : "[", 1);
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(p, &ev))
@@ -102,9 +76,9 @@ static int to_json(yaml_parser_t *p, yaml_event_type_t start, buf *b)
             break;
         }
         if (n && (!mapping || n % 2 == 0))
-            put(b, ",", 1);
+            inf_buf_put(b, ",", 1);
         else if (n)
-            put(b, ":", 1);
+            inf_buf_put(b, ":", 1);
         int rc = 0;
         if (t == YAML_SCALAR_EVENT)
             put_scalar(b, &ev);
@@ -117,7 +91,7 @@ static int to_json(yaml_parser_t *p, yaml_event_type_t start, buf *b)
             return rc;
         n++;
     }
-    put(b, mapping ? "}" : "]", 1);
+    inf_buf_put(b, mapping ? "}" : "]", 1);
     return 0;
 }
 
@@ -168,13 +142,13 @@ int cfg_load(const char *path, const arg_spec *specs, int n_specs, cfg_file **ou
                 v = strdup((const char *)val.data.scalar.value);
             } else if (val.type == YAML_MAPPING_START_EVENT ||
                        val.type == YAML_SEQUENCE_START_EVENT) {
-                buf b = {0};
+                inf_buf b = {0};
                 if (to_json(&p, val.type, &b) || b.oom) {
-                    free(b.s);
+                    free(b.p);
                     rc = inf_fail(err, INF_ERR_FORMAT, "%s:%zu: key '%s': cannot read its value",
                                   path, line, key);
                 } else {
-                    v = b.s;
+                    v = b.p;
                 }
             } else {
                 rc = inf_fail(err, INF_ERR_FORMAT, "%s:%zu: key '%s': unexpected value", path,

@@ -9,6 +9,7 @@
  * escaper (as cJSON raw items): token pieces may be partial UTF-8 or hold a
  * NUL byte, and cJSON's printer neither validates UTF-8 nor sees past NUL. */
 #include "oai.h"
+#include "engine/common.h"
 
 #include <cJSON.h>
 #include <float.h>
@@ -98,73 +99,46 @@ static size_t utf8_next(const unsigned char *s, size_t n, int *ok)
     return len;
 }
 
-/* ---- a growable buffer and the JSON string escaper ----------------------- */
-
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
+/* ---- the JSON string escaper --------------------------------------------- */
 
 /* s[0..n) as a quoted JSON string: valid UTF-8 kept, invalid bytes as
  * U+FFFD, control characters (NUL included) escaped. */
-static void sb_json_str(sbuf *b, const char *s, size_t n)
+static void sb_json_str(inf_buf *b, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
 
-    sb_put(b, "\"", 1);
+    inf_buf_put(b, "\"", 1);
     while (i < n) {
         unsigned char c = u[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            sb_put(b, e, 2);
+            inf_buf_put(b, e, 2);
             i++;
         } else if (c < 0x20) {
             char e[8];
             switch (c) {
-            case '\n': sb_put(b, "\\n", 2); break;
-            case '\r': sb_put(b, "\\r", 2); break;
-            case '\t': sb_put(b, "\\t", 2); break;
-            case '\b': sb_put(b, "\\b", 2); break;
-            case '\f': sb_put(b, "\\f", 2); break;
+            case '\n': inf_buf_put(b, "\\n", 2); break;
+            case '\r': inf_buf_put(b, "\\r", 2); break;
+            case '\t': inf_buf_put(b, "\\t", 2); break;
+            case '\b': inf_buf_put(b, "\\b", 2); break;
+            case '\f': inf_buf_put(b, "\\f", 2); break;
             default:
                 snprintf(e, sizeof e, "\\u%04x", c);
-                sb_put(b, e, 6);
+                inf_buf_put(b, e, 6);
             }
             i++;
         } else {
             int ok;
             size_t k = utf8_next(u + i, n - i, &ok);
             if (ok)
-                sb_put(b, s + i, k);
+                inf_buf_put(b, s + i, k);
             else
-                sb_put(b, "\xEF\xBF\xBD", 3);
+                inf_buf_put(b, "\xEF\xBF\xBD", 3);
             i += k;
         }
     }
-    sb_put(b, "\"", 1);
+    inf_buf_put(b, "\"", 1);
 }
 
 /* ---- parsing: helpers ---------------------------------------------------- */
@@ -174,11 +148,11 @@ static void sb_json_str(sbuf *b, const char *s, size_t n)
 static void echo_str(const char *s, char *buf, size_t n)
 {
     size_t len = strlen(s);
-    sbuf b = {0};
+    inf_buf b = {0};
 
     sb_json_str(&b, s, len > 40 ? 40 : len);
     if (len > 40)
-        sb_put(&b, "...", 3);
+        inf_buf_put(&b, "...", 3);
     snprintf(buf, n, "%s", b.oom ? "\"\"" : b.p);
     free(b.p);
 }
@@ -1236,7 +1210,7 @@ static int attach(cJSON *parent, const char *key, cJSON *item)
 /* Any bytes as a JSON string (a raw item holding the escaped text). */
 static cJSON *str_item(const char *s, size_t n)
 {
-    sbuf b = {0};
+    inf_buf b = {0};
     cJSON *item = NULL;
 
     sb_json_str(&b, s ? s : "", s ? n : 0);
@@ -1329,7 +1303,7 @@ static cJSON *finish_item(const oai_choice *c)
  * ids decoding alike) keeps its first, likelier, entry. */
 static cJSON *cmpl_top_item(const oai_token_lp *t)
 {
-    sbuf b = {0};
+    inf_buf b = {0};
     size_t *key_at = NULL, *key_len = NULL;
     int n_keys = 0;
     cJSON *item = NULL;
@@ -1342,13 +1316,13 @@ static cJSON *cmpl_top_item(const oai_token_lp *t)
         if (!key_at || !key_len)
             goto done;
     }
-    sb_put(&b, "{", 1);
+    inf_buf_put(&b, "{", 1);
     for (int j = 0; j < t->n_top; j++) {
         size_t at = b.len + (n_keys ? 1 : 0), len;
         int dup = 0;
         char num[32];
         if (n_keys)
-            sb_put(&b, ",", 1);
+            inf_buf_put(&b, ",", 1);
         sb_json_str(&b, t->top[j].token, t->top[j].token ? t->top[j].token_len : 0);
         if (b.oom)
             goto done;
@@ -1366,10 +1340,10 @@ static cJSON *cmpl_top_item(const oai_token_lp *t)
             snprintf(num, sizeof num, "null");
         else
             fmt_lp(t->top[j].logprob, num, sizeof num);
-        sb_put(&b, ":", 1);
-        sb_put(&b, num, strlen(num));
+        inf_buf_put(&b, ":", 1);
+        inf_buf_put(&b, num, strlen(num));
     }
-    sb_put(&b, "}", 1);
+    inf_buf_put(&b, "}", 1);
     if (!b.oom)
         item = cJSON_CreateRaw(b.p);
 done:
