@@ -102,7 +102,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: all deps test unit check run bench bench-spec install clean
+.PHONY: generate all deps test unit check run bench bench-spec install clean
 .SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
@@ -186,12 +186,26 @@ check: all $(FIXTURE_MODELS)
 
 MODEL ?= $(shell [ -d ../shared/models/stories260K ] && echo ../shared/models/stories260K)
 PROMPT ?= Once upon a time
-run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/inferd
-	@model="$(MODEL)"; if [ -z "$$model" ]; then \
+BIND ?= 127.0.0.1
+PORT ?= 8000
+# The model for run and generate: MODEL, else a tiny random one (said so).
+RUN_MODEL = model="$(MODEL)"; if [ -z "$$model" ]; then \
 	  model=models/random-tiny; \
 	  echo "run: ../shared/models/stories260K is absent; using $$model, a tiny model with RANDOM weights made by scripts/make_model.py (its text is gibberish)" >&2; \
-	  [ -f $$model/config.json ] || $(PYTHON) scripts/make_model.py $$model --seed 1 >&2; fi; \
+	  [ -f $$model/config.json ] || $(PYTHON) scripts/make_model.py $$model --seed 1 >&2; fi
+
+# The server in the foreground (Ctrl-C stops it).
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@$(RUN_MODEL); \
+	echo "run: serving $$model on http://$(BIND):$(PORT); try:" >&2; \
+	echo "  curl http://$(BIND):$(PORT)/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"$(PROMPT)\", \"max_tokens\": 40}'" >&2; \
+	exec $(BUILD)/inferd --model "$$model" --host $(BIND) --port $(PORT)
+
+# The offline generator on the same model.
+generate: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@$(RUN_MODEL); \
 	$(BUILD)/inferd generate --model "$$model" --prompt "$(PROMPT)" --max-tokens 200
 
 bench: deps
