@@ -551,3 +551,9 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
     if (progress)
         progress(user, total, total);
 }
+
+int model_context(const model_config *cfg)
+{
+    int n = cfg->max_position_embeddings;
+    return cfg->sliding_window > 0 && cfg->sliding_window < n ? cfg->sliding_window : n;
+}

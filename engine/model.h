@@ -37,6 +37,10 @@ typedef struct model_config {
  * architecture, rope_scaling, a hidden_act other than silu, biases. */
 int model_config_load(const char *path, model_config *cfg, inf_err *err);
 
+/* The longest context the engine computes for this model: its positions,
+ * capped by a sliding window (windowed attention is not implemented). */
+int model_context(const model_config *cfg);
+
 /* A 1-D or 2-D row-major weight in place: rows x cols (1-D: rows = 1). */
 typedef struct model_tensor {
     inf_dtype dtype;

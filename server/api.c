@@ -50,12 +50,6 @@ void api_set_ready(api *a, const model *m, const tok *tk, const tmpl *t, eng *e,
     atomic_store(&a->ready, 1);
 }
 
-void api_on_engine_output(void *a, eng_req *r)
-{
-    (void)a;
-    gcall_on_engine_output(r);
-}
-
 /* ---- replies ----------------------------------------------------------------- */
 
 static void reply_json(srv_conn *c, int status, char *body)
@@ -63,17 +57,11 @@ static void reply_json(srv_conn *c, int status, char *body)
     srv_reply(c, status, "application/json", body, body ? strlen(body) : 0, NULL);
 }
 
-static void reply_error(srv_conn *c, const oai_error *e, const char *extra_header)
-{
-    char *b = oai_error_json(e);
-    srv_reply(c, e->status, "application/json", b, b ? strlen(b) : 0, extra_header);
-}
-
 static void fail(srv_conn *c, int status, const char *type, const char *param, const char *msg)
 {
     oai_error e;
     oai_fail(&e, status, type, param, "%s", msg);
-    reply_error(c, &e, NULL);
+    gcall_reply_error(c, &e, NULL);
 }
 
 /* Constant-time comparison: the key must not leak through timing. */
@@ -142,7 +130,7 @@ static void do_tokenize(api *a, srv_conn *c, const char *body, size_t len)
     }
     cJSON_Delete(j);
     if (err.status) {
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         free(ids);
         return;
     }
@@ -184,7 +172,7 @@ static void do_detokenize(api *a, srv_conn *c, const char *body, size_t len)
         oai_fail(&err, 400, "invalid_request_error", "tokens", "%s", ie.msg);
     free(ids);
     if (err.status) {
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -288,7 +276,7 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
     }
     if (oai_parse(kind, body, len, &a->cfg.limits, r, &err) != 0) {
         free(r);
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         return;
     }
     if (r->model && strcmp(r->model, a->cfg.model_id) != 0) {
@@ -297,7 +285,7 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
         err.code = "model_not_found";
         oai_request_free(r);
         free(r);
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         return;
     }
     if (r->echo && r->logprobs >= 0) {
@@ -306,7 +294,7 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
                  "computed)");
         oai_request_free(r);
         free(r);
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         return;
     }
     gcall_prompt *prompts = NULL;
@@ -314,7 +302,7 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
     if (prepare_prompts(a, r, &prompts, &n_prompts, &err)) {
         oai_request_free(r);
         free(r);
-        reply_error(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         return;
     }
     gcall_env env = {.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
@@ -364,7 +352,7 @@ void api_handle(void *app, srv_conn *c, const char *method, const char *path, co
                  method, rt->path, rt->method);
         char allow[32];
         snprintf(allow, sizeof allow, "Allow: %s", rt->method);
-        reply_error(c, &e, allow);
+        gcall_reply_error(c, &e, allow);
         return;
     }
     if (rt->needs_key && !authorized(a, c)) {
@@ -376,7 +364,7 @@ void api_handle(void *app, srv_conn *c, const char *method, const char *path, co
     if ((rt->needs_model || rt->id == R_HEALTH) && !ready) {
         oai_error e;
         oai_fail(&e, 503, "service_unavailable", "", "the model is still loading");
-        reply_error(c, &e, "Retry-After: 1");
+        gcall_reply_error(c, &e, "Retry-After: 1");
         return;
     }
     switch (rt->id) {

@@ -37,7 +37,4 @@ void api_set_server(api *a, srv *s);
 void api_set_ready(api *a, const model *m, const tok *tk, const tmpl *t, eng *e,
                    met_registry *met, int max_model_len);
 
-/* The engine's notify hook (eng_config.notify with notify_user = a). */
-void api_on_engine_output(void *a, eng_req *r);
-
 #endif

@@ -10,10 +10,10 @@
 /* One choice: an engine request and what the client has been sent. */
 typedef struct choice {
     eng_req *r;
-    eng_out take;      /* scratch for eng_req_take                          */
-    eng_out acc;       /* everything so far (non-streaming responses)        */
+    eng_out out;       /* its last eng_req_take (counters always current); a
+                          waiting call takes once, at the end, since the
+                          engine keeps appending until someone takes      */
     int finished;      /* finish seen on the loop thread                     */
-    int role_sent;
     size_t text_sent;  /* bytes of output text sent (completions offsets)    */
     int prompt;        /* index of its prompt                                */
 } choice;
@@ -30,9 +30,9 @@ typedef struct gcall {
     int n_ch;
     char id[48];
     oai_meta meta;
-    /* streaming */
-    char *buf;
-    size_t len, off, cap;
+    /* streaming: SSE bytes queued, off of them sent */
+    inf_buf out;
+    size_t off;
     int done_queued;
 } gcall;
 
@@ -42,8 +42,7 @@ static void gcall_free(gcall *g)
 {
     for (int i = 0; i < g->n_ch; i++) {
         eng_req_unref(g->ch[i].r);
-        eng_out_free(&g->ch[i].take);
-        eng_out_free(&g->ch[i].acc);
+        eng_out_free(&g->ch[i].out);
     }
     free(g->ch);
     for (int i = 0; i < g->n_prompts; i++) {
@@ -54,7 +53,7 @@ static void gcall_free(gcall *g)
     if (g->req)
         oai_request_free(g->req);
     free(g->req);
-    free(g->buf);
+    free(g->out.p);
     if (g->conn)
         srv_conn_unref(g->conn);
     free(g);
@@ -66,74 +65,16 @@ static void gcall_unref(gcall *g)
         gcall_free(g);
 }
 
-void gcall_on_engine_output(eng_req *r)
+void gcall_on_engine_output(void *user, eng_req *r)
 {
+    (void)user;
     gcall *g = eng_req_user(r);
-    srv_wake(g->srv, g->conn);
-    if (eng_req_finished(r)) /* this request's last notify */
+    int last = eng_req_finished(r); /* this request's last notify */
+    /* a stream sends as tokens come; a waiting call answers once, at the end */
+    if (last || g->req->stream)
+        srv_wake(g->srv, g->conn);
+    if (last)
         gcall_unref(g);
-}
-
-/* ---- accumulating engine output -------------------------------------------- */
-
-static int append_bytes(char **p, size_t *len, size_t *cap, const char *s, size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *np = realloc(*p, c);
-        if (!np)
-            return 0;
-        *p = np;
-        *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = '\0';
-    return 1;
-}
-
-/* acc += add: text, logprob records (re-based into acc's pool), state. */
-static int acc_append(eng_out *acc, const eng_out *add)
-{
-    size_t pool_base = acc->pool_len;
-    int alt_base = acc->n_alts;
-    if (!append_bytes(&acc->text, &acc->len, &acc->cap, add->text ? add->text : "", add->len) ||
-        !append_bytes(&acc->pool, &acc->pool_len, &acc->pool_cap, add->pool ? add->pool : "",
-                      add->pool_len))
-        return 0;
-    if (add->n_lps) {
-        eng_lp *l = realloc(acc->lps, sizeof *l * (size_t)(acc->n_lps + add->n_lps));
-        if (!l)
-            return 0;
-        acc->lps = l;
-        for (int i = 0; i < add->n_lps; i++) {
-            eng_lp x = add->lps[i];
-            x.off += pool_base;
-            x.alt0 += alt_base;
-            acc->lps[acc->n_lps++] = x;
-        }
-    }
-    if (add->n_alts) {
-        eng_lp_alt *a = realloc(acc->alts, sizeof *a * (size_t)(acc->n_alts + add->n_alts));
-        if (!a)
-            return 0;
-        acc->alts = a;
-        for (int i = 0; i < add->n_alts; i++) {
-            eng_lp_alt x = add->alts[i];
-            x.off += pool_base;
-            acc->alts[acc->n_alts++] = x;
-        }
-    }
-    acc->finish = add->finish;
-    acc->stop_index = add->stop_index;
-    acc->stop_token = add->stop_token;
-    acc->n_prompt = add->n_prompt;
-    acc->n_output = add->n_output;
-    acc->n_cached = add->n_cached;
-    memcpy(acc->error, add->error, sizeof acc->error);
-    return 1;
 }
 
 /* oai logprob records for o's tokens; *tops receives the alternatives'
@@ -193,10 +134,21 @@ static void usage_of(const gcall *g, oai_usage *u)
     for (int p = 0; p < g->n_prompts; p++)
         u->prompt_tokens += g->prompts[p].n;
     for (int i = 0; i < g->n_ch; i++) {
-        u->completion_tokens += g->ch[i].acc.n_output;
+        u->completion_tokens += g->ch[i].out.n_output;
         if (i % g->req->n == 0) /* the prompt once per prompt */
-            u->cached_tokens += g->ch[i].acc.n_cached;
+            u->cached_tokens += g->ch[i].out.n_cached;
     }
+}
+
+/* A choice that ended in an error or a cancellation, as an error object
+ * (0 when it ended normally). */
+static int finish_error(const eng_out *o, oai_error *e)
+{
+    if (o->finish == ENG_FINISH_ERROR)
+        return oai_fail(e, 500, "internal_error", "", "%s", o->error);
+    if (o->finish == ENG_FINISH_ABORT)
+        return oai_fail(e, 503, "service_unavailable", "", "the request was cancelled");
+    return 0;
 }
 
 /* ---- non-streaming ------------------------------------------------------------ */
@@ -214,24 +166,23 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     int all = 1;
     for (int i = 0; i < g->n_ch; i++) {
         choice *c = &g->ch[i];
-        if (c->finished)
-            continue;
-        eng_req_take(c->r, &c->take);
-        acc_append(&c->acc, &c->take);
-        c->finished = c->acc.finish != ENG_FINISH_NONE;
+        if (!c->finished && eng_req_finished(c->r)) {
+            eng_req_take(c->r, &c->out); /* all of it: nobody took before */
+            c->finished = 1;
+        }
         all &= c->finished;
     }
     if (!all)
         return 0;
-    for (int i = 0; i < g->n_ch; i++)
-        if (g->ch[i].acc.finish == ENG_FINISH_ERROR || g->ch[i].acc.finish == ENG_FINISH_ABORT) {
-            *status = g->ch[i].acc.finish == ENG_FINISH_ERROR ? 500 : 503;
-            *body = error_body(*status, *status == 500 ? "internal_error" : "service_unavailable",
-                               g->ch[i].acc.finish == ENG_FINISH_ERROR ? g->ch[i].acc.error
-                                                                       : "the request was cancelled");
+    for (int i = 0; i < g->n_ch; i++) {
+        oai_error e;
+        if (finish_error(&g->ch[i].out, &e)) {
+            *status = e.status;
+            *body = oai_error_json(&e);
             *len = *body ? strlen(*body) : 0;
             return 1;
         }
+    }
     oai_choice *cs = calloc((size_t)g->n_ch, sizeof *cs);
     oai_token_lp **lps = calloc((size_t)g->n_ch, sizeof *lps);
     oai_top **tops = calloc((size_t)g->n_ch, sizeof *tops);
@@ -247,17 +198,18 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
         choice *c = &g->ch[i];
         const char *echo = g->prompts[c->prompt].echo;
         size_t echo_len = echo ? strlen(echo) : 0;
-        fill_choice(g, c, &c->acc, &cs[i]);
+        fill_choice(g, c, &c->out, &cs[i]);
         if (echo_len) {
-            size_t tl = 0, cap = 0;
-            append_bytes(&texts[i], &tl, &cap, echo, echo_len);
-            append_bytes(&texts[i], &tl, &cap, cs[i].text, cs[i].text_len);
-            cs[i].text = texts[i] ? texts[i] : "";
-            cs[i].text_len = texts[i] ? tl : 0;
+            inf_buf t = {0};
+            inf_buf_put(&t, echo, echo_len);
+            inf_buf_put(&t, cs[i].text, cs[i].text_len);
+            texts[i] = t.p;
+            cs[i].text = t.oom ? "" : t.p;
+            cs[i].text_len = t.oom ? 0 : t.len;
         }
-        lps[i] = to_oai_lps(&c->acc, echo_len, &tops[i]);
+        lps[i] = to_oai_lps(&c->out, echo_len, &tops[i]);
         cs[i].lps = lps[i];
-        cs[i].n_lps = lps[i] ? c->acc.n_lps : 0;
+        cs[i].n_lps = lps[i] ? c->out.n_lps : 0;
     }
     oai_usage u;
     usage_of(g, &u);
@@ -276,25 +228,21 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
 static void queue_sse(gcall *g, char *s)
 {
     if (s)
-        append_bytes(&g->buf, &g->len, &g->cap, s, strlen(s));
+        inf_buf_put(&g->out, s, strlen(s));
     free(s);
 }
 
 /* New output of one choice as chunks. */
 static void stream_choice(gcall *g, choice *c)
 {
-    eng_req_take(c->r, &c->take);
-    acc_append(&c->acc, &c->take); /* for usage */
-    eng_out *o = &c->take;
+    eng_req_take(c->r, &c->out);
+    eng_out *o = &c->out;
     c->finished = o->finish != ENG_FINISH_NONE;
-    if (o->finish == ENG_FINISH_ERROR || o->finish == ENG_FINISH_ABORT) {
-        char *e = error_body(500, "internal_error",
-                             o->finish == ENG_FINISH_ERROR ? o->error : "the request was cancelled");
-        if (e) {
-            append_bytes(&g->buf, &g->len, &g->cap, "data: ", 6);
-            append_bytes(&g->buf, &g->len, &g->cap, e, strlen(e));
-            append_bytes(&g->buf, &g->len, &g->cap, "\n\n", 2);
-        }
+    oai_error err;
+    if (finish_error(o, &err)) { /* the status line is out: an error event */
+        char *e = oai_error_json(&err);
+        if (e)
+            inf_buf_printf(&g->out, "data: %s\n\n", e);
         free(e);
         return;
     }
@@ -306,9 +254,7 @@ static void stream_choice(gcall *g, choice *c)
     oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
     oc.lps = lps;
     oc.n_lps = lps ? o->n_lps : 0;
-    int role = g->meta.kind == OAI_CHAT && !c->role_sent;
-    c->role_sent = 1;
-    queue_sse(g, oai_chunk_sse(&g->meta, &oc, role, NULL));
+    queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL)); /* the role went first */
     c->text_sent += o->len;
     free(lps);
     free(tops);
@@ -317,8 +263,8 @@ static void stream_choice(gcall *g, choice *c)
 static long stream_read(void *call, char *buf, size_t max)
 {
     gcall *g = call;
-    if (g->off == g->len) {
-        g->off = g->len = 0;
+    if (g->off == g->out.len) {
+        g->off = g->out.len = 0;
         int all = 1;
         for (int i = 0; i < g->n_ch; i++) {
             if (!g->ch[i].finished)
@@ -332,14 +278,16 @@ static long stream_read(void *call, char *buf, size_t max)
             if (g->req->include_usage)
                 queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
             const char *done = oai_sse_done();
-            append_bytes(&g->buf, &g->len, &g->cap, done, strlen(done));
+            inf_buf_put(&g->out, done, strlen(done));
             g->done_queued = 1;
         }
     }
-    if (g->off == g->len)
+    if (g->out.oom) /* output was lost: end the stream rather than skip it */
+        return -1;
+    if (g->off == g->out.len)
         return g->done_queued ? -1 : 0;
-    size_t n = g->len - g->off < max ? g->len - g->off : max;
-    memcpy(buf, g->buf + g->off, n);
+    size_t n = g->out.len - g->off < max ? g->out.len - g->off : max;
+    memcpy(buf, g->out.p + g->off, n);
     g->off += n;
     return (long)n;
 }
@@ -363,13 +311,22 @@ static const srv_call_ops wait_ops = {.done = wait_done, .closed = call_closed};
 
 /* ---- starting -------------------------------------------------------------------- */
 
-static void reply_err(srv_conn *c, const oai_error *e, const char *hdr)
+void gcall_reply_error(srv_conn *c, const oai_error *e, const char *hdr)
 {
     char *b = oai_error_json(e);
     srv_reply(c, e->status, "application/json", b, b ? strlen(b) : 0, hdr);
 }
 
-/* Prompt-dependent checks; 0 or an HTTP status with err filled. */
+/* max_tokens, or its default: the rest of the context for chat (as vLLM),
+ * 16 for completions (as OpenAI). */
+static int want_tokens(const gcall_env *env, const oai_request *r, int n_prompt)
+{
+    return r->max_tokens >= 0 ? r->max_tokens
+           : r->kind == OAI_CHAT ? env->max_model_len - n_prompt : 16;
+}
+
+/* Prompt-dependent checks (the prompt ids were checked as they came in);
+ * 0 or an HTTP status with err filled. */
 static int check_lengths(const gcall_env *env, oai_request *r, const gcall_prompt *p, int n,
                          oai_error *err)
 {
@@ -377,12 +334,7 @@ static int check_lengths(const gcall_env *env, oai_request *r, const gcall_promp
     for (int i = 0; i < n; i++) {
         if (p[i].n < 1)
             return oai_fail(err, 400, "invalid_request_error", "prompt", "the prompt is empty");
-        for (int k = 0; k < p[i].n; k++)
-            if (p[i].ids[k] < 0 || p[i].ids[k] >= V)
-                return oai_fail(err, 400, "invalid_request_error", "prompt",
-                                "token id %d is out of vocabulary (0..%d)", p[i].ids[k], V - 1);
-        int want = r->max_tokens >= 0 ? r->max_tokens
-                   : r->kind == OAI_CHAT ? env->max_model_len - p[i].n : 16;
+        int want = want_tokens(env, r, p[i].n);
         if (want < 1 || p[i].n + want > env->max_model_len)
             return oai_fail(err, 400, "invalid_request_error",
                             r->kind == OAI_CHAT ? "messages" : "prompt",
@@ -443,7 +395,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     gcall *g = calloc(1, sizeof *g);
     if (!g) {
         oai_fail(&err, 500, "internal_error", "", "out of memory");
-        reply_err(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         for (int i = 0; i < n_prompts; i++)
             free(prompts[i].ids), free(prompts[i].echo);
         free(prompts);
@@ -472,7 +424,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         n_in += prompts[i].n;
     srv_conn_set_request(c, g->id, n_in, 0);
     if (check_lengths(env, r, prompts, n_prompts, &err)) {
-        reply_err(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         gcall_unref(g);
         return;
     }
@@ -480,18 +432,16 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     g->ch = calloc((size_t)g->n_ch, sizeof *g->ch);
     if (!g->ch) {
         oai_fail(&err, 500, "internal_error", "", "out of memory");
-        reply_err(c, &err, NULL);
+        gcall_reply_error(c, &err, NULL);
         gcall_unref(g);
         return;
     }
     for (int i = 0; i < g->n_ch; i++) {
         choice *ch = &g->ch[i];
         ch->prompt = i / r->n;
-        ch->acc.stop_index = ch->acc.stop_token = -1;
+        ch->out.stop_index = ch->out.stop_token = -1;
         const gcall_prompt *p = &prompts[ch->prompt];
-        int max_tokens = r->max_tokens >= 0 ? r->max_tokens
-                         : r->kind == OAI_CHAT ? env->max_model_len - p->n : 16;
-        eng_params ep = params_of(r, max_tokens, i % r->n);
+        eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
         inf_err ie = {0};
         if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
             oai_fail(&err, 500, "internal_error", "", "%s", ie.msg);
@@ -518,7 +468,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     if (err.status) {
         for (int i = 0; i < submitted; i++)
             eng_cancel(env->e, g->ch[i].r);
-        reply_err(c, &err, err.status == 503 ? "Retry-After: 1" : NULL);
+        gcall_reply_error(c, &err, err.status == 503 ? "Retry-After: 1" : NULL);
         gcall_unref(g);
         return;
     }
@@ -527,7 +477,6 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
             for (int i = 0; i < g->n_ch; i++) {
                 oai_choice oc = {.index = i, .text = "", .stop_reason_id = -1};
                 queue_sse(g, oai_chunk_sse(&g->meta, &oc, 1, NULL));
-                g->ch[i].role_sent = 1;
             }
         else
             for (int i = 0; i < g->n_ch; i++) { /* completions echo the prompt first */

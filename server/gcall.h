@@ -28,13 +28,17 @@ typedef struct gcall_prompt {
 } gcall_prompt;
 
 /* Validates limits that need the prompt length (max_tokens against the
- * context, token ids against the vocabulary), submits the engine requests
+ * context; logit_bias and stop_token_ids against the vocabulary; the
+ * prompt's own ids are the caller's to check), submits the engine requests
  * and answers c: an error reply, a stream, or a wait for the full response.
  * Takes ownership of r and prompts (and their members). */
 void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
                  int n_prompts);
 
-/* The engine's notify hook, forwarded from api_on_engine_output. */
-void gcall_on_engine_output(eng_req *r);
+/* An OpenAI error object as the reply, with an extra header line or NULL. */
+void gcall_reply_error(srv_conn *c, const oai_error *e, const char *hdr);
+
+/* The engine's notify hook (eng_config.notify; user unused). */
+void gcall_on_engine_output(void *user, eng_req *r);
 
 #endif

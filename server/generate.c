@@ -129,9 +129,7 @@ static int run(const gen_opts *o, inf_err *err)
             goto done;
         }
 
-    int max_ctx = c->max_position_embeddings;
-    if (c->sliding_window > 0 && c->sliding_window < max_ctx)
-        max_ctx = c->sliding_window;
+    int max_ctx = model_context(c);
     if (o->max_model_len > 0 && o->max_model_len < max_ctx)
         max_ctx = o->max_model_len;
     if (n_prompt < 1 || n_prompt >= max_ctx) {

@@ -1451,59 +1451,19 @@ static char *finish_print(cJSON *o, int sse)
 
 /* ---- encoding: bodies ---------------------------------------------------- */
 
-char *oai_response_json(const oai_meta *m, const oai_choice *choices, int n,
-                        const oai_usage *usage)
+/* One choice: for chat, a `container` object ("message", or "delta" in a
+ * chunk) with the role and content when asked; for completions, the text. */
+static cJSON *choice_item(int chat, const oai_choice *c, const char *container, int role,
+                          int content)
 {
-    int chat;
-    cJSON *o, *arr = NULL;
-
-    if (!m || (n > 0 && !choices))
-        return NULL;
-    chat = m->kind == OAI_CHAT;
-    o = head_item(m, chat ? "chat.completion" : "text_completion");
-    if (!o || attach(o, "choices", arr = cJSON_CreateArray()))
-        goto fail;
-    for (int i = 0; i < n; i++) {
-        const oai_choice *c = &choices[i];
-        cJSON *ch = cJSON_CreateObject(), *msg = NULL;
-        if (attach(arr, NULL, ch) ||
-            attach(ch, "index", cJSON_CreateNumber(c->index)))
-            goto fail;
-        if (chat) {
-            if (attach(ch, "message", msg = cJSON_CreateObject()) ||
-                attach(msg, "role", cJSON_CreateString("assistant")) ||
-                attach(msg, "content", str_item(c->text, c->text_len)) ||
-                attach(ch, "logprobs", chat_logprobs_item(c)))
-                goto fail;
-        } else if (attach(ch, "text", str_item(c->text, c->text_len)) ||
-                   attach(ch, "logprobs", cmpl_logprobs_item(c))) {
-            goto fail;
-        }
-        if (attach(ch, "finish_reason", finish_item(c)) ||
-            attach(ch, "stop_reason", stop_reason_item(c)))
-            goto fail;
-    }
-    if (attach(o, "usage", usage ? usage_item(usage) : cJSON_CreateNull()))
-        goto fail;
-    return finish_print(o, 0);
-fail:
-    cJSON_Delete(o);
-    return NULL;
-}
-
-/* The one choice of a chunk. Chat deltas follow vLLM: the first carries
- * the role (and content "" when it has no text), later empty ones are {}. */
-static cJSON *chunk_choice(int chat, const oai_choice *c, int role_first)
-{
-    cJSON *ch = cJSON_CreateObject(), *delta = NULL;
+    cJSON *ch = cJSON_CreateObject(), *inner = NULL;
 
     if (!ch || attach(ch, "index", cJSON_CreateNumber(c->index)))
         goto fail;
     if (chat) {
-        if (attach(ch, "delta", delta = cJSON_CreateObject()) ||
-            (role_first && attach(delta, "role", cJSON_CreateString("assistant"))) ||
-            ((role_first || c->text_len > 0) &&
-             attach(delta, "content", str_item(c->text, c->text_len))) ||
+        if (attach(ch, container, inner = cJSON_CreateObject()) ||
+            (role && attach(inner, "role", cJSON_CreateString("assistant"))) ||
+            (content && attach(inner, "content", str_item(c->text, c->text_len))) ||
             attach(ch, "logprobs", chat_logprobs_item(c)))
             goto fail;
     } else if (attach(ch, "text", str_item(c->text, c->text_len)) ||
@@ -1519,6 +1479,29 @@ fail:
     return NULL;
 }
 
+char *oai_response_json(const oai_meta *m, const oai_choice *choices, int n,
+                        const oai_usage *usage)
+{
+    int chat;
+    cJSON *o, *arr = NULL;
+
+    if (!m || (n > 0 && !choices))
+        return NULL;
+    chat = m->kind == OAI_CHAT;
+    o = head_item(m, chat ? "chat.completion" : "text_completion");
+    if (!o || attach(o, "choices", arr = cJSON_CreateArray()))
+        goto fail;
+    for (int i = 0; i < n; i++)
+        if (attach(arr, NULL, choice_item(chat, &choices[i], "message", 1, 1)))
+            goto fail;
+    if (attach(o, "usage", usage ? usage_item(usage) : cJSON_CreateNull()))
+        goto fail;
+    return finish_print(o, 0);
+fail:
+    cJSON_Delete(o);
+    return NULL;
+}
+
 char *oai_chunk_sse(const oai_meta *m, const oai_choice *c, int role_first,
                     const oai_usage *usage)
 {
@@ -1530,7 +1513,10 @@ char *oai_chunk_sse(const oai_meta *m, const oai_choice *c, int role_first,
     chat = m->kind == OAI_CHAT;
     o = head_item(m, chat ? "chat.completion.chunk" : "text_completion");
     if (!o || attach(o, "choices", arr = cJSON_CreateArray()) ||
-        (c && attach(arr, NULL, chunk_choice(chat, c, role_first))))
+        /* chat deltas follow vLLM: the first carries the role (and content
+         * "" when it has no text), later empty ones are {} */
+        (c && attach(arr, NULL, choice_item(chat, c, "delta", role_first,
+                                            role_first || c->text_len > 0))))
         goto fail;
     if (usage ? attach(o, "usage", usage_item(usage))
               : m->usage_null && attach(o, "usage", cJSON_CreateNull()))

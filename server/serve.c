@@ -24,6 +24,7 @@
 #include "server/api.h"
 #include "server/args.h"
 #include "server/cfg.h"
+#include "server/gcall.h"
 #include "server/sdn.h"
 #include "server/srv.h"
 
@@ -208,7 +209,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
     if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
                       "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
-    int draft_len = a->dm ? a->dm->cfg.max_position_embeddings : 0;
+    int draft_len = a->dm ? model_context(&a->dm->cfg) : 0;
     if (!rc && draft_len < max_len)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "%s: the draft's context (%d) is shorter than the served context (%d): "
@@ -373,9 +374,7 @@ static void *load(void *arg)
     const model_config *c = rc ? NULL : &a->m->cfg;
     int max_len = 0;
     if (!rc) {
-        max_len = c->max_position_embeddings;
-        if (c->sliding_window > 0 && c->sliding_window < max_len)
-            max_len = c->sliding_window;
+        max_len = model_context(c);
         if (o->max_model_len > max_len)
             rc = inf_fail(&a->err, INF_ERR_INVALID,
                           "--max-model-len %d is longer than the model's context (%d)",
@@ -422,7 +421,7 @@ static void *load(void *arg)
                          .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = !o->no_prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
-                         .notify = api_on_engine_output, .notify_user = a->api,
+                         .notify = gcall_on_engine_output,
                          .spec = a->spec, .spec_k = a->so.k,
                          .spec_disable_batch = a->so.disable_by_batch_size,
                          .spec_min_accept = a->so.min_acceptance, .log = a->log};
