@@ -143,6 +143,7 @@ T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_oai    := server/oai.o
+T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o

@@ -155,6 +155,8 @@ static void do_detokenize(api *a, srv_conn *c, const char *body, size_t len)
     int32_t *ids = n > 0 ? malloc(sizeof *ids * (size_t)n) : NULL;
     if (n < 0)
         oai_fail(&err, 400, "invalid_request_error", "tokens", "\"tokens\" must be a list of token ids");
+    else if (n > 0 && !ids)
+        oai_fail(&err, 500, "internal_error", "", "out of memory");
     for (int i = 0; i < n && !err.status; i++) {
         cJSON *x = cJSON_GetArrayItem(t, i);
         if (!cJSON_IsNumber(x) || x->valuedouble < 0 ||

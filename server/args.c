@@ -44,6 +44,7 @@ static int set_value(const arg_spec *s, const char *v, inf_err *err)
         return INF_OK;
     }
     case ARG_FLAG:
+    case ARG_FLAG_OFF:
         break;
     }
     return inf_fail(err, INF_ERR_INVALID, "--%s takes no value", s->name);
@@ -70,10 +71,10 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
         if (!s)
             return inf_fail(err, INF_ERR_INVALID, "unknown option '--%.*s' (see --help)",
                             (int)len, name);
-        if (s->kind == ARG_FLAG) {
+        if (s->kind == ARG_FLAG || s->kind == ARG_FLAG_OFF) {
             if (eq)
                 return inf_fail(err, INF_ERR_INVALID, "--%s takes no value", s->name);
-            *(int *)s->dst = 1;
+            *(int *)s->dst = s->kind == ARG_FLAG;
             continue;
         }
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
@@ -86,14 +87,16 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
     return INF_OK;
 }
 
-static int flag_value(const char *v, int *out)
+/* A flag from a string (environment, config file): 0 when v is not one. */
+static int flag_value(const arg_spec *s, const char *v)
 {
     static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
     for (int i = 0; i < 4; i++) {
-        if (!strcasecmp(v, yes[i]))
-            return *out = 1, 1;
-        if (!strcasecmp(v, no[i]))
-            return *out = 0, 1;
+        int on = !strcasecmp(v, yes[i]) ? 1 : !strcasecmp(v, no[i]) ? 0 : -1;
+        if (on >= 0) {
+            *(int *)s->dst = s->kind == ARG_FLAG ? on : !on;
+            return 1;
+        }
     }
     return 0;
 }
@@ -104,9 +107,9 @@ int args_set(const arg_spec *specs, int n_specs, const char *name, const char *v
     for (int k = 0; k < n_specs; k++) {
         if (!same_name(name, strlen(name), specs[k].name))
             continue;
-        if (specs[k].kind != ARG_FLAG)
+        if (specs[k].kind != ARG_FLAG && specs[k].kind != ARG_FLAG_OFF)
             return set_value(&specs[k], value, err);
-        if (!flag_value(value, (int *)specs[k].dst))
+        if (!flag_value(&specs[k], value))
             return inf_fail(err, INF_ERR_INVALID, "%s expects true or false, got '%s'", name,
                             value);
         return INF_OK;
@@ -125,8 +128,8 @@ int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_er
         const char *v = getenv(var);
         if (!v)
             continue;
-        if (specs[i].kind == ARG_FLAG) {
-            if (!flag_value(v, (int *)specs[i].dst))
+        if (specs[i].kind == ARG_FLAG || specs[i].kind == ARG_FLAG_OFF) {
+            if (!flag_value(&specs[i], v))
                 return inf_fail(err, INF_ERR_INVALID, "%s expects true or false, got '%s'", var, v);
             continue;
         }

@@ -8,7 +8,9 @@
 
 #include "engine/common.h"
 
-typedef enum arg_kind { ARG_STR, ARG_INT, ARG_FLOAT, ARG_FLAG } arg_kind;
+/* ARG_FLAG sets its int to 1; ARG_FLAG_OFF ("--no-x") sets the same int
+ * as an ARG_FLAG "--x" to 0, so whichever source comes last wins. */
+typedef enum arg_kind { ARG_STR, ARG_INT, ARG_FLOAT, ARG_FLAG, ARG_FLAG_OFF } arg_kind;
 
 typedef struct arg_spec {
     const char *name;    /* without dashes, e.g. "max-tokens"          */

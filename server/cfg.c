@@ -35,14 +35,43 @@ static char *keep(cfg_file *c, char *s)
     return c->strings[c->n++] = s;
 }
 
+/* Whether s is a number as JSON writes one (not 0x10, inf, .5 or 1.). */
+static int json_number(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (*s == '0')
+        s++;
+    else if (*s >= '1' && *s <= '9')
+        while (*s >= '0' && *s <= '9')
+            s++;
+    else
+        return 0;
+    if (*s == '.') {
+        if (!(*++s >= '0' && *s <= '9'))
+            return 0;
+        while (*s >= '0' && *s <= '9')
+            s++;
+    }
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        if (*s == '+' || *s == '-')
+            s++;
+        if (!(*s >= '0' && *s <= '9'))
+            return 0;
+        while (*s >= '0' && *s <= '9')
+            s++;
+    }
+    return !*s;
+}
+
 /* A YAML scalar as JSON: plain numbers, booleans and null stay bare. */
 static void put_scalar(inf_buf *b, const yaml_event_t *ev)
 {
     const char *v = (const char *)ev->data.scalar.value;
     int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-    char *end;
     if (plain && (!strcmp(v, "true") || !strcmp(v, "false") || !strcmp(v, "null") ||
-                  (strtod(v, &end), *v && !*end))) {
+                  json_number(v))) {
         inf_buf_put(b, v, strlen(v));
         return;
     }

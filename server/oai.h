@@ -63,8 +63,8 @@ typedef struct oai_request {
     float *bias_values;
     int n_bias;
     int ignore_eos;              /* vLLM extension; default 0                   */
-    int skip_special_tokens;     /* vLLM extension; default 1                   */
-    char *user;                  /* accepted, only logged                       */
+    int skip_special_tokens;     /* vLLM's; accepted, no effect (below)         */
+    char *user;                  /* OpenAI's end-user id; accepted, ignored     */
     char *cache_salt;            /* vLLM extension (prefix cache isolation)     */
     int speculative;             /* inferd extension: false opts out; default 1 */
 } oai_request;

@@ -36,8 +36,8 @@ typedef struct serve_opts {
     int prefill_decoding; /* -1: by device */
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int request_timeout_s;
-    int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, no_prefix_caching,
-        prefix_caching, disable_access_log;
+    int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
+        disable_access_log;
     const char *log_format, *log_level;
 } serve_opts;
 
@@ -166,8 +166,6 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
             rc = json_int(j, "num_speculative_tokens", &so->k, err);
         if (!rc)
             rc = json_int(j, "prompt_lookup_max", &so->lookup_max, err);
-        if (!rc && !cJSON_GetObjectItemCaseSensitive(j, "prompt_lookup_min") && o->ngram_min <= 0)
-            so->lookup_min = 1;
         if (!rc)
             rc = json_int(j, "prompt_lookup_min", &so->lookup_min, err);
         if (!rc)
@@ -419,13 +417,17 @@ static void *load(void *arg)
                          .max_prefill_while_decoding = o->prefill_decoding,
                          .max_model_len = max_len, .block_size = o->block_size,
                          .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
-                         .enable_prefix_caching = !o->no_prefix_caching,
+                         .enable_prefix_caching = o->prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
                          .notify = gcall_on_engine_output,
                          .spec = a->spec, .spec_k = a->so.k,
                          .spec_disable_batch = a->so.disable_by_batch_size,
                          .spec_min_accept = a->so.min_acceptance, .log = a->log};
-        rc = eng_create(&ec, a->m, a->tk, a->be, &a->e, &a->err);
+        eng *e = NULL;
+        rc = eng_create(&ec, a->m, a->tk, a->be, &e, &a->err);
+        pthread_mutex_lock(&a->wd_mu); /* the watchdog reads it under wd_mu */
+        a->e = e;
+        pthread_mutex_unlock(&a->wd_mu);
     }
     if (rc) {
         a->failed = 1;
@@ -468,7 +470,7 @@ int serve_main(int argc, char **argv)
         return 1;
     serve_opts *o = &a->o;
     *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
-                      .prefill_decoding = -1,
+                      .prefill_decoding = -1, .prefix_caching = 1,
                       .block_size = 16, .device = NULL, .kernels = "auto", .tp = 1,
                       .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
@@ -526,7 +528,7 @@ int serve_main(int argc, char **argv)
         {"log-level", ARG_STR, &o->log_level, "LEVEL", "debug, info (default), warn, error"},
         {"enable-prefix-caching", ARG_FLAG, &o->prefix_caching, NULL, "reuse cached KV blocks of "
                                                                      "shared prefixes (default)"},
-        {"no-enable-prefix-caching", ARG_FLAG, &o->no_prefix_caching, NULL, "turn prefix "
+        {"no-enable-prefix-caching", ARG_FLAG_OFF, &o->prefix_caching, NULL, "turn prefix "
                                                                             "caching off"},
         {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding, as vLLM: "
          "{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4} or "

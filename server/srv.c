@@ -73,7 +73,6 @@ struct srv {
     int loop_gone;           /* under mu: the async handle is closed        */
     srv_conn *live;          /* connections MHD still holds               */
     int stopping;
-    int n_live;
     uint64_t stop_at;        /* uv_now() when shutdown began              */
 };
 
@@ -369,7 +368,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (s->live)
             s->live->prev = c;
         s->live = c;
-        s->n_live++;
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
             c->too_big = 1;
@@ -463,7 +461,6 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
         s->live = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    s->n_live--;
     if (c->ops && c->ops->closed)
         c->ops->closed(c->call, c->client_gone || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     c->ops = NULL;

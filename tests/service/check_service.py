@@ -152,6 +152,32 @@ def test_config(inferd, model):
     check(r.returncode != 0 and "missing.yaml" in r.stderr, "a missing config file is a clear error")
 
 
+def test_environment(inferd, model):
+    """INFERD_* alone configures the daemon; a flag beats the environment,
+    also for an "--x" flag against INFERD_NO_X."""
+    port = free_port()
+    env = dict(os.environ, INFERD_API_KEY="env-key-42", INFERD_PORT=str(port),
+               INFERD_NO_ENABLE_PREFIX_CACHING="true", INFERD_DISABLE_LOG_STATS="1")
+    prompt = {"prompt": "Once upon a time " * 12, "max_tokens": 2, "temperature": 0}
+    auth = {"Authorization": "Bearer env-key-42", "Content-Type": "application/json"}
+
+    def cached(extra):
+        p = subprocess.Popen([inferd, "--model", model] + extra, env=env, stderr=subprocess.DEVNULL)
+        try:
+            wait_health(port, p)
+            check(request(port, "GET", "/v1/models")[0] == 401, "INFERD_API_KEY alone requires the key")
+            request(port, "POST", "/v1/completions", prompt, auth)
+            st, body = request(port, "POST", "/v1/completions", prompt, auth)
+            check(st == 200, "the key from INFERD_API_KEY is accepted")
+            return json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"]
+        finally:
+            p.terminate()
+            p.wait()
+
+    check(cached([]) == 0, "INFERD_NO_ENABLE_PREFIX_CACHING=true turns prefix caching off")
+    check(cached(["--enable-prefix-caching"]) > 0, "--enable-prefix-caching beats INFERD_NO_ENABLE_PREFIX_CACHING")
+
+
 def test_access_log(inferd, model):
     for fmt in ("text", "json"):
         port = free_port()
@@ -171,6 +197,7 @@ def test_access_log(inferd, model):
         log.seek(0)
         lines = log.read().splitlines()
         check(not any("sekret-key-123" in x for x in lines), f"{fmt}: the API key never appears in the log")
+        check(not any("Once upon" in x for x in lines), f"{fmt}: the prompt text never appears in the log")
         if fmt == "json":
             recs = [json.loads(x) for x in lines]
             check(all({"ts", "level", "component"} <= set(r) for r in recs), "json: every line is an object with ts, level, component")
@@ -206,7 +233,7 @@ def main():
     a = ap.parse_args()
     inferd = os.path.join(a.build, "inferd")
     print("service checks:")
-    for t in (test_notify, test_config, test_access_log):
+    for t in (test_notify, test_config, test_environment, test_access_log):
         try:
             t(inferd, a.model)
         except AssertionError as e:
