@@ -41,7 +41,8 @@ struct eng_req {
     int spec_k;               /* draft length now: shrinks on rejections    */
     long plan_stamp;          /* step in which it was last planned          */
     int scheduled;            /* has been scheduled once (queue time)      */
-    int touched;              /* in eng.touched this step                  */
+    int touched;              /* on eng.touched this step                  */
+    struct eng_req *next_touched;
     struct eng_req *next_in;  /* inbox link                                */
     /* output handed to the front end, under mu */
     pthread_mutex_t mu;
@@ -70,12 +71,11 @@ struct eng {
     /* engine-thread state */
     eng_req **active;           /* requests inside the engine               */
     int n_active, cap_active;
-    eng_req **touched;          /* to notify after this step                */
-    int n_touched, cap_touched;
-    uint64_t seed_counter;
+    eng_req *touched;           /* to notify after this step (a list: adding
+                                   never fails, so no finish goes unsaid)  */
+    smp_rng seeds;              /* seeds for requests that bring none       */
     /* step buffers */
     int32_t *tokens, *positions, *slots, *seq_start, *seq_len, *table, *rows;
-    eng_req **row_req;
     int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
     int max_blocks;
     float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
@@ -93,11 +93,16 @@ struct eng {
     int32_t *argmaxes;          /* [kmax+1]                                 */
     long step_no;
     /* stats, under mu */
-    eng_stats stats;
     /* the periodic log line */
     met_snap log_prev;
     double log_at;
 };
+
+/* What a step leaves behind, for the gauges and the stats line. */
+typedef struct eng_stats {
+    int running, waiting;
+    double kv_usage; /* 0..1 */
+} eng_stats;
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -122,7 +127,7 @@ void eng_out_free(eng_out *o)
 
 static void req_free(eng_req *r)
 {
-    for (int i = 0; i < r->p.n_stop; i++)
+    for (int i = 0; r->stop && i < r->p.n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
@@ -316,12 +321,9 @@ static void touch(eng *e, eng_req *r)
 {
     if (r->touched)
         return;
-    /* growing can only fail for lack of memory; the request is then
-     * notified at its next touch */
-    if (!grow((void **)&e->touched, &e->cap_touched, e->n_touched + 1, sizeof *e->touched))
-        return;
     r->touched = 1;
-    e->touched[e->n_touched++] = r;
+    r->next_touched = e->touched;
+    e->touched = r;
 }
 
 /* Takes r out of the engine with the given finish; its owner is notified. */
@@ -724,7 +726,7 @@ static int step(eng *e)
     }
     if (plan->n == 0)
         return 0;
-    int T = 0, R = 0, bs = e->cfg.block_size;
+    int T = 0, R = 0;
     for (int i = 0; i < plan->n; i++) {
         sched_seq *q = plan->seqs[i];
         eng_req *r = req_of(q);
@@ -733,19 +735,19 @@ static int step(eng *e)
         for (int p = q->n_computed; p < q->n_computed + n; p++, T++) {
             e->tokens[T] = q->tokens[p];
             e->positions[T] = p;
-            e->slots[T] = q->kv.blocks[p / bs] * bs + p % bs;
+            e->slots[T] = kv_seq_slot(e->kv, &q->kv, p);
         }
         e->seq_len[i] = q->n_computed + n;
         memcpy(e->table + (size_t)i * e->max_blocks, q->kv.blocks,
                sizeof(int32_t) * (size_t)q->kv.n_blocks);
         /* logits from the last real token on: it and each computed draft */
-        int first = r->n_draft ? q->n_tokens - r->n_draft - 1 : q->n_tokens - 1;
+        int first = q->n_tokens - r->n_draft - 1;
         int end = q->n_computed + n;
         e->row0[i] = R;
         e->nrows[i] = end > first ? end - first : 0;
         for (int p = first; p < end; p++) {
             e->rows[R] = e->seq_start[i] + (p - q->n_computed);
-            e->row_req[R++] = r;
+            R++;
         }
     }
     e->seq_start[plan->n] = T;
@@ -778,20 +780,12 @@ static int step(eng *e)
 
 /* ---- the thread ------------------------------------------------------------ */
 
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Moves a submitted request into the scheduler. */
 static void admit(eng *e, eng_req *r)
 {
     inf_err err = {0};
     if (!r->p.has_seed)
-        r->p.sampling.seed = splitmix(e->cfg.seed ^ splitmix(++e->seed_counter));
+        r->p.sampling.seed = smp_rng_next(&e->seeds);
     smp_rng_seed(&r->rng, r->p.sampling.seed);
     if (!grow((void **)&e->active, &e->cap_active, e->n_active + 1, sizeof *e->active) ||
         tok_stream_create(e->tk, r->seq.tokens, r->seq.n_prompt, &r->ts, &err) != INF_OK ||
@@ -831,15 +825,15 @@ static void compact(eng *e)
 
 static void notify_all(eng *e)
 {
-    for (int i = 0; i < e->n_touched; i++) {
-        eng_req *r = e->touched[i];
+    for (eng_req *r = e->touched, *next; r; r = next) {
+        next = r->next_touched; /* r may be freed below */
         r->touched = 0;
         if (e->cfg.notify)
             e->cfg.notify(e->cfg.notify_user, r);
         if (!r->active) /* its last output is out: the engine lets go */
             eng_req_unref(r);
     }
-    e->n_touched = 0;
+    e->touched = NULL;
 }
 
 /* Gauges after every step; a stats line every log_interval_s while busy. */
@@ -902,14 +896,12 @@ static void *eng_main(void *arg)
         atomic_store(&e->beat, inf_now());
         compact(e);
         notify_all(e);
+        eng_stats st = {.running = sched_num_running(e->sch),
+                        .kv_usage = sched_kv_usage(e->sch)};
         pthread_mutex_lock(&e->mu);
-        e->stats.running = sched_num_running(e->sch);
-        e->stats.waiting = sched_num_waiting(e->sch) + e->inbox_n;
-        e->stats.kv_usage = sched_kv_usage(e->sch);
-        e->stats.steps++;
-        atomic_store(&e->queued, e->stats.waiting);
-        eng_stats st = e->stats;
+        st.waiting = sched_num_waiting(e->sch) + e->inbox_n;
         pthread_mutex_unlock(&e->mu);
+        atomic_store(&e->queued, st.waiting);
         publish(e, &st);
     }
 }
@@ -967,20 +959,13 @@ int eng_alive(eng *e, double max_age)
     return atomic_load(&e->idle) || inf_now() - atomic_load(&e->beat) < max_age;
 }
 
-void eng_get_stats(eng *e, eng_stats *s)
-{
-    pthread_mutex_lock(&e->mu);
-    *s = e->stats;
-    pthread_mutex_unlock(&e->mu);
-}
-
 /* ---- lifecycle ------------------------------------------------------------- */
 
 static void free_buffers(eng *e)
 {
     free(e->tokens), free(e->positions), free(e->slots), free(e->seq_start);
-    free(e->seq_len), free(e->table), free(e->rows), free(e->row_req);
-    free(e->logits), free(e->scratch), free(e->active), free(e->touched);
+    free(e->seq_len), free(e->table), free(e->rows);
+    free(e->logits), free(e->scratch), free(e->active);
     free(e->row0), free(e->nrows), free(e->cand), free(e->cand_ss), free(e->cand_params);
     free(e->cand_k), free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
 }
@@ -1011,6 +996,7 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     e->vocab = m->cfg.vocab_size;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    smp_rng_seed(&e->seeds, cfg->seed);
     kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size,
                     .enable_prefix_caching = cfg->enable_prefix_caching};
     sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
@@ -1037,7 +1023,6 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     e->seq_len = malloc(sizeof(int32_t) * (size_t)S);
     e->table = calloc((size_t)S * e->max_blocks, sizeof(int32_t));
     e->rows = malloc(sizeof(int32_t) * (size_t)e->max_rows);
-    e->row_req = malloc(sizeof(eng_req *) * (size_t)e->max_rows);
     e->row0 = malloc(sizeof(int) * (size_t)S);
     e->nrows = malloc(sizeof(int) * (size_t)S);
     e->logits = malloc(sizeof(float) * (size_t)e->max_rows * e->vocab);
@@ -1059,7 +1044,7 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
         }
     }
     if (!e->tokens || !e->positions || !e->slots || !e->seq_start || !e->seq_len || !e->table ||
-        !e->rows || !e->row_req || !e->row0 || !e->nrows || !e->logits || !e->scratch) {
+        !e->rows || !e->row0 || !e->nrows || !e->logits || !e->scratch) {
         rc = inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
         goto fail;
     }

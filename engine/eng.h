@@ -146,14 +146,6 @@ void eng_out_free(eng_out *o);
 
 /* ---- state for the front end --------------------------------------------- */
 
-typedef struct eng_stats {
-    int running, waiting;
-    double kv_usage;      /* 0..1                                          */
-    long steps;
-} eng_stats;
-
-void eng_get_stats(eng *e, eng_stats *s); /* any thread */
-
 /* Whether the engine thread is healthy: waiting for work, or through a step
  * within the last max_age seconds (the systemd watchdog asks). Any thread. */
 int eng_alive(eng *e, double max_age);

@@ -27,12 +27,6 @@ struct kv_pool {
     uint32_t n_buckets;   /* power of two                                  */
 };
 
-kv_config kv_config_default(void)
-{
-    kv_config c = {.num_blocks = 1024, .block_size = 16, .enable_prefix_caching = 0};
-    return c;
-}
-
 /* ---- the free list ------------------------------------------------------- */
 
 static void free_push_tail(kv_pool *p, int32_t b)
@@ -254,8 +248,11 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens)
     /* last block first: a shared prefix is freed last, so evicted last */
     while (s->n_blocks > keep)
         kv_unref(p, s->blocks[--s->n_blocks]);
-    if (s->n_hashed > s->n_blocks)
-        s->n_hashed = s->n_blocks;
+    if (s->n_hashed * p->block_size > n_tokens) { /* a hashed block was cut: */
+        s->n_hashed = 0;                          /* commit re-walks        */
+        s->last_hash = 0;
+        s->last_id = 0;
+    }
 }
 
 void kv_seq_release(kv_pool *p, kv_seq *s)
@@ -298,6 +295,7 @@ int kv_seq_match_prefix(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_toke
     }
     s->n_hashed = hits;
     s->last_hash = h;
+    s->last_id = parent;
     return hits * bs;
 }
 
@@ -310,12 +308,15 @@ void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_computed,
         full = s->n_blocks;
     while (s->n_hashed < full) {
         int i = s->n_hashed;
-        int32_t b = s->blocks[i], parent = i ? s->blocks[i - 1] : 0;
+        int32_t b = s->blocks[i], parent = i ? s->last_id : 0;
         const int32_t *t = tokens + (size_t)i * bs;
         uint64_t bh = block_hash(s->last_hash, t, bs, salt);
         /* an identical block already cached (computed twice by requests
-         * that ran together) keeps its place; this one stays uncached */
-        if (!p->cached[b] && index_find(p, bh, parent, t, salt) < 0) {
+         * that ran together) keeps its place and stands for this one, which
+         * stays uncached, as the parent of the blocks after it */
+        int32_t found = p->cached[b] ? b : index_find(p, bh, parent, t, salt);
+        if (found < 0) {
+            found = b;
             p->cached[b] = 1;
             p->hash[b] = bh;
             p->parent[b] = parent;
@@ -325,6 +326,7 @@ void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_computed,
             p->chain[b] = p->bucket[slot];
             p->bucket[slot] = b;
         }
+        s->last_id = found;
         s->last_hash = bh;
         s->n_hashed++;
     }

@@ -23,8 +23,6 @@ typedef struct kv_config {
     int enable_prefix_caching; /* default 0 here; the server's is on */
 } kv_config;
 
-kv_config kv_config_default(void);
-
 typedef struct kv_pool kv_pool;
 
 int kv_create(const kv_config *cfg, kv_pool **out, inf_err *err);
@@ -54,6 +52,9 @@ typedef struct kv_seq {
     int cap;
     int n_hashed;        /* leading blocks registered in the prefix cache  */
     uint64_t last_hash;  /* hash of block n_hashed - 1                     */
+    int32_t last_id;     /* the indexed block standing for block n_hashed-1
+                            (itself, or an identical one cached first): the
+                            parent of the next block                       */
 } kv_seq;
 
 /* Makes the table cover positions [0, n_tokens): all or nothing, so on

@@ -21,13 +21,6 @@ struct sched {
     int *plan_new;
 };
 
-sched_config sched_config_default(void)
-{
-    sched_config c = {.max_num_seqs = 64, .max_num_batched_tokens = 512,
-                      .max_model_len = 2048};
-    return c;
-}
-
 static void q_push_tail(queue *q, sched_seq *s)
 {
     s->prev = q->tail;

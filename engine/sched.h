@@ -28,8 +28,6 @@ typedef struct sched_config {
     int max_prefill_while_decoding;
 } sched_config;
 
-sched_config sched_config_default(void);
-
 enum { SCHED_WAITING = 0, SCHED_RUNNING = 1, SCHED_DONE = 2 };
 
 /* A sequence as the scheduler sees it. The engine owns the struct and its

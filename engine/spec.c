@@ -35,7 +35,8 @@ int spec_ngram_lookup(const int32_t *tokens, int n_tokens, int lookup_min, int l
 typedef struct ngram_table {
     uint64_t *keys;   /* 0: empty                                         */
     int32_t *start;
-    uint32_t cap;     /* power of two, > 2 x entries                      */
+    uint32_t cap;     /* power of two, >= 2 x entries (grows with them)   */
+    uint32_t n;       /* entries                                          */
     int next;         /* next start position to index                     */
 } ngram_table;
 
@@ -46,7 +47,6 @@ typedef struct ngram_state {
 typedef struct ngram {
     spec_proposer base;
     spec_ngram_config cfg;
-    int max_len;
 } ngram;
 
 static uint64_t hash_tokens(const int32_t *t, int n)
@@ -60,13 +60,37 @@ static uint64_t hash_tokens(const int32_t *t, int n)
     return h | 1; /* never 0: 0 marks an empty slot */
 }
 
-static void table_put(ngram_table *t, uint64_t key, int32_t start)
+static void table_set(ngram_table *t, uint64_t key, int32_t start)
 {
     uint32_t i = (uint32_t)key & (t->cap - 1);
     while (t->keys[i] && t->keys[i] != key)
         i = (i + 1) & (t->cap - 1);
+    t->n += !t->keys[i];
     t->keys[i] = key;
     t->start[i] = start; /* later starts overwrite: the most recent wins */
+}
+
+/* Room for one more entry at most half full: sized by what the sequence
+ * has, not by the context it may reach. 0 when out of memory. */
+static int table_room(ngram_table *t)
+{
+    if (2 * (t->n + 1) <= t->cap)
+        return 1;
+    ngram_table g = {.cap = t->cap ? 2 * t->cap : 64, .next = t->next};
+    g.keys = calloc(g.cap, sizeof *g.keys);
+    g.start = malloc(g.cap * sizeof *g.start);
+    if (!g.keys || !g.start) {
+        free(g.keys);
+        free(g.start);
+        return 0;
+    }
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->keys[i])
+            table_set(&g, t->keys[i], t->start[i]);
+    free(t->keys);
+    free(t->start);
+    *t = g;
+    return 1;
 }
 
 static int32_t table_get(const ngram_table *t, uint64_t key)
@@ -100,19 +124,7 @@ static ngram_state *state_new(const ngram *g)
         free(s);
         return NULL;
     }
-    uint32_t cap = 16;
-    while (cap < 2u * (uint32_t)g->max_len + 2)
-        cap <<= 1;
-    for (int i = 0; i < m; i++) {
-        s->t[i].cap = cap;
-        s->t[i].keys = calloc(cap, sizeof *s->t[i].keys);
-        s->t[i].start = malloc(cap * sizeof *s->t[i].start);
-        if (!s->t[i].keys || !s->t[i].start) {
-            state_free(g, s);
-            return NULL;
-        }
-    }
-    return s;
+    return s; /* tables grow as they fill */
 }
 
 static int ngram_propose_one(ngram *g, spec_seq *q, int k, int32_t *out)
@@ -125,9 +137,9 @@ static int ngram_propose_one(ngram *g, spec_seq *q, int k, int32_t *out)
     for (int n = g->cfg.lookup_max; n >= g->cfg.lookup_min; n--) {
         ngram_table *tb = &s->t[n - g->cfg.lookup_min];
         /* index every start j with j + n <= L - 1 (a token follows it) */
-        for (; tb->next + n <= L - 1; tb->next++)
-            table_put(tb, hash_tokens(t + tb->next, n), tb->next);
-        if (L < n + 1)
+        for (; tb->next + n <= L - 1 && table_room(tb); tb->next++)
+            table_set(tb, hash_tokens(t + tb->next, n), tb->next);
+        if (L < n + 1 || !tb->cap)
             continue;
         int32_t j = table_get(tb, hash_tokens(t + L - n, n));
         if (j < 0 || memcmp(t + j, t + L - n, sizeof(int32_t) * (size_t)n) != 0)
@@ -181,11 +193,10 @@ static const spec_proposer_ops ngram_ops = {
     .release = ngram_release, .destroy = ngram_destroy, .deterministic = 1,
 };
 
-int spec_ngram_create(const spec_ngram_config *cfg, int max_len, spec_proposer **out, inf_err *err)
+int spec_ngram_create(const spec_ngram_config *cfg, spec_proposer **out, inf_err *err)
 {
     *out = NULL;
-    if (cfg->lookup_min < 1 || cfg->lookup_max < cfg->lookup_min || cfg->lookup_max > 64 ||
-        max_len < 2)
+    if (cfg->lookup_min < 1 || cfg->lookup_max < cfg->lookup_min || cfg->lookup_max > 64)
         return inf_fail(err, INF_ERR_INVALID,
                         "ngram speculation: prompt_lookup_min %d and prompt_lookup_max %d must "
                         "satisfy 1 <= min <= max <= 64",
@@ -195,7 +206,6 @@ int spec_ngram_create(const spec_ngram_config *cfg, int max_len, spec_proposer *
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     g->base.ops = &ngram_ops;
     g->cfg = *cfg;
-    g->max_len = max_len;
     *out = &g->base;
     return INF_OK;
 }
@@ -215,7 +225,8 @@ spec_result spec_verify(int k, const int32_t *drafts, const float *p, const floa
             r.accepted++;
             continue;
         }
-        /* rejected: the target's own token from max(0, p - q), normalized */
+        /* rejected: the target's own token from max(0, p - q) (smp_draw
+         * normalizes) */
         double sum = 0;
         for (int x = 0; x < V; x++) {
             double qx = q ? q[(size_t)i * V + x] : (x == d);
@@ -223,14 +234,8 @@ spec_result spec_verify(int k, const int32_t *drafts, const float *p, const floa
             scratch[x] = v > 0 ? (float)v : 0.0f;
             sum += scratch[x];
         }
-        const float *from = scratch;
-        if (sum <= 0) { /* p == q to rounding: p itself is right */
-            from = pi;
-        } else {
-            for (int x = 0; x < V; x++)
-                scratch[x] = (float)(scratch[x] / sum);
-        }
-        r.next = smp_draw(from, V, smp_rng_uniform(rng));
+        /* p == q to rounding: p itself is right */
+        r.next = smp_draw(sum > 0 ? scratch : pi, V, smp_rng_uniform(rng));
         return r;
     }
     r.bonus = 1;

@@ -60,8 +60,7 @@ typedef struct spec_ngram_config {
  * proposes the tokens that followed it. Each sequence keeps an index of its
  * n-grams updated as tokens arrive, so a lookup costs the same at any
  * context length. */
-int spec_ngram_create(const spec_ngram_config *cfg, int max_len, spec_proposer **out,
-                      inf_err *err);
+int spec_ngram_create(const spec_ngram_config *cfg, spec_proposer **out, inf_err *err);
 
 /* The lookup as a pure function (no index), for tests and as the
  * definition the indexed one must match: returns the number of tokens

@@ -38,7 +38,7 @@ static draft_state *state_of(spec_seq *q)
 static int forward(draft *d, spec_seq *const *seqs, const int *idx, int n, const int32_t *const *toks,
                    const int *cnt, inf_err *err)
 {
-    int T = 0, bs = d->cfg.block_size;
+    int T = 0;
     for (int e = 0; e < n; e++) {
         draft_state *s = seqs[idx[e]]->state;
         d->seq_start[e] = T;
@@ -46,7 +46,7 @@ static int forward(draft *d, spec_seq *const *seqs, const int *idx, int n, const
             int p = s->n_computed + j;
             d->tokens[T] = toks[e][j];
             d->positions[T] = p;
-            d->slots[T] = s->kv.blocks[p / bs] * bs + p % bs;
+            d->slots[T] = kv_seq_slot(d->kv, &s->kv, p);
         }
         d->seq_len[e] = s->n_computed + cnt[e];
         memcpy(d->table + (size_t)e * d->max_blocks, s->kv.blocks,
@@ -69,14 +69,20 @@ static int forward(draft *d, spec_seq *const *seqs, const int *idx, int n, const
 static int32_t pick(draft *d, spec_seq *q, draft_state *s, const smp_params *p, const float *row,
                     const int32_t *drafted, int n_drafted, float *probs)
 {
+    int penalized = p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                    p->presence_penalty != 0.0f;
+    if (!penalized && (p->temperature == 0 || !probs))
+        return smp_argmax(row, d->cfg.vocab);
     memcpy(d->work, row, sizeof(float) * (size_t)d->cfg.vocab);
-    int hist_n = q->n_tokens - q->n_prompt;
-    memcpy(d->hist, q->tokens + q->n_prompt, sizeof(int32_t) * (size_t)hist_n);
-    if (n_drafted) /* drafted is NULL for the first draft */
-        memcpy(d->hist + hist_n, drafted, sizeof(int32_t) * (size_t)n_drafted);
-    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt, .output = d->hist,
-                     .n_output = hist_n + n_drafted};
-    smp_apply_penalties(d->smp, p, &h, d->work);
+    if (penalized) { /* the output so far and the drafts before this one */
+        int hist_n = q->n_tokens - q->n_prompt;
+        memcpy(d->hist, q->tokens + q->n_prompt, sizeof(int32_t) * (size_t)hist_n);
+        if (n_drafted) /* drafted is NULL for the first draft */
+            memcpy(d->hist + hist_n, drafted, sizeof(int32_t) * (size_t)n_drafted);
+        smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt, .output = d->hist,
+                         .n_output = hist_n + n_drafted};
+        smp_apply_penalties(d->smp, p, &h, d->work);
+    }
     if (p->temperature == 0 || !probs)
         return smp_argmax(d->work, d->cfg.vocab);
     smp_probs(d->smp, p, d->work, probs);
@@ -107,9 +113,9 @@ static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const 
             s->n_computed = seqs[i]->n_tokens - 1;
         idx[m++] = i;
     }
-    /* catch up on new tokens, in rounds that fit the draft's step */
-    int remaining = m;
-    while (remaining > 0) {
+    /* catch up on new tokens, in rounds that fit the draft's step, until
+     * no drafting sequence has any left (each starts with at least one) */
+    for (;;) {
         int e = 0, budget = d->cfg.max_tokens;
         int batch[n > 0 ? n : 1];
         for (int t = 0; t < m && budget > 0; t++) {
@@ -130,14 +136,11 @@ static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const 
         int rc = forward(d, seqs, batch, e, toks, cnt, err);
         if (rc)
             return rc;
-        remaining = 0;
         for (int t = 0; t < e; t++) {
             spec_seq *q = seqs[batch[t]];
             draft_state *s = q->state;
-            if (s->n_computed < q->n_tokens) {
-                remaining++;
+            if (s->n_computed < q->n_tokens)
                 continue;
-            }
             int i = batch[t];
             float *pr = probs && params[i].temperature > 0 ? probs + (size_t)i * kmax * V : NULL;
             drafts[(size_t)i * kmax] = pick(d, q, s, &params[i], d->logits + (size_t)t * V,

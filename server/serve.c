@@ -197,7 +197,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
     const spec_opts *so = &a->so;
     if (so->method == SPEC_NGRAM) {
         spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
-        return spec_ngram_create(&nc, max_len, &a->spec, err);
+        return spec_ngram_create(&nc, &a->spec, err);
     }
     int rc = model_load(so->model, &a->dm, err);
     if (!rc)

@@ -198,6 +198,33 @@ static void test_kv_prefix_hits_share_blocks(void **state)
     kv_destroy(p);
 }
 
+/* Two sequences with the same prompt computed in the same step: the second
+ * one's blocks stay uncached, but its later blocks still chain onto the
+ * cached twins, so a third request with its whole text finds them all. */
+static void test_kv_prefix_twin_blocks_keep_the_chain(void **state)
+{
+    (void)state;
+    kv_pool *p = make_cache_pool(32, 4);
+    int32_t t[20];
+    for (int i = 0; i < 20; i++)
+        t[i] = 100 + i;
+    kv_seq a = {0}, b = {0}, c = {0};
+    assert_int_equal(kv_seq_reserve(p, &a, 12), INF_OK);
+    assert_int_equal(kv_seq_reserve(p, &b, 12), INF_OK);
+    kv_seq_commit(p, &a, t, 12, 0); /* 3 blocks cached */
+    kv_seq_commit(p, &b, t, 12, 0); /* twins: none cached */
+    assert_int_equal(kv_num_cached(p), 3);
+    t[13] = 7; /* b goes on differently from a */
+    assert_int_equal(kv_seq_reserve(p, &b, 17), INF_OK);
+    kv_seq_commit(p, &b, t, 16, 0); /* its 4th block, after the twins */
+    assert_int_equal(kv_num_cached(p), 4);
+    assert_int_equal(kv_seq_match_prefix(p, &c, t, 17, 0), 16);
+    assert_int_equal(c.blocks[2], a.blocks[2]);
+    assert_int_equal(c.blocks[3], b.blocks[3]);
+    kv_seq_release(p, &a), kv_seq_release(p, &b), kv_seq_release(p, &c);
+    kv_destroy(p);
+}
+
 /* Freed cached blocks stay findable until allocation evicts them, least
  * recently freed first; a prefix is freed after its suffix (evicted last). */
 static void test_kv_prefix_survives_free_until_evicted(void **state)
@@ -293,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_kv_seq_random_no_leak),
         cmocka_unit_test(test_kv_create_rejects_bad_config),
         cmocka_unit_test(test_kv_prefix_hits_share_blocks),
+        cmocka_unit_test(test_kv_prefix_twin_blocks_keep_the_chain),
         cmocka_unit_test(test_kv_prefix_survives_free_until_evicted),
         cmocka_unit_test(test_kv_prefix_random_consistent),
     };

@@ -50,7 +50,7 @@ static void test_spec_ngram_index_matches_definition(void **state)
     spec_ngram_config cfg = {.lookup_max = 4, .lookup_min = 1};
     spec_proposer *p = NULL;
     inf_err e = {0};
-    assert_int_equal(spec_ngram_create(&cfg, L, &p, &e), INF_OK);
+    assert_int_equal(spec_ngram_create(&cfg, &p, &e), INF_OK);
     unsigned r = 7;
     for (int trial = 0; trial < 8; trial++) {
         int32_t toks[L];
