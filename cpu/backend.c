@@ -20,7 +20,6 @@ typedef struct cpu_be {
     cpu_pool *pool;
     int nt;                   /* threads                                    */
     int max_tokens, max_ctx;
-    long attn_work;           /* this forward's attention multiply-adds/layer */
     int D, H, KV, hd, F, V, L, qdim, kvdim, group;
     float eps;
     float *norms;             /* [L][2][D] attn, ffn gains; then [D] final  */
@@ -309,7 +308,9 @@ static void rope_tables(cpu_be *be, const be_batch *b)
             be->tok_seq[t] = s;
 }
 
-static void layer_forward(cpu_be *be, const be_batch *b, int l)
+/* spread_attn: attention is worth the pool (tiny work costs less than
+ * waking a worker) */
+static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
 {
     const model_layer *w = &be->m->layers[l];
     int T = b->n_tokens;
@@ -327,7 +328,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l)
     per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
     atomic_init(&aj.next, 0);
-    if (be->attn_work < 64 * 1024) /* tiny: waking a worker costs more */
+    if (!spread_attn)
         attn_run(&aj, 0, 1);
     else
         cpu_pool_run(be->pool, attn_run, &aj);
@@ -350,21 +351,16 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l)
 static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
 {
     cpu_be *be = (cpu_be *)base;
-    int rc = be_batch_check(base, b, be->max_tokens, err);
+    int rc = be_batch_check(base, b, be->max_tokens, be->max_ctx, err);
     if (rc)
         return rc;
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->seq_len[s] > be->max_ctx)
-            return inf_fail(err, INF_ERR_INVALID,
-                            "batch: sequence %d length %d exceeds the context limit %d",
-                            s, b->seq_len[s], be->max_ctx);
     embed(be, b);
     rope_tables(be, b);
-    be->attn_work = 0; /* multiply-adds of one layer's attention */
+    long attn_work = 0; /* multiply-adds of one layer's attention */
     for (int t = 0; t < b->n_tokens; t++)
-        be->attn_work += 2L * (b->positions[t] + 1) * be->qdim;
+        attn_work += 2L * (b->positions[t] + 1) * be->qdim;
     for (int l = 0; l < be->L; l++)
-        layer_forward(be, b, l);
+        layer_forward(be, b, l, attn_work >= 64 * 1024);
     if (b->n_logits == 0)
         return INF_OK;
     const float *g = be->norms + (size_t)be->L * 2 * be->D;

@@ -327,6 +327,11 @@ static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
         return inf_fail(err, INF_ERR_INVALID, "batch: %d tokens (limit %d)", b->n_tokens, d->T);
     for (int t = 0; t < b->n_tokens; t++) {
         int32_t tok = b->tokens[t];
+        /* the sampled ids live on rank 0 only: other ranks cannot resolve
+         * a placeholder (they would embed token 0) */
+        if (tok < 0 && be->tp > 1)
+            return inf_fail(err, INF_ERR_UNSUPPORTED,
+                            "batch: placeholder tokens need tensor_parallel_size 1");
         if (tok < 0 && -1 - (int64_t)tok >= (be->prev_rows < 0 ? 0 : be->prev_rows))
             return inf_fail(err, INF_ERR_INVALID,
                             "batch: placeholder token %d names no row sampled by the "
@@ -335,7 +340,7 @@ static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
     }
     be_batch view = *b;
     view.tokens = be->tok_scratch;
-    int rc = be_batch_check(&be->base, &view, d->T, err);
+    int rc = be_batch_check(&be->base, &view, d->T, d->max_ctx, err);
     if (rc)
         return rc;
     if (b->n_seqs > d->S)
@@ -344,11 +349,6 @@ static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
     if (b->n_logits > d->R)
         return inf_fail(err, INF_ERR_INVALID, "batch: %d logit rows (limit max_logits %d)",
                         b->n_logits, d->R);
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->seq_len[s] > d->max_ctx)
-            return inf_fail(err, INF_ERR_INVALID,
-                            "batch: sequence %d length %d exceeds the context limit %d", s,
-                            b->seq_len[s], d->max_ctx);
     return INF_OK;
 }
 

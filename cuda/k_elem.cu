@@ -35,19 +35,25 @@ static __global__ void __launch_bounds__(256)
     float *xr = x + (size_t)r * D;
     const float *dr = delta ? delta + (size_t)r * D : nullptr;
     float ss = 0.0f;
+    // with rows (the final norm) x stays as it is: a row may be listed
+    // twice, and two blocks must not both add delta into it
+    int keep = dr && rows;
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
         float v = xr[j];
         if (dr) {
             v = __fadd_rn(v, dr[j]);
-            xr[j] = v; // each thread rereads only what it wrote
+            if (!keep)
+                xr[j] = v; // each thread rereads only what it wrote
         }
         ss = __fmaf_rn(v, v, ss);
     }
     ss = block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
     uint16_t *o = out + (size_t)i * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x)
-        o[j] = f2bf(__fmul_rn(__fmul_rn(xr[j], inv), gain[j]));
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float v = keep ? __fadd_rn(xr[j], dr[j]) : xr[j];
+        o[j] = f2bf(__fmul_rn(__fmul_rn(v, inv), gain[j]));
+    }
 }
 
 extern "C" cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain,

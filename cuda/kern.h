@@ -27,7 +27,8 @@ cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
 
 /* For i < n and r = rows ? rows[i] : i: x[r] += delta[r] (skipped when delta
  * is NULL), then out[i] = bf16(x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * gain):
- * the residual add fused with the RMSNorm that follows it. */
+ * the residual add fused with the RMSNorm that follows it. With rows (the
+ * final norm) x is left as it is, so a row listed twice is still right. */
 cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain, int D,
                                float eps, const int32_t *rows, int n, uint16_t *out,
                                cudaStream_t st);

@@ -370,16 +370,6 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
 
 /* ---- weight conversion ---------------------------------------------------- */
 
-uint16_t cuda_plan_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 void cuda_plan_to_bf16(const void *src, inf_dtype t, size_t n, uint16_t *dst)
 {
     if (t == INF_BF16) {
@@ -387,11 +377,11 @@ void cuda_plan_to_bf16(const void *src, inf_dtype t, size_t n, uint16_t *dst)
     } else if (t == INF_F32) {
         const float *s = src;
         for (size_t i = 0; i < n; i++)
-            dst[i] = cuda_plan_bf16(s[i]);
+            dst[i] = inf_f32_to_bf16(s[i]);
     } else { /* f16 -> f32 is exact, so one rounding */
         const uint16_t *s = src;
         for (size_t i = 0; i < n; i++)
-            dst[i] = cuda_plan_bf16(inf_f16_to_f32(s[i]));
+            dst[i] = inf_f32_to_bf16(inf_f16_to_f32(s[i]));
     }
 }
 

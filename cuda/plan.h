@@ -220,7 +220,6 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
 
 /* ---- weight conversion on upload --------------------------------------- */
 
-uint16_t cuda_plan_bf16(float f); /* round to nearest even; NaN stays NaN */
 
 /* n elements of dtype t to bf16 / f32. */
 void cuda_plan_to_bf16(const void *src, inf_dtype t, size_t n, uint16_t *dst);

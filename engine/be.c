@@ -1,6 +1,6 @@
 #include "be.h"
 
-int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens,
+int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int max_ctx,
                    inf_err *err)
 {
     if (b->n_tokens < 1 || b->n_tokens > max_tokens)
@@ -21,6 +21,10 @@ int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens,
             return inf_fail(err, INF_ERR_INVALID,
                             "batch: sequence %d length %d exceeds its block table",
                             s, b->seq_len[s]);
+        if (b->seq_len[s] > max_ctx)
+            return inf_fail(err, INF_ERR_INVALID,
+                            "batch: sequence %d length %d exceeds the context limit %d",
+                            s, b->seq_len[s], max_ctx);
         for (int t = t0; t < t1; t++) {
             if (b->tokens[t] < 0 || b->tokens[t] >= be->vocab_size)
                 return inf_fail(err, INF_ERR_INVALID, "batch: token id %d out of range",

@@ -42,10 +42,11 @@ struct be_backend {
     int num_blocks;  /* KV blocks the backend holds storage for */
 };
 
-/* Checks a batch against the backend's limits (token and slot ranges,
- * positions inside each sequence's context, seq_start monotone, logit rows in
- * range); the engine builds batches, so a failure here is a bug upstream. */
-int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens,
+/* Checks a batch against the backend's limits (at most max_tokens tokens;
+ * token and slot ranges; sequences no longer than max_ctx, positions inside
+ * them; seq_start monotone; logit rows in range); the engine builds batches,
+ * so a failure here is a bug upstream. */
+int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int max_ctx,
                    inf_err *err);
 
 static inline int be_forward(be_backend *be, const be_batch *b, float *logits,

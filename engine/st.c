@@ -373,12 +373,6 @@ int st_open_file(const char *path, st_set **out, inf_err *err)
     return INF_OK;
 }
 
-/* Reads a small text file whole, NUL-terminated. */
-static int st__read_text(const char *path, char **out, inf_err *err)
-{
-    return inf_read_file(path, ST_MAX_INDEX, out, NULL, NULL, err);
-}
-
 /* Shard file names the weight_map uses, each once, in first-seen order. */
 static int st__shards(const cJSON *map, const char ***out, int *n_out)
 {
@@ -407,7 +401,7 @@ static int st__open_index(const char *dir, const char *index, st_set **out, inf_
     int n_shards = 0;
     cJSON *root = NULL;
     st_set *s = NULL;
-    int rc = st__read_text(index, &text, err);
+    int rc = inf_read_file(index, ST_MAX_INDEX, &text, NULL, NULL, err);
     if (rc)
         goto fail;
     root = cJSON_Parse(text);

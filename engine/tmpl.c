@@ -461,15 +461,6 @@ const char *tmpl_kind_name(tmpl_kind k)
 
 /* ------------------------------------------------------------ lifecycle */
 
-static char *tmpl__dup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 /* A new tmpl; bos/eos/source NULL take the kind's defaults / none. */
 static int tmpl__new(tmpl_kind kind, tmpl_origin origin, const char *bos, const char *eos,
                      int add_bos, const char *source, tmpl **out, inf_err *err)
@@ -480,9 +471,9 @@ static int tmpl__new(tmpl_kind kind, tmpl_origin origin, const char *bos, const 
     t->kind = kind;
     t->origin = origin;
     t->add_bos = add_bos;
-    t->bos_text = tmpl__dup(bos ? bos : TMPL_KINDS[kind].bos);
-    t->eos_text = tmpl__dup(eos ? eos : TMPL_KINDS[kind].eos);
-    t->source = source ? tmpl__dup(source) : NULL;
+    t->bos_text = strdup(bos ? bos : TMPL_KINDS[kind].bos);
+    t->eos_text = strdup(eos ? eos : TMPL_KINDS[kind].eos);
+    t->source = source ? strdup(source) : NULL;
     if (!t->bos_text || !t->eos_text || (source && !t->source)) {
         tmpl_destroy(t);
         return tmpl__nomem(err);
@@ -547,13 +538,6 @@ const char *tmpl_source(const tmpl *t)
 }
 
 /* -------------------------------------------------------------- config */
-
-/* Reads a whole file (inf_read_file); *missing (may be NULL) is set when it
- * does not exist (no message then). */
-static int tmpl__read(const char *path, char **data, int *missing, inf_err *err)
-{
-    return inf_read_file(path, 0, data, NULL, missing, err);
-}
 
 /* bos_token / eos_token: a string, {"content": string} (AddedToken), null or
  * absent (*out = NULL). Points into root. */
@@ -658,8 +642,8 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
         return inf_fail(err, INF_ERR_IO, "chat template: cannot open %s: %s", path,
                         strerror(errno));
     int is_dir = S_ISDIR(st.st_mode);
-    size_t plen = strlen(path) + sizeof "/tokenizer_config.json"; /* the longer name */
-    char *cfg_path = malloc(plen), *jinja_path = malloc(plen);
+    char *cfg_path = is_dir ? inf_path_join(path, "tokenizer_config.json") : strdup(path);
+    char *jinja_path = inf_path_join(path, "chat_template.jinja");
     char *json = NULL, *jinja = NULL;
     cJSON *root = NULL;
     int rc = INF_ERR_NOMEM, missing = 0;
@@ -667,15 +651,10 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
         tmpl__nomem(err);
         goto done;
     }
-    if (is_dir)
-        snprintf(cfg_path, plen, "%s/tokenizer_config.json", path);
-    else
-        snprintf(cfg_path, plen, "%s", path);
-    snprintf(jinja_path, plen, "%s/chat_template.jinja", path);
 
     const char *bos = NULL, *eos = NULL, *src = NULL, *from = tmpl__base(cfg_path);
     int add_bos = 1, no_default = 0;
-    rc = tmpl__read(cfg_path, &json, &missing, err);
+    rc = inf_read_file(cfg_path, 0, &json, NULL, &missing, err);
     if (rc && !missing)
         goto done;
     if (json) {
@@ -691,7 +670,7 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
             goto done;
     }
     if (is_dir && !src && !no_default) {
-        rc = tmpl__read(jinja_path, &jinja, &missing, err);
+        rc = inf_read_file(jinja_path, 0, &jinja, NULL, &missing, err);
         if (rc && !missing)
             goto done;
         if (jinja) {

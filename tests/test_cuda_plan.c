@@ -613,8 +613,17 @@ static float u2f(uint32_t u)
     return f;
 }
 
-/* f32 -> bf16 rounds to nearest even exactly as engine/common's reference,
- * across random bit patterns and the special values; NaN stays NaN. */
+/* One f32 through the upload conversion. */
+static uint16_t cuda_plan_bf16(float f)
+{
+    uint16_t out;
+    cuda_plan_to_bf16(&f, INF_F32, 1, &out);
+    return out;
+}
+
+/* f32 -> bf16 on upload rounds to nearest even exactly as engine/common's
+ * reference, across random bit patterns and the special values; NaN stays
+ * NaN. */
 static void test_cuda_plan_bf16_rounding(void **state)
 {
     (void)state;

@@ -55,14 +55,19 @@ static void norm_run(const void *p)
     for (int i = 0; i < a->n; i++) {
         int r = a->rows ? a->rows[i] : i;
         float *x = a->x + (size_t)r * a->D, ss = 0.0f;
+        const float *dl = a->delta ? a->delta + (size_t)r * a->D : NULL;
+        int keep = dl && a->rows; /* as the kernel: the final norm leaves x */
         for (int j = 0; j < a->D; j++) {
-            if (a->delta)
-                x[j] += a->delta[(size_t)r * a->D + j];
-            ss += x[j] * x[j];
+            float v = dl ? x[j] + dl[j] : x[j];
+            if (dl && !keep)
+                x[j] = v;
+            ss += v * v;
         }
         float inv = 1.0f / sqrtf(ss / (float)a->D + a->eps);
-        for (int j = 0; j < a->D; j++)
-            a->out[(size_t)i * a->D + j] = inf_f32_to_bf16(x[j] * inv * a->gain[j]);
+        for (int j = 0; j < a->D; j++) {
+            float v = keep ? x[j] + dl[j] : x[j];
+            a->out[(size_t)i * a->D + j] = inf_f32_to_bf16(v * inv * a->gain[j]);
+        }
     }
 }
 
