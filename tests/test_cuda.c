@@ -172,50 +172,49 @@ static void test_cuda_kern_embed_exact(void **state)
     free(x);
 }
 
-/* Residual add (exact f32 adds) then RMSNorm to bf16 (1 ulp), for listed
- * rows only, with and without the add. */
+/* Residual add (exact f32 adds) then RMSNorm to bf16 (1 ulp), with and
+ * without the add: over all rows, x is updated in place; over listed rows
+ * (the final norm; a row may be listed twice) x is left as it was. */
 static void test_cuda_kern_add_rmsnorm(void **state)
 {
     (void)state;
     NEED_GPU();
     const int Ds[] = {64, 80, 4096, 5003};
     for (size_t k = 0; k < sizeof Ds / sizeof Ds[0]; k++) {
-        int D = Ds[k], R = 10, n = 4;
-        int32_t rows[4] = {3, 0, 9, 4};
+        int D = Ds[k], R = 10;
+        int32_t listed_rows[4] = {3, 0, 9, 3};
         float *x = malloc((size_t)R * D * 4), *delta = malloc((size_t)R * D * 4);
         float *g = malloc((size_t)D * 4), *xo = malloc((size_t)R * D * 4);
-        uint16_t *out = malloc((size_t)n * D * 2);
+        float *want_x = malloc((size_t)D * 4);
+        uint16_t *out = malloc((size_t)R * D * 2);
         for (int i = 0; i < R * D; i++) {
             x[i] = 3.0f * frand();
             delta[i] = frand();
         }
         for (int i = 0; i < D; i++)
             g[i] = 1.0f + 0.5f * frand();
-        for (int with = 0; with < 2; with++) {
+        for (int mode = 0; mode < 4; mode++) {
+            int with = mode & 1, listed = mode >> 1, n = listed ? 4 : R;
             float *dx = to_dev(x, (size_t)R * D * 4), *dd = to_dev(delta, (size_t)R * D * 4);
             float *dg = to_dev(g, (size_t)D * 4);
-            int32_t *dr = to_dev(rows, sizeof rows);
+            int32_t *dr = to_dev(listed_rows, sizeof listed_rows);
             uint16_t *dout = dmalloc((size_t)n * D * 2);
-            CK(cuda_k_add_rmsnorm(dx, with ? dd : NULL, dg, D, 1e-5f, dr, n, dout, 0));
+            CK(cuda_k_add_rmsnorm(dx, with ? dd : NULL, dg, D, 1e-5f, listed ? dr : NULL, n,
+                                  dout, 0));
             to_host(xo, dx, (size_t)R * D * 4);
             to_host(out, dout, (size_t)n * D * 2);
-            for (int r = 0; r < R; r++) {
-                int listed = 0;
-                for (int i = 0; i < n; i++)
-                    listed |= rows[i] == r;
-                for (int j = 0; j < D; j++) {
-                    float want = listed && with ? x[r * D + j] + delta[r * D + j] : x[r * D + j];
-                    assert_true(xo[r * D + j] == want);
-                }
-            }
+            for (int i = 0; i < R * D; i++)
+                assert_true(xo[i] == (with && !listed ? x[i] + delta[i] : x[i]));
             for (int i = 0; i < n; i++) {
-                const float *xr = xo + (size_t)rows[i] * D;
+                int r = listed ? listed_rows[i] : i;
                 double ss = 0;
-                for (int j = 0; j < D; j++)
-                    ss += (double)xr[j] * xr[j];
+                for (int j = 0; j < D; j++) {
+                    want_x[j] = with ? x[r * D + j] + delta[r * D + j] : x[r * D + j];
+                    ss += (double)want_x[j] * want_x[j];
+                }
                 double inv = 1.0 / sqrt(ss / D + 1e-5);
                 for (int j = 0; j < D; j++)
-                    assert_true(bf16_close(bf(out[i * D + j]), xr[j] * inv * g[j]));
+                    assert_true(bf16_close(bf(out[i * D + j]), want_x[j] * inv * g[j]));
             }
             cudaFree(dx);
             cudaFree(dd);
@@ -227,6 +226,7 @@ static void test_cuda_kern_add_rmsnorm(void **state)
         free(delta);
         free(g);
         free(xo);
+        free(want_x);
         free(out);
     }
 }
