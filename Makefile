@@ -2,9 +2,12 @@
 # Debian 12 machine (scripts/install-deps.sh installs what is missing).
 #
 #   make [all]            build build/inferd and the test binaries
-#   make test [SAN=1]     unit tests, reference checks, invariance checks
-#   make run [MODEL=DIR]  generate from MODEL (default: ../shared/models/stories260K)
-#   make bench            engine speed on a TinyLlama-shaped bf16 model
+#   make test [SAN=1]     unit, reference, end-to-end, service and packaging checks
+#   make run [MODEL=DIR] [PORT=8000] [BIND=127.0.0.1]
+#                         serve MODEL (default: ../shared/models/stories260K)
+#   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
+#   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
+#   make bench-spec       speculative decoding against speculation off
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make clean
 

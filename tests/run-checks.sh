@@ -12,4 +12,5 @@ INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurr
 # Packaging: the man page matches --help; the Dockerfiles and the systemd unit
 # match the binary (runtime libraries, flags, structure; systemd-analyze).
 BUILD="$BUILD" ./tests/check-manpage.sh
+BUILD="$BUILD" ./tests/check-install.sh
 BUILD="$BUILD" ./scripts/check-dockerfile

@@ -42,6 +42,27 @@ for (const model of models) {
       assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 24);
     });
 
+    test('EOS ends a sequence (counted, no text); min_tokens holds it off; stop_token_ids stop too', async () => {
+      const cfg = JSON.parse(fs.readFileSync(`${model}/config.json`, 'utf8'));
+      const eos = [].concat(cfg.eos_token_id)[0];
+      const force = (id) => ({ [id]: 100 }); // logit_bias makes id the argmax
+      let r = await post(d.base, '/v1/completions', { prompt: 'Once', max_tokens: 10, temperature: 0, logit_bias: force(eos) });
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+      assert.equal(r.json.choices[0].text, '');
+      assert.equal(r.json.usage.completion_tokens, 1);
+      r = await post(d.base, '/v1/completions', { prompt: 'Once', max_tokens: 10, temperature: 0, logit_bias: force(eos), min_tokens: 3 });
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+      assert.equal(r.json.usage.completion_tokens, 4); // three others, then EOS
+      r = await post(d.base, '/v1/completions', { prompt: 'Once', max_tokens: 10, temperature: 0, logit_bias: force(eos), ignore_eos: true });
+      assert.equal(r.json.choices[0].finish_reason, 'length');
+      assert.equal(r.json.usage.completion_tokens, 10);
+      const other = eos + 7;
+      r = await post(d.base, '/v1/completions', { prompt: 'Once', max_tokens: 10, temperature: 0, logit_bias: force(other), stop_token_ids: [other] });
+      assert.equal(r.json.choices[0].finish_reason, 'stop');
+      assert.equal(r.json.choices[0].stop_reason, other);
+      assert.equal(r.json.usage.completion_tokens, 1);
+    });
+
     test('default max_tokens of a completion is 16', async () => {
       const r = await client.completions.create({ model, prompt: 'Hello', temperature: 0 });
       assert.equal(r.usage.completion_tokens, 16);

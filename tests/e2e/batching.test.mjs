@@ -79,10 +79,12 @@ describe(`continuous batching on ${model}`, () => {
     await d.stop();
   });
 
-  test('64 concurrent streams, a share cancelled: finished outputs equal the alone ones', async () => {
+  test('64 staggered concurrent streams, a share cancelled: finished outputs equal the alone ones', async () => {
     const d = await startDaemon(model, ['--max-num-seqs', '32']);
     try {
-      const got = await Promise.all(work.map((w) => stream(d.base, w)));
+      // staggered: each arrives 4 ms after the one before, joining running batches
+      const got = await Promise.all(work.map((w, i) =>
+        new Promise((res) => setTimeout(res, 4 * i)).then(() => stream(d.base, w))));
       got.forEach((g, i) => { if (g !== null) assert.equal(g, expected[i], `request ${i}`); });
       assert.ok(got.filter((g) => g !== null).length >= 50);
       const m = await waitIdle(d.base);

@@ -102,6 +102,28 @@ describe('speculative decoding', () => {
     } finally { await d.stop(); }
   });
 
+  test('never a slowdown: no drafting at disable_by_batch_size, fewer drafts under a high acceptance floor', async () => {
+    const ngram = (extra) => ['--speculative-config', JSON.stringify({
+      method: 'ngram', num_speculative_tokens: 4, prompt_lookup_max: 4, prompt_lookup_min: 1, ...extra })];
+    const drafts = async (flags) => {
+      const d = await startDaemon(model, flags);
+      try {
+        for (const [i, r] of reqs.entries()) {
+          const got = await post(d.base, '/v1/completions', r);
+          assert.equal(got.json.choices[0].text, want[i], `prompt ${i}`);
+        }
+        return metric(await (await fetch(`${d.base}/metrics`)).text(), 'spec_decode_num_drafts_total');
+      } finally { await d.stop(); }
+    };
+    const free = await drafts(ngram({ min_acceptance: 0 }));
+    assert.ok(free > 0, 'nothing was drafted');
+    // one running request is already "a batch of 1": it never drafts
+    assert.equal(await drafts(ngram({ disable_by_batch_size: 1 })), 0);
+    // every partial acceptance pauses drafting for a while
+    const floor = await drafts(ngram({ min_acceptance: 1 }));
+    assert.ok(floor < free, `floor 1: ${floor} drafts, floor 0: ${free}`);
+  });
+
   test('sampled requests still complete with speculation on', async () => {
     const d = await startDaemon(model, configs.at(-1)[1]);
     try {
