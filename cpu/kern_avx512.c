@@ -1,11 +1,15 @@
 /* AVX-512 kernels. The canonical reduction of kern.h with one zmm register
  * per 16-lane accumulator.
  *
- * matmul has two paths, chosen by M (rows of activations); both do the same
- * arithmetic so the choice never changes a result:
+ * matmul has three paths, chosen by M (rows of activations); all do the
+ * same arithmetic so the choice never changes a result:
  *  - direct (M <= DIRECT_MAX_M, decode): weights are read straight from the
  *    mapped checkpoint and widened to f32 in registers; 8 weight rows at a
- *    time keep 8 independent FMA chains per activation row in flight.
+ *    time keep 8 independent FMA chains per activation row in flight. From
+ *    4 rows on, compute is long enough to hide memory only if each tile
+ *    prefetches the weight rows four tiles ahead.
+ *  - blocked (M <= BLOCKED_MAX_M): the direct tiles over L2-sized weight
+ *    blocks, 8 activation rows at a time (see mm_blocked).
  *  - packed (larger M, prefill and big batches): a block of CPU_NC weight rows
  *    x CPU_KB columns is widened once into per-thread scratch (rows
  *    CPU_PACK_LD apart); for every 4 activation rows (kept in L1) a 4x4
@@ -25,7 +29,7 @@
 
 #define ALWAYS static inline __attribute__((always_inline))
 
-enum { DIRECT_MAX_M = 8, PACK_MR = 4, PACK_NR = 4 };
+enum { DIRECT_MAX_M = 8, BLOCKED_MAX_M = 16, BLOCK_N = 64, PACK_MR = 4, PACK_NR = 4 };
 
 /* 16 weights of dtype wt at w[off..off+16) widened to f32. */
 ALWAYS __m512 load_w(const void *w, int wt, size_t off)
@@ -105,7 +109,7 @@ ALWAYS void flush(const int MR, const int NR, const __m512 *acc, float *y,
 
 /* One K block for an MR x NR tile: y[i][j] (=|+=) dot(x_i, w_j) over klen.
  * x and w point at the block's first column; ldw counts elements. */
-ALWAYS void tile(const int MR, const int NR, const int WT, const float *x,
+ALWAYS void tile(const int MR, const int NR, const int WT, const int PF, const float *x,
                  size_t ldx, const void *w, size_t ldw, int klen, float *y,
                  size_t ldy, int first)
 {
@@ -116,8 +120,14 @@ ALWAYS void tile(const int MR, const int NR, const int WT, const float *x,
     for (int a = 0; a < MR * NR; a++)
         acc[a] = _mm512_setzero_ps();
     int k = 0;
+    const size_t es = WT == INF_F32 ? 4 : 2;
     for (; k + 16 <= klen; k += 16) {
         __m512 wv[8];
+        if (PF && (k * es) % 64 == 0) /* a line of each row 4 tiles on */
+#pragma GCC unroll 8
+            for (int j = 0; j < NR; j++)
+                _mm_prefetch((const char *)w + ((size_t)(4 * NR + j) * ldw + (size_t)k) * es,
+                             _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
             wv[j] = load_w(w, WT, (size_t)j * ldw + (size_t)k);
@@ -156,7 +166,7 @@ typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
     static void NAME(const float *x, size_t ldx, const void *w, size_t ldw, \
                      int klen, float *y, size_t ldy, int first)             \
     {                                                                       \
-        tile(MR, NR, WT, x, ldx, w, ldw, klen, y, ldy, first);              \
+        tile(MR, NR, WT, (MR) > 3 && (NR) > 1, x, ldx, w, ldw, klen, y, ldy, first); \
     }
 
 /* direct path: [dtype][MR-1][wide NR or 1]; the wide tile is 8 columns for
@@ -348,10 +358,41 @@ static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
     }
 }
 
+/* 8 < M <= BLOCKED_MAX_M: the direct tiles, rows in groups of 8, over
+ * weight blocks of BLOCK_N rows (128 KiB of bf16 per K block): the first
+ * group pulls the block from memory, the others find it in L2 still narrow.
+ * Cheaper here than the packed path, whose f32 copy of the block is twice
+ * the L2 traffic and whose first row tile alone cannot hide the memory. */
+static void mm_blocked(const cpu_mm *a, int n0, int n1)
+{
+    size_t es = inf_dtype_size(a->wt);
+    for (int jc = n0; jc < n1; jc += BLOCK_N) {
+        int je = n1 - jc < BLOCK_N ? n1 : jc + BLOCK_N;
+        for (int kb = 0; kb < a->K; kb += CPU_KB) {
+            int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
+            for (int i = 0; i < a->M; i += DIRECT_MAX_M) {
+                int mr = a->M - i < DIRECT_MAX_M ? a->M - i : DIRECT_MAX_M;
+                const tile_fn *t = direct_tiles[a->wt][mr - 1];
+                int wide = mr <= 3 ? 8 : 2;
+                const float *x = a->x + (size_t)i * a->ldx + kb;
+                float *y = a->y + (size_t)i * a->ldy;
+                for (int j = jc; j < je;) {
+                    int nr = je - j >= wide ? wide : 1;
+                    const char *w = (const char *)a->w + ((size_t)j * a->ldw + kb) * es;
+                    t[nr == wide ? 0 : 1](x, a->ldx, w, a->ldw, klen, y + j, a->ldy, kb == 0);
+                    j += nr;
+                }
+            }
+        }
+    }
+}
+
 static void mm(const cpu_mm *a, int n0, int n1, float *pack)
 {
     if (a->M <= DIRECT_MAX_M)
         mm_direct(a, n0, n1);
+    else if (a->M <= BLOCKED_MAX_M)
+        mm_blocked(a, n0, n1);
     else
         mm_packed(a, n0, n1, pack);
 }

@@ -757,7 +757,12 @@ static int step(eng *e)
                   .seq_len = e->seq_len, .block_table = e->table, .max_blocks = e->max_blocks,
                   .logit_rows = e->rows, .n_logits = R};
     inf_err err = {0};
-    if (be_forward(e->be, &b, e->logits, &err) != INF_OK) {
+    double t_fwd = inf_now();
+    int fwd_rc = be_forward(e->be, &b, e->logits, &err);
+    /* per-step timing for --log-level debug: where a slow step comes from */
+    log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %llu: %d seqs, %d tokens, %.1f ms",
+            (unsigned long long)e->step_no, plan->n, T, (inf_now() - t_fwd) * 1e3);
+    if (fwd_rc != INF_OK) {
         for (int i = 0; i < plan->n; i++)
             finish(e, req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
         return 1;

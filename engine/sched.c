@@ -169,15 +169,17 @@ void sched_schedule(sched *s, sched_plan **out)
 
     /* long prompts' tokens are capped while anything decodes, so streams
      * keep pace; a bigger decode batch already makes a longer step, so it
-     * lets through 1.5 prompt tokens per decoding sequence. Short prompts go
-     * in whole: trickling them in would cost more steps than it saves. */
+     * lets through a prompt token per decoding sequence (a step then costs
+     * about twice a decode-only one where arithmetic is the limit). Short
+     * prompts go in whole: trickling them in would cost more steps than it
+     * saves. */
     int prefill_left = INT_MAX, n_decoding = 0;
     for (sched_seq *q = s->running.head; q; q = q->next)
         n_decoding += q->n_computed >= q->prefill_end;
     if (n_decoding && s->cfg.max_prefill_while_decoding > 0) {
         prefill_left = s->cfg.max_prefill_while_decoding;
-        if (prefill_left < n_decoding + n_decoding / 2)
-            prefill_left = n_decoding + n_decoding / 2;
+        if (prefill_left < n_decoding)
+            prefill_left = n_decoding;
     }
 
     /* running first, oldest first: a victim is always one not yet planned */

@@ -21,7 +21,7 @@ typedef struct sched_config {
     int max_model_len;          /* a sequence never grows past this       */
     /* Tokens of long prompts (over 8 times this, uncached; recompute after
      * preemption counts) one step may hold while other sequences are
-     * decoding, or 1.5 per decoding sequence when that is more; 0: only the
+     * decoding, or one per decoding sequence when that is more; 0: only the
      * step budget limits them. On a CPU a prompt token costs about a tenth
      * of a decode step, so a 512-token chunk would stall every stream for
      * dozens of decode steps. */

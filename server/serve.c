@@ -490,8 +490,8 @@ int serve_main(int argc, char **argv)
         {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
                                                               "(default 512)"},
         {"max-prefill-tokens-while-decoding", ARG_INT, &o->prefill_decoding, "N",
-         "tokens per step of prompts longer than 8N while other requests decode, or 1.5 "
-         "per decoding request if more (default 12 on the CPU; 0, the step budget alone, "
+         "tokens per step of prompts longer than 8N while other requests decode, or one "
+         "per decoding request if more (default 8 on the CPU; 0, the step budget alone, "
          "on CUDA)"},
         {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
@@ -597,7 +597,7 @@ int serve_main(int argc, char **argv)
     if (o->batched < o->max_num_seqs)
         o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
     if (o->prefill_decoding < 0) /* a CPU pays per token; a GPU hardly does until it is full */
-        o->prefill_decoding = !strcmp(o->device, "cpu") ? 12 : 0;
+        o->prefill_decoding = !strcmp(o->device, "cpu") ? 8 : 0;
     log_config lc = log_config_default();
     static const char *levels[] = {"debug", "info", "warn", "error"};
     int lv = -1;

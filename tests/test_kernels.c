@@ -77,7 +77,7 @@ static void run_mm(const cpu_kern *k, const float *x, int M, int K, const void *
 static void test_kernels_mm_matches_oracle_all_shapes(void **state)
 {
     (void)state;
-    const int Ms[] = {1, 2, 3, 4, 5, 7, 13, 37};
+    const int Ms[] = {1, 2, 3, 4, 5, 7, 9, 13, 16, 17, 37};
     const int Ns[] = {1, 7, 8, 9, 33};
     const int Ks[] = {1, 5, 16, 17, 64, 100, 512, 513, 1100};
     for (int dt = 0; dt < 3; dt++)

@@ -111,12 +111,12 @@ static void test_sched_chunked_prefill_keeps_decode_running(void **state)
 /* While anything decodes, the tokens of long prompts (over 8 x the cap of
  * 8 here) are capped per step over all of them together; short prompts go
  * in whole; alone, a prompt gets the whole budget (64) again; with many
- * decoding, 1.5 prompt tokens per decoding sequence. */
+ * decoding, a prompt token per decoding sequence. */
 static void test_sched_prefill_capped_while_decoding(void **state)
 {
     (void)state;
     kv_config kc = {.num_blocks = 65, .block_size = 16};
-    sched_config sc = {.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 512,
+    sched_config sc = {.max_num_seqs = 12, .max_num_batched_tokens = 64, .max_model_len = 512,
                        .max_prefill_while_decoding = 8};
     fixture f;
     inf_err e = {0};
@@ -157,19 +157,19 @@ static void test_sched_prefill_capped_while_decoding(void **state)
     p = fake_step(&f);
     assert_int_equal(planned(p, d), 64); /* alone again: the whole budget */
     sched_remove(f.s, d);
-    /* 7 decoding: 1.5 prompt tokens each (10) beats the cap of 8 */
-    sched_seq *r[7], *g = seq_new(80, 512);
-    for (int i = 0; i < 7; i++) {
+    /* 10 decoding: a prompt token each (10) beats the cap of 8 */
+    sched_seq *r[10], *g = seq_new(80, 512);
+    for (int i = 0; i < 10; i++) {
         r[i] = seq_new(3, 512);
         assert_int_equal(sched_add(f.s, r[i], &e), INF_OK);
     }
     p = fake_step(&f);
-    assert_int_equal(p->n_tokens, 21);
+    assert_int_equal(p->n_tokens, 30);
     assert_int_equal(sched_add(f.s, g, &e), INF_OK);
     p = fake_step(&f);
     assert_int_equal(planned(p, g), 10);
-    assert_int_equal(p->n_tokens, 17);
-    for (int i = 0; i < 7; i++) {
+    assert_int_equal(p->n_tokens, 20);
+    for (int i = 0; i < 10; i++) {
         sched_remove(f.s, r[i]);
         seq_free(r[i]);
     }
