@@ -65,8 +65,8 @@ typedef struct mm_job {
     atomic_int next;  /* next unclaimed item                               */
 } mm_job;
 
-/* Columns per item: one packed block (CPU_NC weight rows). */
-#define MM_ITEM CPU_NC
+/* Columns per item (a whole number of packed blocks). */
+#define MM_ITEM 128
 
 static void mm_run(void *ctx, int t, int nt)
 {
