@@ -226,6 +226,31 @@ def test_access_log(inferd, model):
     check(" access" not in log.read(), "--disable-access-log turns the access log off")
 
 
+def test_step_log(inferd, model):
+    """--log-level debug logs every engine step; the default level does not."""
+    for level, want in (("debug", True), ("info", False)):
+        port = free_port()
+        log = tempfile.TemporaryFile(mode="w+")
+        p = subprocess.Popen([inferd, "--model", model, "--port", str(port), "--log-level", level,
+                              "--disable-log-stats"], stderr=log)
+        try:
+            wait_health(port, p)
+            st, _ = request(port, "POST", "/v1/completions",
+                            {"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0},
+                            {"Content-Type": "application/json"})
+            check(st == 200, f"{level}: completion answered")
+        finally:
+            p.terminate()
+            p.wait()
+        log.seek(0)
+        steps = [x for x in log.read().splitlines()
+                 if re.search(r"engine step \d+: 1 seqs, \d+ tokens, [0-9.]+ ms", x)]
+        if want:  # the prompt in one step, then one step per further token
+            check(len(steps) >= 5, f"debug: a line per engine step ({len(steps)} lines)")
+        else:
+            check(not steps, "info: no per-step lines")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -233,7 +258,7 @@ def main():
     a = ap.parse_args()
     inferd = os.path.join(a.build, "inferd")
     print("service checks:")
-    for t in (test_notify, test_config, test_environment, test_access_log):
+    for t in (test_notify, test_config, test_environment, test_access_log, test_step_log):
         try:
             t(inferd, a.model)
         except AssertionError as e:
