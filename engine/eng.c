@@ -759,9 +759,11 @@ static int step(eng *e)
     inf_err err = {0};
     double t_fwd = inf_now();
     int fwd_rc = be_forward(e->be, &b, e->logits, &err);
-    /* per-step timing for --log-level debug: where a slow step comes from */
-    log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %llu: %d seqs, %d tokens, %.1f ms",
-            (unsigned long long)e->step_no, plan->n, T, (inf_now() - t_fwd) * 1e3);
+    /* per-step timing for --log-level debug: where a slow step comes from
+     * (without a logger log_msg prints every level, so none then) */
+    if (e->cfg.log)
+        log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %ld: %d seqs, %d tokens, %.1f ms",
+                e->step_no, plan->n, T, (inf_now() - t_fwd) * 1e3);
     if (fwd_rc != INF_OK) {
         for (int i = 0; i < plan->n; i++)
             finish(e, req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
