@@ -9,7 +9,7 @@
  *    4 rows on, compute is long enough to hide memory only if each tile
  *    prefetches the weight rows four tiles ahead.
  *  - blocked (M <= BLOCKED_MAX_M): the direct tiles over L2-sized weight
- *    blocks, 8 activation rows at a time (see mm_blocked).
+ *    blocks, 8 activation rows at a time (see mm_direct).
  *  - packed (larger M, prefill and big batches): a block of CPU_NC weight rows
  *    x CPU_KB columns is widened once into per-thread scratch (rows
  *    CPU_PACK_LD apart); for every 4 activation rows (kept in L1) a 4x4
@@ -196,6 +196,9 @@ static const tile_fn direct_tiles[3][8][2] = {
     [INF_BF16] = DIRECT_ROW(bf16),
 };
 
+/* Columns of a direct path's wide tile for mr activation rows. */
+static int direct_wide(int mr) { return mr <= 3 ? 8 : 2; }
+
 /* packed path, tiles narrower than 4x4 (row and column tails):
  * [MR-1][NR 4 or 1], weights already f32 at stride CPU_PACK_LD */
 TILE(1, 4, INF_F32, p_1x4) TILE(1, 1, INF_F32, p_1x1)
@@ -290,23 +293,6 @@ static void to_f32(const void *w, inf_dtype wt, float *out, int n)
     }
 }
 
-static void mm_direct(const cpu_mm *a, int n0, int n1)
-{
-    size_t es = inf_dtype_size(a->wt);
-    const tile_fn *t = direct_tiles[a->wt][a->M - 1];
-    int wide = a->M <= 3 ? 8 : 2;
-    for (int j = n0; j < n1;) {
-        int nr = n1 - j >= wide ? wide : 1;
-        tile_fn f = t[nr == wide ? 0 : 1];
-        for (int kb = 0; kb < a->K; kb += CPU_KB) {
-            int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
-            const char *w = (const char *)a->w + ((size_t)j * a->ldw + kb) * es;
-            f(a->x + kb, a->ldx, w, a->ldw, klen, a->y + j, a->ldy, kb == 0);
-        }
-        j += nr;
-    }
-}
-
 static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
 {
     size_t es = inf_dtype_size(a->wt);
@@ -358,22 +344,25 @@ static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
     }
 }
 
-/* 8 < M <= BLOCKED_MAX_M: the direct tiles, rows in groups of 8, over
- * weight blocks of BLOCK_N rows (128 KiB of bf16 per K block): the first
- * group pulls the block from memory, the others find it in L2 still narrow.
- * Cheaper here than the packed path, whose f32 copy of the block is twice
- * the L2 traffic and whose first row tile alone cannot hide the memory. */
-static void mm_blocked(const cpu_mm *a, int n0, int n1)
+/* The direct tiles: with up to DIRECT_MAX_M activation rows, each weight
+ * tile goes through all of K in turn (the block is one tile). With more (up
+ * to BLOCKED_MAX_M) the rows go in groups of DIRECT_MAX_M over blocks of
+ * BLOCK_N weight rows (128 KiB of bf16 per K block): the first group pulls a
+ * block from memory, the others find it in L2, still narrow. Cheaper there
+ * than the packed path, whose f32 copy of the block is twice the L2 traffic
+ * and whose first row tile alone cannot hide the memory. */
+static void mm_direct(const cpu_mm *a, int n0, int n1)
 {
     size_t es = inf_dtype_size(a->wt);
-    for (int jc = n0; jc < n1; jc += BLOCK_N) {
-        int je = n1 - jc < BLOCK_N ? n1 : jc + BLOCK_N;
+    int block = a->M > DIRECT_MAX_M ? BLOCK_N : direct_wide(a->M);
+    for (int jc = n0; jc < n1; jc += block) {
+        int je = n1 - jc < block ? n1 : jc + block;
         for (int kb = 0; kb < a->K; kb += CPU_KB) {
             int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
             for (int i = 0; i < a->M; i += DIRECT_MAX_M) {
                 int mr = a->M - i < DIRECT_MAX_M ? a->M - i : DIRECT_MAX_M;
                 const tile_fn *t = direct_tiles[a->wt][mr - 1];
-                int wide = mr <= 3 ? 8 : 2;
+                int wide = direct_wide(mr);
                 const float *x = a->x + (size_t)i * a->ldx + kb;
                 float *y = a->y + (size_t)i * a->ldy;
                 for (int j = jc; j < je;) {
@@ -389,10 +378,8 @@ static void mm_blocked(const cpu_mm *a, int n0, int n1)
 
 static void mm(const cpu_mm *a, int n0, int n1, float *pack)
 {
-    if (a->M <= DIRECT_MAX_M)
+    if (a->M <= BLOCKED_MAX_M)
         mm_direct(a, n0, n1);
-    else if (a->M <= BLOCKED_MAX_M)
-        mm_blocked(a, n0, n1);
     else
         mm_packed(a, n0, n1, pack);
 }
