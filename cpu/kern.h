@@ -78,13 +78,11 @@ typedef struct cpu_kern {
     void (*mm)(const cpu_mm *a, int n0, int n1, float *pack);
     /* Canonical dot product of two f32 vectors. */
     float (*dot)(const float *a, const float *b, int n);
-    /* y[i] = fma(a, x[i], y[i]) for i < n. */
-    void (*axpy)(float a, const float *x, float *y, int n);
     /* Converts n weights of dtype wt to f32. */
     void (*to_f32)(const void *w, inf_dtype wt, float *out, int n);
     /* Attention's weighted sum of value rows: for r < R and d < D,
      * o[r*ldo + d] = fma(w[r*ldw + p], v[p*ldv + d], o[r*ldo + d]) for
-     * p = 0..n-1 in order (what axpy per p gives, rows kept in registers). */
+     * p = 0..n-1 in order (rows kept in registers). */
     void (*wsum)(const float *w, size_t ldw, int R, const float *v, size_t ldv, int n,
                  float *o, size_t ldo, int D);
     /* Softmax numerators: x[i] = exp(x[i]*scale - m) with m the largest

@@ -167,18 +167,6 @@ static float dot(const float *a, const float *b, int n)
     return y;
 }
 
-static void axpy(float a, const float *x, float *y, int n)
-{
-    __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
-                                                _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(x[i]),
-                                          _mm_set_ss(y[i])));
-}
-
 static void to_f32(const void *w, inf_dtype wt, float *out, int n)
 {
     int i = 0;
@@ -316,6 +304,6 @@ static void swiglu(float *g, const float *u, int n)
 }
 
 const cpu_kern cpu_kern_avx2 = {
-    .name = "avx2", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .name = "avx2", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };

@@ -394,21 +394,6 @@ static float dot(const float *a, const float *b, int n)
     return y;
 }
 
-static void axpy(float a, const float *x, float *y, int n)
-{
-    __m512 av = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av, _mm512_loadu_ps(x + i),
-                                                _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_fmadd_ps(av, _mm512_maskz_loadu_ps(m, x + i),
-                                              _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
 /* Up to 4 rows x 64 columns of wsum: the rows' outputs stay in registers
  * while the value rows stream past; lanes outside mask m[c] are not stored. */
 ALWAYS void wsum_tile(const int RR, const float *w, size_t ldw, const float *v, size_t ldv,
@@ -532,6 +517,6 @@ static void swiglu(float *g, const float *u, int n)
 }
 
 const cpu_kern cpu_kern_avx512 = {
-    .name = "avx512", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };

@@ -65,12 +65,6 @@ static float dot(const float *a, const float *b, int n)
     return dot_any(a, b, INF_F32, n);
 }
 
-static void axpy(float a, const float *x, float *y, int n)
-{
-    for (int i = 0; i < n; i++)
-        y[i] = fmaf(a, x[i], y[i]);
-}
-
 static void to_f32(const void *w, inf_dtype wt, float *out, int n)
 {
     for (int i = 0; i < n; i++)
@@ -137,6 +131,6 @@ static void swiglu(float *g, const float *u, int n)
 }
 
 const cpu_kern cpu_kern_generic = {
-    .name = "generic", .mm = mm, .dot = dot, .axpy = axpy, .to_f32 = to_f32,
+    .name = "generic", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
 };
