@@ -648,7 +648,7 @@ static void propose(eng *e)
             r->spec_pause--;
             continue;
         }
-        int k = r->spec_k > 0 && r->spec_k < e->kmax ? r->spec_k : e->kmax;
+        int k = r->spec_k; /* in [1, kmax]: set by admit, kept there by verify */
         int room = r->p.max_tokens - r->n_output - 1;
         int ctx = e->cfg.max_model_len - q->n_tokens - 1;
         k = k < room ? k : room;
@@ -714,6 +714,7 @@ static void step_metrics(eng *e, const sched_plan *plan, int T)
 /* One scheduler step through the backend. Returns 0 when idle. */
 static int step(eng *e)
 {
+    double t0 = inf_now();
     sched_plan *plan;
     sched_schedule(e->sch, &plan);
     e->step_no++;
@@ -757,14 +758,7 @@ static int step(eng *e)
                   .seq_len = e->seq_len, .block_table = e->table, .max_blocks = e->max_blocks,
                   .logit_rows = e->rows, .n_logits = R};
     inf_err err = {0};
-    double t_fwd = inf_now();
-    int fwd_rc = be_forward(e->be, &b, e->logits, &err);
-    /* per-step timing for --log-level debug: where a slow step comes from
-     * (without a logger log_msg prints every level, so none then) */
-    if (e->cfg.log)
-        log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %ld: %d seqs, %d tokens, %.1f ms",
-                e->step_no, plan->n, T, (inf_now() - t_fwd) * 1e3);
-    if (fwd_rc != INF_OK) {
+    if (be_forward(e->be, &b, e->logits, &err) != INF_OK) {
         for (int i = 0; i < plan->n; i++)
             finish(e, req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
         return 1;
@@ -782,6 +776,10 @@ static int step(eng *e)
             advance(e, r, rows);
     }
     propose(e);
+    /* for --log-level debug: where a slow step comes from (scheduling,
+     * forward, sampling and drafting together) */
+    log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %ld: %d seqs, %d tokens, %.1f ms",
+            e->step_no, plan->n, T, (inf_now() - t0) * 1e3);
     return 1;
 }
 
@@ -904,9 +902,10 @@ static void *eng_main(void *arg)
         compact(e);
         notify_all(e);
         eng_stats st = {.running = sched_num_running(e->sch),
+                        .waiting = sched_num_waiting(e->sch),
                         .kv_usage = sched_kv_usage(e->sch)};
-        pthread_mutex_lock(&e->mu);
-        st.waiting = sched_num_waiting(e->sch) + e->inbox_n;
+        pthread_mutex_lock(&e->mu); /* only the inbox is shared */
+        st.waiting += e->inbox_n;
         pthread_mutex_unlock(&e->mu);
         atomic_store(&e->queued, st.waiting);
         publish(e, &st);

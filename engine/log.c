@@ -84,7 +84,7 @@ static void write_line(logger *l, const char *line, size_t len)
 void log_msg(logger *l, log_level lv, const char *component, const char *request_id,
              const char *fmt, ...)
 {
-    if (l && lv < l->cfg.min_level)
+    if (lv < (l ? l->cfg.min_level : LOG_INFO)) /* no logger: the default level */
         return;
     char msg[1536], ts[40], line[4096];
     va_list ap;

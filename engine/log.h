@@ -27,7 +27,8 @@ int log_create(const log_config *cfg, logger **out, inf_err *err);
 void log_destroy(logger *l); /* NULL-safe */
 
 /* One event. request_id may be NULL. l may be NULL (the line goes to
- * stderr as text): components work before the logger exists. */
+ * stderr as text, info and above): components work before the logger
+ * exists. */
 void log_msg(logger *l, log_level lv, const char *component, const char *request_id,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 

@@ -164,8 +164,11 @@ void sched_schedule(sched *s, sched_plan **out)
     s->plan.n_tokens = 0;
     s->plan.n_preempted = 0;
     s->plan.cache_queries = s->plan.cache_hits = 0;
-    for (sched_seq *q = s->running.head; q; q = q->next) /* last step's blocks */
+    int n_decoding = 0;
+    for (sched_seq *q = s->running.head; q; q = q->next) { /* last step's blocks */
         kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
+        n_decoding += q->n_computed >= q->prefill_end;
+    }
 
     /* long prompts' tokens are capped while anything decodes, so streams
      * keep pace; a bigger decode batch already makes a longer step, so it
@@ -173,9 +176,7 @@ void sched_schedule(sched *s, sched_plan **out)
      * about twice a decode-only one where arithmetic is the limit). Short
      * prompts go in whole: trickling them in would cost more steps than it
      * saves. */
-    int prefill_left = INT_MAX, n_decoding = 0;
-    for (sched_seq *q = s->running.head; q; q = q->next)
-        n_decoding += q->n_computed >= q->prefill_end;
+    int prefill_left = INT_MAX;
     if (n_decoding && s->cfg.max_prefill_while_decoding > 0) {
         prefill_left = s->cfg.max_prefill_while_decoding;
         if (prefill_left < n_decoding)
@@ -207,21 +208,16 @@ void sched_schedule(sched *s, sched_plan **out)
         sched_seq *q = s->waiting.head;
         int hit = kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
         int take = q->n_tokens - hit;
-        int is_long = take > 8 * s->cfg.max_prefill_while_decoding;
+        int is_long = take > SCHED_LONG_PROMPT * s->cfg.max_prefill_while_decoding;
         if (take > budget)
             take = budget;
         if (is_long && take > prefill_left)
             take = prefill_left;
-        if (take <= 0) {
+        if (take <= 0 || kv_seq_reserve(s->kv, &q->kv, hit + take) != INF_OK) {
             kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
             break; /* first come, first served: nobody jumps the line */
         }
         q->n_computed = hit;
-        if (kv_seq_reserve(s->kv, &q->kv, q->n_computed + take) != INF_OK) {
-            kv_seq_truncate(s->kv, &q->kv, 0); /* give the hits back */
-            q->n_computed = 0;
-            break; /* first come, first served: nobody jumps the line */
-        }
         s->plan.cache_queries += q->n_tokens;
         s->plan.cache_hits += hit;
         if (!q->admitted)

@@ -15,11 +15,15 @@
 
 #include "kv.h"
 
+/* A prompt is long (capped while others decode) when its uncached tokens
+ * exceed this many times max_prefill_while_decoding. */
+#define SCHED_LONG_PROMPT 8
+
 typedef struct sched_config {
     int max_num_seqs;           /* running at most                        */
     int max_num_batched_tokens; /* tokens per step                        */
     int max_model_len;          /* a sequence never grows past this       */
-    /* Tokens of long prompts (over 8 times this, uncached; recompute after
+    /* Tokens of long prompts (over SCHED_LONG_PROMPT times this, uncached; recompute after
      * preemption counts) one step may hold while other sequences are
      * decoding, or one per decoding sequence when that is more; 0: only the
      * step budget limits them. On a CPU a prompt token costs about a tenth
