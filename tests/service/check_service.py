@@ -20,12 +20,15 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def free_port():
@@ -251,6 +254,52 @@ def test_step_log(inferd, model):
             check(not steps, "info: no per-step lines")
 
 
+def test_prefill_cap(inferd, _fixture):
+    """--max-prefill-tokens-while-decoding reaches the scheduler: beside a
+    decoding stream a 120-token prompt goes in 8 tokens a step by default
+    (1 decode + 8 prompt per step), and whole with 0. The model is made here,
+    big enough (a millisecond or so a step) that the stream is still decoding
+    when the prompt arrives (on the tiny fixture it sometimes was not)."""
+    tmp = tempfile.mkdtemp()
+    slow = os.path.join(tmp, "slow")
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_model.py"), slow, "--seed", "5",
+                    "--hidden", "384", "--intermediate", "1024", "--layers", "4", "--heads", "6",
+                    "--kv-heads", "2", "--max-pos", "1024"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        long_prompt = [5 + i % 300 for i in range(120)]
+        for extra, capped in (([], True), (["--max-prefill-tokens-while-decoding", "0"], False)):
+            port = free_port()
+            log = tempfile.TemporaryFile(mode="w+")
+            p = subprocess.Popen([inferd, "--model", slow, "--port", str(port), "--log-level", "debug",
+                                  "--disable-log-stats"] + extra, stderr=log)
+            try:
+                wait_health(port, p)
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request("POST", "/v1/completions", json.dumps(
+                    {"prompt": [1, 5, 6, 7], "max_tokens": 1000, "temperature": 0, "ignore_eos": True,
+                     "stream": True}), {"Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read1(4096)  # the stream is decoding
+                st, _ = request(port, "POST", "/v1/completions",
+                                {"prompt": long_prompt, "max_tokens": 1, "temperature": 0},
+                                {"Content-Type": "application/json"})
+                check(st == 200, f"{extra or 'default'}: the long prompt answered")
+                c.close()  # the stream is cancelled
+            finally:
+                p.terminate()
+                p.wait()
+            log.seek(0)
+            both = [int(m.group(1)) for m in re.finditer(r"engine step \d+: 2 seqs, (\d+) tokens", log.read())]
+            check(both, f"{extra or 'default'}: steps ran the stream and the prompt together ({len(both)})")
+            if capped:
+                check(max(both) <= 9 and len(both) >= 120 // 8,
+                      f"default: the prompt went in at most 8 tokens a step beside the stream (largest step {max(both)})")
+            else:
+                check(max(both) >= 121, f"0: the prompt went in whole beside the stream (largest step {max(both)})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -258,7 +307,8 @@ def main():
     a = ap.parse_args()
     inferd = os.path.join(a.build, "inferd")
     print("service checks:")
-    for t in (test_notify, test_config, test_environment, test_access_log, test_step_log):
+    for t in (test_notify, test_config, test_environment, test_access_log, test_step_log,
+              test_prefill_cap):
         try:
             t(inferd, a.model)
         except AssertionError as e:
