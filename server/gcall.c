@@ -153,13 +153,6 @@ static int finish_error(const eng_out *o, oai_error *e)
 
 /* ---- non-streaming ------------------------------------------------------------ */
 
-static char *error_body(int status, const char *type, const char *msg)
-{
-    oai_error e;
-    oai_fail(&e, status, type, "", "%s", msg);
-    return oai_error_json(&e);
-}
-
 static int wait_done(void *call, int *status, char **body, size_t *len)
 {
     gcall *g = call;
@@ -189,8 +182,10 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     char **texts = calloc((size_t)g->n_ch, sizeof *texts);
     if (!cs || !lps || !tops || !texts) {
         free(cs), free(lps), free(tops), free(texts);
+        oai_error e;
+        oai_fail(&e, 500, "internal_error", "", "out of memory");
         *status = 500;
-        *body = error_body(500, "internal_error", "out of memory");
+        *body = oai_error_json(&e);
         *len = *body ? strlen(*body) : 0;
         return 1;
     }
