@@ -351,7 +351,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
 static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
 {
     cpu_be *be = (cpu_be *)base;
-    int rc = be_batch_check(base, b, be->max_tokens, be->max_ctx, err);
+    int rc = be_batch_check(base, b, be->max_tokens, be->max_ctx, 0, err);
     if (rc)
         return rc;
     embed(be, b);
@@ -445,7 +445,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->group = be->H / be->KV;
     be->eps = (float)c->rms_norm_eps;
     be->max_tokens = cfg->max_tokens;
-    be->max_ctx = cfg->max_context > 0 ? cfg->max_context : c->max_position_embeddings;
+    be->max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
     int rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
     if (rc) {
         cpu_destroy(&be->base);

@@ -14,7 +14,7 @@ typedef struct cpu_config {
     int num_blocks;       /* KV blocks, including the null block              */
     int block_size;       /* tokens per KV block                              */
     int max_tokens;       /* most tokens one forward may carry                */
-    int max_context;      /* longest sequence; <= 0: max_position_embeddings */
+    int max_context;      /* longest sequence; <= 0: model_context()          */
     const char *kernels;  /* "auto" (default), "avx512", "avx2", "generic"     */
 } cpu_config;
 

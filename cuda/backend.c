@@ -28,6 +28,14 @@
 #define MIB(x) ((double)(x) / 1048576.0)
 #define STAGE_BYTES ((size_t)16 << 20) /* upload staging, two halves */
 
+/* One rank's arenas as typed pointers: fixed once the arenas exist. */
+typedef struct bufs {
+    float *x, *qkv, *delta, *gu, *logits, *part;
+    uint16_t *xn, *att, *act, *fin;
+    int32_t *tok, *pos, *slot, *seq, *table, *rows, *dec, *tiles, *ids;
+    cuda_smp_row *smp;
+} bufs;
+
 typedef struct cuda_rank {
     int dev;
     cuda_shard sh;
@@ -41,6 +49,7 @@ typedef struct cuda_rank {
     unsigned char *w;    /* weight arena (wl)                            */
     unsigned char *a;    /* activation arena (al)                        */
     uint16_t *kv;        /* [L][K|V][num_blocks][KVl][block_size][hd]     */
+    bufs b;              /* pointers into a (bufs_of)                     */
 } cuda_rank;
 
 typedef struct cuda_be {
@@ -51,13 +60,13 @@ typedef struct cuda_be {
     cuda_rank *rk;         /* [tp]                                       */
     cuda_mlayout ml;       /* the same on every rank                     */
     size_t layer_kv;       /* bf16 elements of one layer's K (or V)      */
+    size_t kv_bytes;       /* the whole cache of one rank                */
     size_t total_mem;
     char dev_name[256];
     float eps;
     unsigned char *stage[2]; /* pinned per-step metadata (ml), per slot  */
     float *hlogits;          /* pinned [R][V]: one logits step at a time */
     int32_t *hids[2];        /* pinned [R] sampled ids, per slot          */
-    int32_t *tok_scratch;    /* [T] tokens with placeholders resolved     */
     cuda_step step[2];
     int head, n_inflight, logits_inflight;
     int prev_rows;           /* rows the newest step sampled; -1: none     */
@@ -73,13 +82,6 @@ cuda_config cuda_config_default(void)
                      .max_tokens = 2048, .max_context = 0, .max_seqs = 256, .max_logits = 0,
                      .tensor_parallel_size = 1, .num_blocks = 0, .cuda_graphs = 1};
     return c;
-}
-
-size_t cuda_kv_bytes_per_token(const model *m, int tp)
-{
-    const model_config *c = &m->cfg;
-    return (size_t)c->n_layers * 2 * (size_t)(c->n_kv_heads / (tp > 0 ? tp : 1)) *
-           (size_t)c->head_dim * 2;
 }
 
 int cuda_available(char *why, size_t len)
@@ -113,13 +115,6 @@ int cuda_available(char *why, size_t len)
 }
 
 /* ---- buffers ----------------------------------------------------------------- */
-
-typedef struct bufs {
-    float *x, *qkv, *delta, *gu, *logits, *part;
-    uint16_t *xn, *att, *act, *fin;
-    int32_t *tok, *pos, *slot, *seq, *table, *rows, *dec, *tiles, *ids;
-    cuda_smp_row *smp;
-} bufs;
 
 static bufs bufs_of(const cuda_be *be, const cuda_rank *r)
 {
@@ -187,13 +182,12 @@ static int allreduce(cuda_be *be, int T, inf_err *err)
     return rc ? rc : rc2;
 }
 
-static cuda_attn_args attn_args(const cuda_be *be, const cuda_rank *r, const bufs *b, int l)
+static cuda_attn_args attn_args(const cuda_rank *r, const bufs *b, const uint16_t *kc,
+                                const uint16_t *vc)
 {
     const cuda_dims *d = &r->d;
     cuda_attn_args a = {
-        .q = b->qkv, .ldq = d->qkv,
-        .kc = r->kv + (size_t)(2 * l) * be->layer_kv,
-        .vc = r->kv + (size_t)(2 * l + 1) * be->layer_kv,
+        .q = b->qkv, .ldq = d->qkv, .kc = kc, .vc = vc,
         .out = b->att, .ldo = d->Hl * d->hd,
         .positions = b->pos, .tok_seq = b->seq, .table = b->table, .MB = d->MB,
         .KVl = d->KVl, .G = d->G, .hd = d->hd, .block_size = d->block_size,
@@ -208,21 +202,21 @@ static cuda_attn_args attn_args(const cuda_be *be, const cuda_rank *r, const buf
 static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
 {
     const cuda_dims *d = &r->d;
-    bufs b = bufs_of(be, r);
+    const bufs *b = &r->b;
     int T = s->T, rc;
     uint16_t *kc = r->kv + (size_t)(2 * l) * be->layer_kv, *vc = kc + be->layer_kv;
     const double *rope = (const double *)(r->w + r->wl.rope);
-    cuda_attn_args a = attn_args(be, r, &b, l);
-    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, l ? b.delta : NULL, wnorm(r, l, 0), d->D,
-                                              be->eps, NULL, T, b.xn, r->st))) ||
-        (rc = gemm(r, b.xn, d->D, wmat(r, l, CUDA_W_QKV), d->qkv, d->D, b.qkv, d->qkv, T,
+    cuda_attn_args a = attn_args(r, b, kc, vc);
+    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, l ? b->delta : NULL, wnorm(r, l, 0), d->D,
+                                              be->eps, NULL, T, b->xn, r->st))) ||
+        (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_QKV), d->qkv, d->D, b->qkv, d->qkv, T,
                    err)) ||
-        (rc = CUDA_RC(err, cuda_k_rope_kv(b.qkv, T, b.pos, b.slot, rope, d->Hl, d->KVl, d->hd,
-                                          kc, vc, d->block_size, r->st))) ||
+        (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, rope, d->Hl, d->KVl,
+                                          d->hd, kc, vc, d->block_size, r->st))) ||
         (rc = CUDA_RC(err, cuda_k_attn_decode(&a, s->n_dec, r->st))) ||
         (rc = CUDA_RC(err, cuda_k_attn_prefill(&a, s->n_tiles, r->st))))
         return rc;
-    return gemm(r, b.att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b.delta,
+    return gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
                 d->D, T, err);
 }
 
@@ -230,15 +224,27 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
 static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
 {
     const cuda_dims *d = &r->d;
-    bufs b = bufs_of(be, r);
+    const bufs *b = &r->b;
     int T = s->T, rc;
-    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, b.delta, wnorm(r, l, 1), d->D, be->eps,
-                                              NULL, T, b.xn, r->st))) ||
-        (rc = gemm(r, b.xn, d->D, wmat(r, l, CUDA_W_GU), 2 * d->Fl, d->D, b.gu, 2 * d->Fl, T,
+    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, wnorm(r, l, 1), d->D, be->eps,
+                                              NULL, T, b->xn, r->st))) ||
+        (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_GU), 2 * d->Fl, d->D, b->gu, 2 * d->Fl, T,
                    err)) ||
-        (rc = CUDA_RC(err, cuda_k_swiglu(b.gu, d->Fl, T, b.act, r->st))))
+        (rc = CUDA_RC(err, cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
         return rc;
-    return gemm(r, b.act, d->Fl, wmat(r, l, CUDA_W_DOWN), d->D, d->Fl, b.delta, d->D, T, err);
+    return gemm(r, b->act, d->Fl, wmat(r, l, CUDA_W_DOWN), d->D, d->Fl, b->delta, d->D, T, err);
+}
+
+typedef int (*phase_fn)(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err);
+
+/* One phase of layer l on every rank, then the all-reduce that joins them. */
+static int phase_all(cuda_be *be, phase_fn phase, int l, const cuda_step *s, inf_err *err)
+{
+    int rc;
+    for (int i = 0; i < be->tp; i++)
+        if ((rc = set_dev(be, &be->rk[i], err)) || (rc = phase(be, &be->rk[i], l, s, err)))
+            return rc;
+    return allreduce(be, s->T, err);
 }
 
 /* The whole forward of step s on every rank, up to the logits: what a CUDA
@@ -248,39 +254,27 @@ static int enqueue(cuda_be *be, const cuda_step *s, inf_err *err)
     int rc;
     for (int i = 0; i < be->tp; i++) {
         cuda_rank *r = &be->rk[i];
-        bufs b = bufs_of(be, r);
         if ((rc = set_dev(be, r, err)) ||
             (rc = CUDA_RC(err, cuda_k_embed((const uint16_t *)(r->w + r->wl.embed), r->d.D,
-                                            b.tok, b.ids, s->T, b.x, r->st))))
+                                            r->b.tok, r->b.ids, s->T, r->b.x, r->st))))
             return rc;
     }
-    int L = be->rk[0].d.L;
-    for (int l = 0; l < L; l++) {
-        for (int i = 0; i < be->tp; i++)
-            if ((rc = set_dev(be, &be->rk[i], err)) ||
-                (rc = attn_phase(be, &be->rk[i], l, s, err)))
-                return rc;
-        if ((rc = allreduce(be, s->T, err)))
+    for (int l = 0; l < be->rk[0].d.L; l++)
+        if ((rc = phase_all(be, attn_phase, l, s, err)) ||
+            (rc = phase_all(be, mlp_phase, l, s, err)))
             return rc;
-        for (int i = 0; i < be->tp; i++)
-            if ((rc = set_dev(be, &be->rk[i], err)) ||
-                (rc = mlp_phase(be, &be->rk[i], l, s, err)))
-                return rc;
-        if ((rc = allreduce(be, s->T, err)))
-            return rc;
-    }
     if (s->n_rows == 0)
         return INF_OK;
     cuda_rank *r = &be->rk[0]; /* the lm_head rank */
     const cuda_dims *d = &r->d;
-    bufs b = bufs_of(be, r);
+    const bufs *b = &r->b;
     if ((rc = set_dev(be, r, err)) ||
-        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b.x, b.delta, (const float *)(r->w + r->wl.norm),
-                                              d->D, be->eps, s->bucket ? NULL : b.rows,
-                                              s->n_rows, b.fin, r->st))))
+        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, (const float *)(r->w + r->wl.norm),
+                                              d->D, be->eps, s->bucket ? NULL : b->rows,
+                                              s->n_rows, b->fin, r->st))))
         return rc;
-    return gemm(r, b.fin, d->D, (const uint16_t *)(r->w + r->wl.lm_head), d->V, d->D,
-                b.logits, d->V, s->n_rows, err);
+    return gemm(r, b->fin, d->D, (const uint16_t *)(r->w + r->wl.lm_head), d->V, d->D,
+                b->logits, d->V, s->n_rows, err);
 }
 
 /* Runs decode step s from bucket bi's graph. The bucket's first step runs
@@ -318,31 +312,21 @@ static int broken(cuda_be *be, int rc, const inf_err *err)
     return rc;
 }
 
-/* The batch as be_batch_check sees it, with placeholders standing for
- * token 0, plus what only this backend limits. */
+/* be_batch_check, with placeholders for the rows the previous step
+ * sampled, plus what only this backend limits. */
 static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
 {
     const cuda_dims *d = &be->rk[0].d;
-    if (b->n_tokens < 1 || b->n_tokens > d->T)
-        return inf_fail(err, INF_ERR_INVALID, "batch: %d tokens (limit %d)", b->n_tokens, d->T);
-    for (int t = 0; t < b->n_tokens; t++) {
-        int32_t tok = b->tokens[t];
-        /* the sampled ids live on rank 0 only: other ranks cannot resolve
-         * a placeholder (they would embed token 0) */
-        if (tok < 0 && be->tp > 1)
-            return inf_fail(err, INF_ERR_UNSUPPORTED,
-                            "batch: placeholder tokens need tensor_parallel_size 1");
-        if (tok < 0 && -1 - (int64_t)tok >= (be->prev_rows < 0 ? 0 : be->prev_rows))
-            return inf_fail(err, INF_ERR_INVALID,
-                            "batch: placeholder token %d names no row sampled by the "
-                            "previous step", tok);
-        be->tok_scratch[t] = tok < 0 ? 0 : tok;
-    }
-    be_batch view = *b;
-    view.tokens = be->tok_scratch;
-    int rc = be_batch_check(&be->base, &view, d->T, d->max_ctx, err);
+    int n_ph = be->prev_rows > 0 ? be->prev_rows : 0;
+    int rc = be_batch_check(&be->base, b, d->T, d->max_ctx, n_ph, err);
     if (rc)
         return rc;
+    /* the sampled ids live on rank 0 only: other ranks cannot resolve a
+     * placeholder (they would embed token 0) */
+    for (int t = 0; be->tp > 1 && n_ph > 0 && t < b->n_tokens; t++)
+        if (b->tokens[t] < 0)
+            return inf_fail(err, INF_ERR_UNSUPPORTED,
+                            "batch: placeholder tokens need tensor_parallel_size 1");
     if (b->n_seqs > d->S)
         return inf_fail(err, INF_ERR_INVALID, "batch: %d sequences (limit max_seqs %d)",
                         b->n_seqs, d->S);
@@ -383,15 +367,15 @@ int cuda_submit(be_backend *base, const be_batch *b, const cuda_smp_row *smp, in
     if (!rc)
         rc = bi >= 0 ? graph_run(be, bi, s, err) : enqueue(be, s, err);
     cuda_rank *r0 = &be->rk[0];
-    bufs b0 = bufs_of(be, r0);
+    const bufs *b0 = &r0->b;
     if (!rc && s->n_out > 0 && !(rc = set_dev(be, r0, err))) {
-        if (smp && !(rc = CUDA_RC(err, cuda_k_sample(b0.logits, r0->d.V, s->n_out, b0.smp,
-                                                     b0.ids, r0->st))))
-            rc = CUDA_RC(err, cudaMemcpyAsync(be->hids[k], b0.ids,
+        if (smp && !(rc = CUDA_RC(err, cuda_k_sample(b0->logits, r0->d.V, s->n_out, b0->smp,
+                                                     b0->ids, r0->st))))
+            rc = CUDA_RC(err, cudaMemcpyAsync(be->hids[k], b0->ids,
                                               (size_t)s->n_out * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, r0->st));
         else if (!smp)
-            rc = CUDA_RC(err, cudaMemcpyAsync(be->hlogits, b0.logits,
+            rc = CUDA_RC(err, cudaMemcpyAsync(be->hlogits, b0->logits,
                                               (size_t)s->n_out * r0->d.V * sizeof(float),
                                               cudaMemcpyDeviceToHost, r0->st));
     }
@@ -598,7 +582,6 @@ static void cuda_destroy(be_backend *base)
     }
     cudaFreeHost(be->hlogits);
     cudaGetLastError();
-    free(be->tok_scratch);
     free(be->rk);
     free(be);
 }
@@ -623,13 +606,13 @@ static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
         (rc = CUDA_RC(err, cudaMemsetAsync(r->a, 0, r->al.total, r->st))) ||
         (rc = CUBLAS_RC(err, cublasSetWorkspace(r->blas, r->a + r->al.ws, CUDA_BLAS_WORKSPACE))))
         return rc;
+    r->b = bufs_of(be, r);
     return CUDA_RC(err, cuda_k_attn_setup(r->d.hd));
 }
 
 /* Blocks every rank has room for; then the caches themselves. */
 static int kv_init(cuda_be *be, inf_err *err)
 {
-    const model_config *c = &be->m->cfg;
     int blocks = 0, rc;
     for (int i = 0; i < be->tp; i++) {
         cuda_rank *r = &be->rk[i];
@@ -648,13 +631,14 @@ static int kv_init(cuda_be *be, inf_err *err)
         blocks = i == 0 || n < blocks ? n : blocks;
         be->total_mem = tot;
     }
-    be->layer_kv = (size_t)blocks * be->rk[0].d.KVl * be->rk[0].d.block_size * be->rk[0].d.hd;
+    const cuda_dims *d = &be->rk[0].d; /* every rank holds as many KV heads */
+    be->layer_kv = (size_t)blocks * d->KVl * d->block_size * d->hd;
+    be->kv_bytes = (size_t)blocks * cuda_plan_kv_block_bytes(d);
     for (int i = 0; i < be->tp; i++) {
         cuda_rank *r = &be->rk[i];
-        size_t bytes = be->layer_kv * 2 * 2 * (size_t)c->n_layers;
         if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) ||
-            (rc = dev_alloc(r, (void **)&r->kv, bytes, "KV cache", err)) ||
-            (rc = CUDA_RC(err, cudaMemsetAsync(r->kv, 0, bytes, r->st))) ||
+            (rc = dev_alloc(r, (void **)&r->kv, be->kv_bytes, "KV cache", err)) ||
+            (rc = CUDA_RC(err, cudaMemsetAsync(r->kv, 0, be->kv_bytes, r->st))) ||
             (rc = CUDA_RC(err, cudaStreamSynchronize(r->st))))
             return rc;
     }
@@ -662,7 +646,8 @@ static int kv_init(cuda_be *be, inf_err *err)
     return INF_OK;
 }
 
-static int check_config(const model *m, const cuda_config *cfg, int *n_dev, inf_err *err)
+/* What needs the devices; sizes and shapes are cuda_plan_dims's. */
+static int check_config(const cuda_config *cfg, int *n_dev, inf_err *err)
 {
     char why[256];
     if (!cuda_available(why, sizeof why))
@@ -675,14 +660,6 @@ static int check_config(const model *m, const cuda_config *cfg, int *n_dev, inf_
         return inf_fail(err, INF_ERR_INVALID, "cuda: devices %d..%d requested (device %d, "
                         "tensor_parallel_size %d), %d visible", cfg->device,
                         cfg->device + tp - 1, cfg->device, tp, *n_dev);
-    if (cfg->max_tokens < 1 || cfg->max_tokens > 65535 || cfg->max_seqs < 1 ||
-        cfg->block_size < 1 || cfg->num_blocks < 0)
-        return inf_fail(err, INF_ERR_INVALID, "cuda: bad sizes (max_tokens %d (1..65535), "
-                        "max_seqs %d, block_size %d, num_blocks %d)", cfg->max_tokens,
-                        cfg->max_seqs, cfg->block_size, cfg->num_blocks);
-    if (m->cfg.n_heads % m->cfg.n_kv_heads)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: %d heads do not group over %d KV "
-                        "heads", m->cfg.n_heads, m->cfg.n_kv_heads);
     return INF_OK;
 }
 
@@ -690,7 +667,7 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
 {
     *out = NULL;
     const model_config *c = &m->cfg;
-    int n_dev = 0, rc = check_config(m, cfg, &n_dev, err);
+    int n_dev = 0, rc = check_config(cfg, &n_dev, err);
     if (rc)
         return rc;
     cuda_be *be = calloc(1, sizeof *be);
@@ -704,27 +681,28 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     be->tp = cfg->tensor_parallel_size;
     be->eps = (float)c->rms_norm_eps;
     be->prev_rows = -1;
-    int max_ctx = cfg->max_context > 0 ? cfg->max_context : c->max_position_embeddings;
+    int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
     int tied = m->lm_head.data == m->embed.data;
     be->rk = calloc((size_t)be->tp, sizeof *be->rk);
-    be->tok_scratch = malloc((size_t)cfg->max_tokens * sizeof(int32_t));
-    if (!be->rk || !be->tok_scratch) {
+    if (!be->rk) {
         rc = inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");
         goto fail;
     }
+    cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
+                       .max_ctx = max_ctx, .block_size = cfg->block_size,
+                       .max_logits = cfg->max_logits, .num_blocks = cfg->num_blocks};
     for (int i = 0; i < be->tp && !rc; i++) {
         cuda_rank *r = &be->rk[i];
         r->dev = cfg->device + i;
-        cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
-                           .max_ctx = max_ctx, .block_size = cfg->block_size,
-                           .max_logits = cfg->max_logits};
         if ((rc = cuda_plan_shard(c, be->tp, i, &r->sh, err)) ||
             (rc = cuda_plan_dims(c, &r->sh, &lim, &r->d, err)))
             break;
         cuda_plan_weights(&r->d, tied, &r->wl);
-        cuda_plan_meta(&r->d, &be->ml);
-        cuda_plan_acts(&r->d, &be->ml, &r->al);
     }
+    if (!rc) /* T, S, R and MB: the same on every rank */
+        cuda_plan_meta(&be->rk[0].d, &be->ml);
+    for (int i = 0; i < be->tp && !rc; i++)
+        cuda_plan_acts(&be->rk[i].d, &be->ml, &be->rk[i].al);
     for (int i = 0; i < be->tp && !rc; i++)
         rc = rank_init(be, &be->rk[i], err);
     if (!rc)
@@ -780,7 +758,7 @@ void cuda_backend_info(const be_backend *base, cuda_info *o)
     o->total = be->total_mem;
     o->weights = be->rk[0].wl.total;
     o->acts = be->rk[0].al.total;
-    o->kv = be->layer_kv * 2 * 2 * (size_t)be->rk[0].d.L;
+    o->kv = be->kv_bytes;
     o->num_blocks = be->base.num_blocks;
     o->n_buckets = be->nb;
 }

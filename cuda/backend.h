@@ -23,7 +23,8 @@ typedef struct cuda_config {
     int block_size;                /* tokens per KV block; 16                  */
     int max_tokens;                /* most tokens one forward carries; 2048    */
     int max_context;               /* longest sequence; <= 0: the model's
-                                      max_position_embeddings                 */
+                                      (model_context: positions, capped by a
+                                      sliding window)                         */
     int max_seqs;                  /* most sequences in one forward; 256       */
     int max_logits;                /* most logit rows one forward returns; 0:
                                       max_tokens. Sizes the logits buffers
@@ -67,9 +68,6 @@ typedef struct cuda_info {
 } cuda_info;
 
 void cuda_backend_info(const be_backend *be, cuda_info *out);
-
-/* Bytes of KV cache one token takes on one rank (all layers, K and V, bf16). */
-size_t cuda_kv_bytes_per_token(const model *m, int tensor_parallel_size);
 
 /* ---- extension of the seam: sampling on the device, overlap ----------------
  *

@@ -17,29 +17,9 @@ int cuda__rt(inf_err *err, cudaError_t e, const char *call, const char *file, in
 int cuda__blas(inf_err *err, cublasStatus_t s, const char *call, const char *file, int line);
 int cuda__nccl(inf_err *err, ncclResult_t r, const char *call, const char *file, int line);
 
-/* Expression forms, for `if ((rc = CUDA_RC(err, cudaMalloc(...)))) goto fail;` */
+/* For `if ((rc = CUDA_RC(err, cudaMalloc(...)))) goto fail;` */
 #define CUDA_RC(err, call) cuda__rt((err), (call), #call, __FILE__, __LINE__)
 #define CUBLAS_RC(err, call) cuda__blas((err), (call), #call, __FILE__, __LINE__)
 #define NCCL_RC(err, call) cuda__nccl((err), (call), #call, __FILE__, __LINE__)
-
-/* Statement forms that return the code from the calling function. */
-#define CUDA_CHECK(err, call)                                                          \
-    do {                                                                               \
-        int rc_ = CUDA_RC(err, call);                                                  \
-        if (rc_)                                                                       \
-            return rc_;                                                                \
-    } while (0)
-#define CUBLAS_CHECK(err, call)                                                        \
-    do {                                                                               \
-        int rc_ = CUBLAS_RC(err, call);                                                \
-        if (rc_)                                                                       \
-            return rc_;                                                                \
-    } while (0)
-#define NCCL_CHECK(err, call)                                                          \
-    do {                                                                               \
-        int rc_ = NCCL_RC(err, call);                                                  \
-        if (rc_)                                                                       \
-            return rc_;                                                                \
-    } while (0)
 
 #endif

@@ -6,8 +6,6 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-typedef __nv_bfloat16 bf16;
-
 static __device__ __forceinline__ float bf2f(uint16_t h)
 {
     return __uint_as_float((uint32_t)h << 16); // exact widening
@@ -22,13 +20,6 @@ template <class V> static __device__ __forceinline__ V warp_sum(V v)
 {
     for (int o = 16; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-static __device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 

@@ -47,7 +47,8 @@ static __device__ __forceinline__ bool better(float v1, int i1, float v2, int i2
     return i1 != INT_MAX && (i2 == INT_MAX || v1 > v2 || (v1 == v2 && i1 < i2));
 }
 
-static __device__ void block_argmax(float &v, int &i, red_t &red)
+// The best (v, i) of the warp, in every lane.
+static __device__ __forceinline__ void warp_argmax(float &v, int &i)
 {
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, v, o);
@@ -57,6 +58,11 @@ static __device__ void block_argmax(float &v, int &i, red_t &red)
             i = oi;
         }
     }
+}
+
+static __device__ void block_argmax(float &v, int &i, red_t &red)
+{
+    warp_argmax(v, i);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     __syncthreads();
     if (lane == 0) {
@@ -66,14 +72,7 @@ static __device__ void block_argmax(float &v, int &i, red_t &red)
     __syncthreads();
     v = lane < nw ? red.f[lane] : -INFINITY;
     i = lane < nw ? red.i[lane] : INT_MAX;
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        int oi = __shfl_xor_sync(0xffffffffu, i, o);
-        if (better(ov, oi, v, i)) {
-            v = ov;
-            i = oi;
-        }
-    }
+    warp_argmax(v, i);
 }
 
 static __device__ int block_min(int v, red_t &red)

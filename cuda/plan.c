@@ -99,10 +99,16 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     int max_tokens = lim->max_tokens, max_seqs = lim->max_seqs, max_ctx = lim->max_ctx;
     int block_size = lim->block_size;
     memset(d, 0, sizeof *d);
-    if (max_tokens < 1 || max_seqs < 1 || max_ctx < 1 || block_size < 1)
+    if (max_tokens < 1 || max_tokens > CUDA_MAX_TOKENS || max_seqs < 1 || max_ctx < 1 ||
+        block_size < 1 || lim->num_blocks < 0)
         return inf_fail(err, INF_ERR_INVALID,
-                        "cuda: bad limits (max_tokens %d, max_seqs %d, max_context %d, "
-                        "block_size %d)", max_tokens, max_seqs, max_ctx, block_size);
+                        "cuda: bad limits (max_tokens %d (1..%d), max_seqs %d, max_context "
+                        "%d, block_size %d, num_blocks %d)", max_tokens, CUDA_MAX_TOKENS,
+                        max_seqs, max_ctx, block_size, lim->num_blocks);
+    if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads)
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "cuda: %d heads do not group over %d KV heads", c->n_heads,
+                        c->n_kv_heads);
     if (c->head_dim < 2 || c->head_dim % 2 || c->head_dim > CUDA_MAX_HEAD_DIM)
         return inf_fail(err, INF_ERR_UNSUPPORTED,
                         "cuda: head_dim %d is not supported (even, at most %d)", c->head_dim,
@@ -178,7 +184,6 @@ void cuda_plan_meta(const cuda_dims *d, cuda_mlayout *m)
     m->dec = bump(&off, S * I);
     m->tiles = bump(&off, 3 * T * I);
     m->smp = bump(&off, R * sizeof(cuda_smp_row));
-    m->seq_len = bump(&off, S * I);
     m->table = bump(&off, S * (size_t)d->MB * I); /* last: a step copies only its rows */
     m->total = off;
 }
@@ -305,7 +310,7 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
     char *base = stage;
     int32_t *tok = (int32_t *)(base + m->tokens), *pos = (int32_t *)(base + m->positions);
     int32_t *slot = (int32_t *)(base + m->slots), *seq = (int32_t *)(base + m->tok_seq);
-    int32_t *len = (int32_t *)(base + m->seq_len), *table = (int32_t *)(base + m->table);
+    int32_t *table = (int32_t *)(base + m->table);
     int32_t *rows = (int32_t *)(base + m->rows), *dec = (int32_t *)(base + m->dec);
     int32_t *tiles = (int32_t *)(base + m->tiles);
     cuda_smp_row *srow = (cuda_smp_row *)(base + m->smp);
@@ -321,7 +326,6 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         int t0 = b->seq_start[s], t1 = b->seq_start[s + 1];
         for (int t = t0; t < t1; t++)
             seq[t] = s;
-        len[s] = b->seq_len[s];
         int32_t *row = table + (size_t)s * d->MB;
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)cols * I);
         memset(row + cols, 0, (size_t)(d->MB - cols) * I);
@@ -342,22 +346,13 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         pos[t] = 0;
         slot[t] = 0;
         seq[t] = s;
-        len[s] = 1;
         memset(table + (size_t)s * d->MB, 0, (size_t)d->MB * I);
-        rows[t] = t;
         dec[n_dec++] = t;
     }
     int n_rows = bucket > 0 ? T : b->n_logits;
-    if (smp) {
+    if (smp)
         memcpy(srow, smp, (size_t)b->n_logits * sizeof *srow);
-        for (int i = b->n_logits; i < n_rows; i++) {
-            cuda_smp_row greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
-                                   .min_p = 0.0f, .u = 0.0};
-            srow[i] = greedy;
-        }
-    }
     st->T = T;
-    st->n_tok = n;
     st->n_dec = n_dec;
     st->n_tiles = n_tiles;
     st->n_rows = n_rows;

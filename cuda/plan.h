@@ -15,6 +15,7 @@
 #include "engine/model.h"
 
 #define CUDA_ALIGN 256          /* bytes: every sub-buffer of an arena        */
+#define CUDA_MAX_TOKENS 65535   /* a grid's y extent (k_swiglu: one per token) */
 #define CUDA_MAX_HEAD_DIM 256   /* the attention kernels' register tiles      */
 #define CUDA_ATTN_ROWS 32       /* query rows (token x head) per prefill tile */
 #define CUDA_DEC_HEADS 8        /* query heads one decode block handles       */
@@ -82,14 +83,18 @@ typedef struct cuda_dims {
 
 /* What one forward may carry. */
 typedef struct cuda_limits {
-    int max_tokens, max_seqs, max_ctx, block_size;
+    int max_tokens; /* 1..CUDA_MAX_TOKENS                                    */
+    int max_seqs, max_ctx, block_size;
     int max_logits; /* logit rows; <= 0: max_tokens. Raised to max_seqs, the
                        rows a full decode step (and its graph) computes     */
+    int num_blocks; /* KV blocks asked for: 0 from the budget, > 0 fixed;
+                       checked here so a bad value fails before the upload  */
 } cuda_limits;
 
 /* Fills d for shard sh. INF_ERR_UNSUPPORTED for shapes the kernels do not
- * handle (odd or > CUDA_MAX_HEAD_DIM head_dim, more than CUDA_ATTN_ROWS query
- * heads per KV head); INF_ERR_INVALID for bad limits. */
+ * handle (query heads that do not group over the KV heads, odd or
+ * > CUDA_MAX_HEAD_DIM head_dim, more than CUDA_ATTN_ROWS query heads per KV
+ * head); INF_ERR_INVALID for bad limits. */
 int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limits *lim,
                    cuda_dims *d, inf_err *err);
 
@@ -127,7 +132,6 @@ typedef struct cuda_mlayout {
     size_t dec;                               /* [S] int32 decode tokens     */
     size_t tiles;                             /* [T][3] int32 seq, t0, nq    */
     size_t smp;                               /* [R] cuda_smp_row            */
-    size_t seq_len;                           /* [S] int32                   */
     size_t table;                             /* [S][MB] int32               */
     size_t total;
 } cuda_mlayout;
@@ -194,7 +198,6 @@ typedef struct cuda_smp_row cuda_smp_row;
 
 typedef struct cuda_step {
     int T;       /* token rows the kernels run over (n_tokens, or the bucket) */
-    int n_tok;   /* real tokens                                               */
     int n_dec;   /* tokens of one-token sequences: decode attention           */
     int n_tiles; /* prefill tiles of the other sequences                      */
     int n_rows;  /* logit rows computed (the bucket's, when padded)            */
@@ -209,12 +212,14 @@ typedef struct cuda_step {
 int cuda_plan_is_decode(const be_batch *b);
 
 /* Packs b into stage (layout m): tokens, positions, slots, the token ->
- * sequence map, context lengths, block tables re-strided to MB, logit rows,
- * the decode list, prefill tiles and, if smp, sampling rows. bucket > 0 pads
- * a decode step to bucket rows: padding tokens are token 0 at position 0 of
- * a one-token sequence on the null block (slot 0), so they read and write
- * nothing real. The batch must already have passed be_batch_check and the
- * limits of d (context, sequences, logit rows). */
+ * sequence map, block tables re-strided to MB, logit rows, the decode list,
+ * prefill tiles and, if smp, sampling rows. bucket > 0 pads a decode step to
+ * bucket rows: padding tokens are token 0 at position 0 of a one-token
+ * sequence on the null block (slot 0), so they read and write nothing real.
+ * Padding gets no logit rows or sampling rows: a padded step's final norm
+ * takes its rows in order, and only the batch's n_logits rows are sampled.
+ * The batch must already have passed be_batch_check and the limits of d
+ * (context, sequences, logit rows). */
 void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *b,
                      int bucket, const cuda_smp_row *smp, void *stage, cuda_step *st);
 

@@ -1,7 +1,7 @@
 #include "be.h"
 
 int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int max_ctx,
-                   inf_err *err)
+                   int n_placeholders, inf_err *err)
 {
     if (b->n_tokens < 1 || b->n_tokens > max_tokens)
         return inf_fail(err, INF_ERR_INVALID, "batch: %d tokens (limit %d)",
@@ -26,9 +26,10 @@ int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int 
                             "batch: sequence %d length %d exceeds the context limit %d",
                             s, b->seq_len[s], max_ctx);
         for (int t = t0; t < t1; t++) {
-            if (b->tokens[t] < 0 || b->tokens[t] >= be->vocab_size)
-                return inf_fail(err, INF_ERR_INVALID, "batch: token id %d out of range",
-                                b->tokens[t]);
+            if (b->tokens[t] < -n_placeholders || b->tokens[t] >= be->vocab_size)
+                return inf_fail(err, INF_ERR_INVALID,
+                                "batch: token id %d out of range [%d, %d)", b->tokens[t],
+                                -n_placeholders, be->vocab_size);
             if (b->positions[t] < 0 || b->positions[t] >= b->seq_len[s])
                 return inf_fail(err, INF_ERR_INVALID,
                                 "batch: position %d outside sequence %d (length %d)",

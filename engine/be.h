@@ -43,11 +43,13 @@ struct be_backend {
 };
 
 /* Checks a batch against the backend's limits (at most max_tokens tokens;
- * token and slot ranges; sequences no longer than max_ctx, positions inside
- * them; seq_start monotone; logit rows in range); the engine builds batches,
- * so a failure here is a bug upstream. */
+ * token ids in [-n_placeholders, vocab_size), the negative ones being
+ * placeholders a backend resolves itself (0 where it has none); slot ranges;
+ * sequences no longer than max_ctx, positions inside them; seq_start
+ * monotone; logit rows in range); the engine builds batches, so a failure
+ * here is a bug upstream. */
 int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int max_ctx,
-                   inf_err *err);
+                   int n_placeholders, inf_err *err);
 
 static inline int be_forward(be_backend *be, const be_batch *b, float *logits,
                              inf_err *err)

@@ -109,6 +109,37 @@ static int is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* The fixture tiny, or stories260K when `real` and ../shared has it; dir
+ * gets the path. A model that does not load fails the test. */
+static model *load_test_model(int real, char dir[600])
+{
+    if (real && is_dir("../shared/models/stories260K"))
+        snprintf(dir, 600, "../shared/models/stories260K");
+    else
+        snprintf(dir, 600, "%s/tiny", fixtures());
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    return m;
+}
+
+/* Blocks 1..nb-1 in random order ([nb - 1], malloc'd): a cache handed out
+ * scattered, as a long-running pool would. */
+static int32_t *shuffled_blocks(int nb)
+{
+    int32_t *perm = malloc((size_t)nb * sizeof *perm);
+    for (int i = 0; i < nb - 1; i++)
+        perm[i] = i + 1;
+    for (int i = nb - 2; i > 0; i--) {
+        int j = (int)(urand() % (unsigned)(i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    return perm;
+}
+
 /* ---- no GPU needed ------------------------------------------------------------ */
 
 /* cuda_available answers with a reason on any machine, GPU or not, and
@@ -407,16 +438,7 @@ static void run_attn_case(const attn_case *c)
                        .block_size = c->bs};
     assert_int_equal(cuda_plan_dims(&mc, &sh, &lim, &d, NULL), INF_OK);
     int MB = d.MB, nb = c->n_seqs * MB + 1, H = c->KV * c->G, hd = c->hd;
-    /* shuffled blocks 1..nb-1 */
-    int32_t *perm = malloc((size_t)nb * sizeof *perm);
-    for (int i = 0; i < nb - 1; i++)
-        perm[i] = i + 1;
-    for (int i = nb - 2; i > 0; i--) {
-        int j = (int)(urand() % (unsigned)(i + 1));
-        int32_t tmp = perm[i];
-        perm[i] = perm[j];
-        perm[j] = tmp;
-    }
+    int32_t *perm = shuffled_blocks(nb);
     int32_t *table = calloc((size_t)c->n_seqs * MB, sizeof *table);
     for (int s = 0, k = 0; s < c->n_seqs; s++)
         for (int i = 0; i < MB; i++)
@@ -940,27 +962,12 @@ static void test_cuda_model_batched_chunked_paged(void **state)
     (void)state;
     NEED_GPU();
     char dir[600];
-    if (is_dir("../shared/models/stories260K"))
-        snprintf(dir, sizeof dir, "../shared/models/stories260K");
-    else
-        snprintf(dir, sizeof dir, "%s/tiny", fixtures());
-    model *m = NULL;
-    inf_err err = {0};
-    if (model_load(dir, &m, &err))
-        fail_msg("%s", err.msg);
+    model *m = load_test_model(1, dir);
     enum { NS = 16, MAXLEN = 70, PER = (MAXLEN + BS - 1) / BS };
     int V = m->cfg.vocab_size, len[NS];
     int32_t toks[NS][MAXLEN], blocks[NS][MAXB];
     int nb = NS * PER + 1;
-    int32_t *perm = malloc((size_t)nb * 4);
-    for (int i = 0; i < nb - 1; i++)
-        perm[i] = i + 1;
-    for (int i = nb - 2; i > 0; i--) {
-        int j = (int)(urand() % (unsigned)(i + 1));
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    int32_t *perm = shuffled_blocks(nb);
     for (int s = 0, k = 0; s < NS; s++) {
         len[s] = 8 + (int)(urand() % (MAXLEN - 8));
         toks[s][0] = 1;
@@ -1044,11 +1051,7 @@ static void test_cuda_graphs_match_eager(void **state)
     (void)state;
     NEED_GPU();
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
-    model *m = NULL;
-    inf_err err = {0};
-    if (model_load(dir, &m, &err))
-        fail_msg("%s", err.msg);
+    model *m = load_test_model(0, dir);
     int V = m->cfg.vocab_size;
     const int sizes[] = {8, 5};
     for (int k = 0; k < 2; k++) {
@@ -1101,14 +1104,8 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     (void)state;
     NEED_GPU();
     char dir[600];
-    if (is_dir("../shared/models/stories260K"))
-        snprintf(dir, sizeof dir, "../shared/models/stories260K");
-    else
-        snprintf(dir, sizeof dir, "%s/tiny", fixtures());
-    model *m = NULL;
+    model *m = load_test_model(1, dir);
     inf_err err = {0};
-    if (model_load(dir, &m, &err))
-        fail_msg("%s", err.msg);
     enum { NS = 4, STEPS = 24 };
     int32_t prompt[NS][3], ref[NS][STEPS], got[NS][STEPS], blocks[NS][MAXB];
     memset(blocks, 0, sizeof blocks);
@@ -1170,11 +1167,8 @@ static void test_cuda_errors(void **state)
     (void)state;
     NEED_GPU();
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
-    model *m = NULL;
+    model *m = load_test_model(0, dir);
     inf_err err = {0};
-    if (model_load(dir, &m, &err))
-        fail_msg("%s", err.msg);
     int V = m->cfg.vocab_size;
     be_backend *be = gpu_make(m, 64, 8, 256, 17, 1, 1);
     int32_t blocks[MAXB] = {1, 2, 3}, t = V + 5, good = 3;
@@ -1258,11 +1252,7 @@ static void test_cuda_tensor_parallel_matches_tp1(void **state)
         skip();
     }
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/tiny", fixtures());
-    model *m = NULL;
-    inf_err err = {0};
-    if (model_load(dir, &m, &err))
-        fail_msg("%s", err.msg);
+    model *m = load_test_model(0, dir);
     int V = m->cfg.vocab_size, n = 30;
     int32_t toks[30];
     for (int i = 0; i < n; i++)
