@@ -147,13 +147,17 @@ static void test_kernels_mm_row_and_split_invariant(void **state)
         }
 }
 
-/* Several packed blocks in one call (N > CPU_NC, with a column tail) and
- * K blocks with a tail: every table equals the generic one. */
+/* Several column blocks in one call (N > CPU_NC and over 128, with a column
+ * tail) and K blocks with a tail, at row counts that take the AVX-512
+ * kernel's blocked path (9-16) and its packed path (21): every table equals
+ * the generic one. */
 static void test_kernels_mm_many_blocks_match_oracle(void **state)
 {
     (void)state;
-    enum { M = 21, N = 2 * CPU_NC + 37, K = 2 * CPU_KB + 52 };
-    for (int dt = 0; dt < 3; dt++) {
+    enum { N = 2 * CPU_NC + 37, K = 2 * CPU_KB + 52 };
+    static const int Ms[] = {9, 12, 16, 21};
+    for (int c = 0; c < 3 * 4; c++) {
+        int dt = c % 3, M = Ms[c / 3];
         float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * N * K);
         for (int i = 0; i < M * K; i++)
             x[i] = frand();
