@@ -344,44 +344,51 @@ static void mm_packed(const cpu_mm *a, int n0, int n1, float *pack)
     }
 }
 
-/* The direct tiles: with up to DIRECT_MAX_M activation rows, the block is
- * one weight tile. With more (up
- * to BLOCKED_MAX_M) the rows go in groups of DIRECT_MAX_M over blocks of
- * BLOCK_N weight rows (128 KiB of bf16 per K block): the first group pulls a
- * block from memory, the others find it in L2, still narrow. Cheaper there
- * than the packed path, whose f32 copy of the block is twice the L2 traffic
- * and whose first row tile alone cannot hide the memory. */
-static void mm_direct(const cpu_mm *a, int n0, int n1)
+/* The direct tiles over one block: weight rows [jc, je) x one K block, for
+ * every group of up to DIRECT_MAX_M activation rows. */
+static void direct_block(const cpu_mm *a, int jc, int je, int kb)
 {
     size_t es = inf_dtype_size(a->wt);
-    int block = a->M > DIRECT_MAX_M ? BLOCK_N : direct_wide(a->M);
-    /* From 4 rows on, the K blocks go outermost: the activations' block
-     * (up to 8 x 1024 floats) then stays in L1 across every weight tile of
-     * the range, where alternating K blocks would refetch it from L2 for
-     * each tile (13-30% slower at 8 rows). With fewer rows it is small
-     * anyway, and reading whole weight rows keeps the memory streams long. */
-    int k_outer = a->M >= 4, nk = (a->K + CPU_KB - 1) / CPU_KB;
-    int outer = k_outer ? nk : (n1 - n0 + block - 1) / block;
-    int inner = k_outer ? (n1 - n0 + block - 1) / block : nk;
-    for (int o = 0; o < outer; o++)
-        for (int q = 0; q < inner; q++) {
-            int jc = n0 + (k_outer ? q : o) * block, kb = (k_outer ? o : q) * CPU_KB;
-            int je = n1 - jc < block ? n1 : jc + block;
-            int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
-            for (int i = 0; i < a->M; i += DIRECT_MAX_M) {
-                int mr = a->M - i < DIRECT_MAX_M ? a->M - i : DIRECT_MAX_M;
-                const tile_fn *t = direct_tiles[a->wt][mr - 1];
-                int wide = direct_wide(mr);
-                const float *x = a->x + (size_t)i * a->ldx + kb;
-                float *y = a->y + (size_t)i * a->ldy;
-                for (int j = jc; j < je;) {
-                    int nr = je - j >= wide ? wide : 1;
-                    const char *w = (const char *)a->w + ((size_t)j * a->ldw + kb) * es;
-                    t[nr == wide ? 0 : 1](x, a->ldx, w, a->ldw, klen, y + j, a->ldy, kb == 0);
-                    j += nr;
-                }
-            }
+    int klen = a->K - kb < CPU_KB ? a->K - kb : CPU_KB;
+    for (int i = 0; i < a->M; i += DIRECT_MAX_M) {
+        int mr = a->M - i < DIRECT_MAX_M ? a->M - i : DIRECT_MAX_M;
+        const tile_fn *t = direct_tiles[a->wt][mr - 1];
+        int wide = direct_wide(mr);
+        const float *x = a->x + (size_t)i * a->ldx + kb;
+        float *y = a->y + (size_t)i * a->ldy;
+        for (int j = jc; j < je;) {
+            int nr = je - j >= wide ? wide : 1;
+            const char *w = (const char *)a->w + ((size_t)j * a->ldw + kb) * es;
+            t[nr == wide ? 0 : 1](x, a->ldx, w, a->ldw, klen, y + j, a->ldy, kb == 0);
+            j += nr;
         }
+    }
+}
+
+/* The direct tiles: with up to DIRECT_MAX_M activation rows, the block is
+ * one weight tile. With more (up to BLOCKED_MAX_M) the rows go in groups of
+ * DIRECT_MAX_M over blocks of BLOCK_N weight rows (128 KiB of bf16 per K
+ * block): the first group pulls a block from memory, the others find it in
+ * L2, still narrow. Cheaper there than the packed path, whose f32 copy of
+ * the block is twice the L2 traffic and whose first row tile alone cannot
+ * hide the memory.
+ * From 4 rows on, the K blocks go outermost: the activations' block (up to
+ * 8 x 1024 floats) then stays in L1 across every weight tile of the range,
+ * where alternating K blocks would refetch it from L2 for each tile. With
+ * fewer rows it is small anyway, and whole weight rows keep the memory
+ * streams long. Either order adds each output's K blocks in turn. */
+static void mm_direct(const cpu_mm *a, int n0, int n1)
+{
+    int block = a->M > DIRECT_MAX_M ? BLOCK_N : direct_wide(a->M);
+    if (a->M >= 4) {
+        for (int kb = 0; kb < a->K; kb += CPU_KB)
+            for (int jc = n0; jc < n1; jc += block)
+                direct_block(a, jc, n1 - jc < block ? n1 : jc + block, kb);
+    } else {
+        for (int jc = n0; jc < n1; jc += block)
+            for (int kb = 0; kb < a->K; kb += CPU_KB)
+                direct_block(a, jc, n1 - jc < block ? n1 : jc + block, kb);
+    }
 }
 
 static void mm(const cpu_mm *a, int n0, int n1, float *pack)

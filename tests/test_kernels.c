@@ -156,22 +156,23 @@ static void test_kernels_mm_many_blocks_match_oracle(void **state)
     (void)state;
     enum { N = 2 * CPU_NC + 37, K = 2 * CPU_KB + 52 };
     static const int Ms[] = {9, 12, 16, 21};
-    for (int c = 0; c < 3 * 4; c++) {
-        int dt = c % 3, M = Ms[c / 3];
-        float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * N * K);
-        for (int i = 0; i < M * K; i++)
-            x[i] = frand();
-        void *w = rand_weights((inf_dtype)dt, (size_t)N * K, wf);
-        float *ref = malloc(sizeof(float) * M * N), *y = malloc(sizeof(float) * M * N);
-        run_mm(tables[0], x, M, K, w, (inf_dtype)dt, N, ref, 0, N);
-        for (int t = 1; t < n_tables; t++) {
-            run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, y, 0, N);
-            if (memcmp(y, ref, sizeof(float) * M * N))
-                fail_msg("%s mm differs from generic: dtype %s M=%d N=%d K=%d", tables[t]->name,
-                         inf_dtype_name((inf_dtype)dt), M, N, K);
+    for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+        for (int dt = 0; dt < 3; dt++) {
+            int M = Ms[mi];
+            float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * N * K);
+            for (int i = 0; i < M * K; i++)
+                x[i] = frand();
+            void *w = rand_weights((inf_dtype)dt, (size_t)N * K, wf);
+            float *ref = malloc(sizeof(float) * M * N), *y = malloc(sizeof(float) * M * N);
+            run_mm(tables[0], x, M, K, w, (inf_dtype)dt, N, ref, 0, N);
+            for (int t = 1; t < n_tables; t++) {
+                run_mm(tables[t], x, M, K, w, (inf_dtype)dt, N, y, 0, N);
+                if (memcmp(y, ref, sizeof(float) * M * N))
+                    fail_msg("%s mm differs from generic: dtype %s M=%d N=%d K=%d", tables[t]->name,
+                             inf_dtype_name((inf_dtype)dt), M, N, K);
+            }
+            free(x), free(wf), free(w), free(ref), free(y);
         }
-        free(x), free(wf), free(w), free(ref), free(y);
-    }
 }
 
 /* dot and to_f32 of every table equal the generic table's exactly. */
