@@ -6,13 +6,16 @@
 #include <unistd.h>
 
 #include "cpu/backend.h"
+#ifdef INFERD_CUDA
+#include "cuda/backend.h"
+#endif
 #include "engine/gen.h"
 #include "engine/model.h"
 #include "engine/tok.h"
 #include "server/args.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *kernels;
+    const char *model, *prompt, *prompt_ids, *kernels, *device;
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
     float temperature, top_p, min_p, presence, frequency, repetition;
@@ -91,6 +94,28 @@ static void usage(FILE *f, const arg_spec *specs, int n)
     args_help(f, specs, n);
 }
 
+/* The CPU backend, or the GPU's with the same fixed pool of one sequence. */
+static int make_backend(const gen_opts *o, const model *m, const cpu_config *cc,
+                        be_backend **be, inf_err *err)
+{
+    if (!strcmp(o->device, "cpu"))
+        return cpu_backend_create(m, cc, be, err);
+#ifdef INFERD_CUDA
+    {
+        cuda_config gc = cuda_config_default();
+        gc.num_blocks = cc->num_blocks;
+        gc.block_size = cc->block_size;
+        gc.max_tokens = cc->max_tokens;
+        gc.max_context = cc->max_context;
+        gc.max_seqs = 1;
+        gc.max_logits = 1;
+        return cuda_backend_create(m, &gc, be, err);
+    }
+#endif
+    return inf_fail(err, INF_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend "
+                    "(build with make CUDA=1)", o->device);
+}
+
 static int run(const gen_opts *o, inf_err *err)
 {
     model *m = NULL;
@@ -144,7 +169,7 @@ static int run(const gen_opts *o, inf_err *err)
     cc.max_tokens = o->batched;
     cc.max_context = max_ctx;
     cc.num_blocks = (max_ctx + cc.block_size - 1) / cc.block_size + 1;
-    if ((rc = cpu_backend_create(m, &cc, &be, err)))
+    if ((rc = make_backend(o, m, &cc, &be, err)))
         goto done;
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     if ((rc = kv_create(&kc, &kv, err)) || (rc = smp_create(c->vocab_size, &smp, err)))
@@ -195,7 +220,7 @@ static int run(const gen_opts *o, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
                 pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
                 res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
-                cpu_backend_kernels(be), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+                strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     gen_results_free(&res, 1);
     tok_stream_destroy(pr.ts);
@@ -211,7 +236,7 @@ done:
 int generate_main(int argc, char **argv)
 {
     gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
-                  .block_size = 16, .kernels = "auto"};
+                  .block_size = 16, .kernels = "auto", .device = "cpu"};
     const arg_spec specs[] = {
         {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory (required)"},
         {"prompt", ARG_STR, &o.prompt, "TEXT", "prompt text (BOS added as tokenizer_config.json says)"},
@@ -229,6 +254,7 @@ int generate_main(int argc, char **argv)
         {"output-ids", ARG_FLAG, &o.output_ids, NULL, "print generated token ids instead of text"},
         {"threads", ARG_INT, &o.threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
+        {"device", ARG_STR, &o.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
         {"max-num-batched-tokens", ARG_INT, &o.batched, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
@@ -248,6 +274,10 @@ int generate_main(int argc, char **argv)
     if (!o.model || (!o.prompt == !o.prompt_ids)) {
         fprintf(stderr, "inferd generate: --model and one of --prompt or --prompt-ids are required "
                         "(see --help)\n");
+        return 2;
+    }
+    if (strcmp(o.device, "cpu") && strcmp(o.device, "cuda")) {
+        fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
         return 2;
     }
     if (o.batched < 1 || o.block_size < 1 || o.max_tokens < 0) {
