@@ -80,7 +80,8 @@ cuda_config cuda_config_default(void)
 {
     cuda_config c = {.device = 0, .gpu_memory_utilization = 0.9, .block_size = 16,
                      .max_tokens = 2048, .max_context = 0, .max_seqs = 256, .max_logits = 0,
-                     .tensor_parallel_size = 1, .num_blocks = 0, .cuda_graphs = 1};
+                     .tensor_parallel_size = 1, .num_blocks = 0, .cuda_graphs = 1,
+                     .batch_invariant = 1};
     return c;
 }
 
@@ -154,11 +155,14 @@ static int set_dev(const cuda_be *be, const cuda_rank *r, inf_err *err)
 
 /* ---- the forward pass -------------------------------------------------------- */
 
-/* y[M][ldy] = x[M][ldx] . w[N][K]^T: cuBLAS is column-major, so this is
- * y^T = w . x^T with w read transposed; bf16 in, f32 accumulate and out. */
+/* y[M][ldy] = x[M][ldx] . w[N][K]^T, bf16 in, f32 accumulate and out: our
+ * batch-invariant kernel, or cuBLAS (column-major, so y^T = w . x^T with w
+ * read transposed), which picks its kernels by M. */
 static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
                 float *y, int ldy, int M, inf_err *err)
 {
+    if (r->d.invariant)
+        return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, r->st));
     const float one = 1.0f, zero = 0.0f;
     return CUBLAS_RC(err, cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w,
                                        CUDA_R_16BF, K, x, CUDA_R_16BF, ldx, &zero, y,
@@ -607,7 +611,9 @@ static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
         (rc = CUBLAS_RC(err, cublasSetWorkspace(r->blas, r->a + r->al.ws, CUDA_BLAS_WORKSPACE))))
         return rc;
     r->b = bufs_of(be, r);
-    return CUDA_RC(err, cuda_k_attn_setup(r->d.hd));
+    if ((rc = CUDA_RC(err, cuda_k_attn_setup(r->d.hd))))
+        return rc;
+    return CUDA_RC(err, cuda_k_gemm_setup());
 }
 
 /* Blocks every rank has room for; then the caches themselves. */
@@ -621,7 +627,9 @@ static int kv_init(cuda_be *be, inf_err *err)
             (rc = CUDA_RC(err, cudaMemGetInfo(&fr, &tot))))
             return rc;
         cuda_kv_in in = {.total = tot, .free = fr, .util = be->cfg.gpu_memory_utilization,
-                         .block_bytes = cuda_plan_kv_block_bytes(&r->d), .reserve = CUDA_RESERVE,
+                         .block_bytes = cuda_plan_kv_block_bytes(&r->d) +
+                                        be->cfg.extra_block_bytes,
+                         .reserve = CUDA_RESERVE + be->cfg.reserve_bytes,
                          .weights = r->wl.total, .acts = r->al.total,
                          .block_size = r->d.block_size, .max_ctx = r->d.max_ctx,
                          .num_blocks = be->cfg.num_blocks};
@@ -643,6 +651,32 @@ static int kv_init(cuda_be *be, inf_err *err)
             return rc;
     }
     be->base.num_blocks = blocks;
+    return INF_OK;
+}
+
+int cuda_backend_footprint(const model *m, const cuda_config *cfg, size_t *fixed,
+                           size_t *per_block, inf_err *err)
+{
+    const model_config *c = &m->cfg;
+    cuda_shard sh;
+    cuda_dims d;
+    cuda_wlayout wl;
+    cuda_mlayout ml;
+    cuda_alayout al;
+    cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
+                       .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
+                       .block_size = cfg->block_size, .max_logits = cfg->max_logits,
+                       .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
+    int rc = cuda_plan_shard(c, cfg->tensor_parallel_size, 0, &sh, err);
+    if (!rc)
+        rc = cuda_plan_dims(c, &sh, &lim, &d, err);
+    if (rc)
+        return rc;
+    cuda_plan_weights(&d, m->lm_head.data == m->embed.data, &wl);
+    cuda_plan_meta(&d, &ml);
+    cuda_plan_acts(&d, &ml, &al);
+    *fixed = wl.total + al.total;
+    *per_block = cuda_plan_kv_block_bytes(&d);
     return INF_OK;
 }
 
@@ -690,7 +724,8 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     }
     cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
                        .max_ctx = max_ctx, .block_size = cfg->block_size,
-                       .max_logits = cfg->max_logits, .num_blocks = cfg->num_blocks};
+                       .max_logits = cfg->max_logits, .num_blocks = cfg->num_blocks,
+                       .invariant = cfg->batch_invariant};
     for (int i = 0; i < be->tp && !rc; i++) {
         cuda_rank *r = &be->rk[i];
         r->dev = cfg->device + i;

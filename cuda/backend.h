@@ -34,7 +34,21 @@ typedef struct cuda_config {
     int tensor_parallel_size;      /* GPUs, one rank each; 1                   */
     int num_blocks;                /* > 0: exactly this many KV blocks (tests);
                                       0: as many as the memory budget allows  */
+    size_t reserve_bytes;          /* left free on each GPU for another backend
+                                      (a draft's weights and activations); 0 */
+    size_t extra_block_bytes;      /* bytes another backend allocates per KV
+                                      block of ours (a draft's cache for the
+                                      same blocks): the budget pays for both;
+                                      0                                       */
     int cuda_graphs;               /* 1: replay decode steps as graphs; 1      */
+    int batch_invariant;           /* 1: our GEMM and split-K attention for
+                                      every token, so a sequence's logits are
+                                      the same bits whatever else is in the
+                                      batch, and chunked, cached or verified
+                                      tokens equal decoded ones; 0: cuBLAS
+                                      GEMMs and prefill tiles (results vary
+                                      with the batch: cuBLAS picks kernels
+                                      by the number of rows); 1               */
 } cuda_config;
 
 cuda_config cuda_config_default(void);
@@ -54,6 +68,13 @@ int cuda_available(char *why, size_t len);
  * failure, naming the call and its source line). */
 int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out,
                         inf_err *err);
+
+/* What a backend of m with cfg would hold on each GPU, computed on the host
+ * without a device: *fixed = weights + activation buffers, *per_block = the
+ * KV cache of one block. For sizing a draft beside a target, and a pool
+ * from a byte budget. Errors as cuda_backend_create's shape checks. */
+int cuda_backend_footprint(const model *m, const cuda_config *cfg, size_t *fixed,
+                           size_t *per_block, inf_err *err);
 
 /* How the backend placed itself, for the log line at start-up. */
 typedef struct cuda_info {

@@ -82,6 +82,17 @@ cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles, cudaStream
  * current device (once per device, before any launch or capture). */
 cudaError_t cuda_k_attn_setup(int hd);
 
+/* y[M][ldy] = x[M][ldx] . w[N][K]^T, bf16 in (x and w), f32 accumulate and
+ * out, on the tensor cores. Batch-invariant: row i of y is the same bits
+ * whatever M is and whatever the other rows hold (each element is one
+ * accumulator over K in increasing order; cuda/k_gemm.cu says why). */
+cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
+                        int ldy, int M, cudaStream_t st);
+
+/* Raises cuda_k_gemm's shared-memory limits on the current device (once per
+ * device, before any launch or capture). */
+cudaError_t cuda_k_gemm_setup(void);
+
 /* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with
  * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row. */
 cudaError_t cuda_k_sample(const float *logits, int V, int n, const cuda_smp_row *rows,

@@ -137,6 +137,8 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     d->MB = cdiv(max_ctx, block_size);
     cuda_plan_splitk(max_ctx, &d->chunk, &d->max_splits);
     d->tile_tokens = CUDA_ATTN_ROWS / G;
+    d->invariant = lim->invariant != 0;
+    d->n_dec_max = d->invariant ? d->T : d->S;
     d->lm_head = sh->rank == 0;
     return INF_OK;
 }
@@ -181,7 +183,7 @@ void cuda_plan_meta(const cuda_dims *d, cuda_mlayout *m)
     m->slots = bump(&off, T * I);
     m->tok_seq = bump(&off, T * I);
     m->rows = bump(&off, R * I);
-    m->dec = bump(&off, S * I);
+    m->dec = bump(&off, (size_t)d->n_dec_max * I);
     m->tiles = bump(&off, 3 * T * I);
     m->smp = bump(&off, R * sizeof(cuda_smp_row));
     m->table = bump(&off, S * (size_t)d->MB * I); /* last: a step copies only its rows */
@@ -202,7 +204,7 @@ void cuda_plan_acts(const cuda_dims *d, const cuda_mlayout *m, cuda_alayout *a)
     size_t R = (size_t)d->R;
     a->fin = bump(&off, R * D * 2);
     a->logits = bump(&off, d->lm_head ? R * (size_t)d->V * sizeof(float) : 0);
-    a->part = bump(&off, (size_t)d->S * d->KVl * d->max_splits * d->G * (d->hd + 2) *
+    a->part = bump(&off, (size_t)d->n_dec_max * d->KVl * d->max_splits * d->G * (d->hd + 2) *
                              sizeof(float));
     a->ids = bump(&off, R * sizeof(int32_t));
     a->ws = bump(&off, CUDA_BLAS_WORKSPACE);
@@ -329,8 +331,9 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         int32_t *row = table + (size_t)s * d->MB;
         memcpy(row, b->block_table + (size_t)s * b->max_blocks, (size_t)cols * I);
         memset(row + cols, 0, (size_t)(d->MB - cols) * I);
-        if (t1 - t0 == 1) {
-            dec[n_dec++] = t0;
+        if (t1 - t0 == 1 || d->invariant) {
+            for (int t = t0; t < t1; t++)
+                dec[n_dec++] = t;
             continue;
         }
         for (int t = t0; t < t1; t += d->tile_tokens) {

@@ -78,6 +78,10 @@ typedef struct cuda_dims {
     int chunk;      /* positions per decode split                           */
     int max_splits; /* splits of the longest context                         */
     int tile_tokens;/* tokens per prefill tile: CUDA_ATTN_ROWS / G           */
+    int invariant;  /* 1: batch-invariant kernels; every token takes the
+                       split-K attention path, so the decode list and the
+                       split partials are sized for T tokens, not S         */
+    int n_dec_max;  /* entries of the decode list: T when invariant, else S */
     int lm_head;    /* 1 on the rank that computes logits (rank 0)           */
 } cuda_dims;
 
@@ -89,6 +93,7 @@ typedef struct cuda_limits {
                        rows a full decode step (and its graph) computes     */
     int num_blocks; /* KV blocks asked for: 0 from the budget, > 0 fixed;
                        checked here so a bad value fails before the upload  */
+    int invariant;  /* batch-invariant kernels (cuda_config.batch_invariant) */
 } cuda_limits;
 
 /* Fills d for shard sh. INF_ERR_UNSUPPORTED for shapes the kernels do not
@@ -129,7 +134,8 @@ void cuda_plan_weights(const cuda_dims *d, int tied, cuda_wlayout *w);
 typedef struct cuda_mlayout {
     size_t tokens, positions, slots, tok_seq; /* [T] int32                   */
     size_t rows;                              /* [R] int32 logit rows        */
-    size_t dec;                               /* [S] int32 decode tokens     */
+    size_t dec;                               /* [n_dec_max] int32 tokens of
+                                                 split-K attention           */
     size_t tiles;                             /* [T][3] int32 seq, t0, nq    */
     size_t smp;                               /* [R] cuda_smp_row            */
     size_t table;                             /* [S][MB] int32               */
@@ -150,7 +156,7 @@ typedef struct cuda_alayout {
     size_t act;     /* [T][Fl] bf16 SwiGLU output                            */
     size_t fin;     /* [R][D] bf16 final-normed logit rows                   */
     size_t logits;  /* [R][V] f32 (lm_head rank; 0 bytes elsewhere)          */
-    size_t part;    /* [S][KVl][max_splits][G][hd + 2] f32 split partials    */
+    size_t part;    /* [n_dec_max][KVl][max_splits][G][hd + 2] f32 partials  */
     size_t ids;     /* [R] int32 sampled ids                                 */
     size_t ws;      /* cuBLAS workspace                                       */
     size_t total;
@@ -213,7 +219,9 @@ int cuda_plan_is_decode(const be_batch *b);
 
 /* Packs b into stage (layout m): tokens, positions, slots, the token ->
  * sequence map, block tables re-strided to MB, logit rows, the decode list,
- * prefill tiles and, if smp, sampling rows. bucket > 0 pads a decode step to
+ * prefill tiles and, if smp, sampling rows. With d->invariant every token is
+ * on the decode list (split-K attention computes a token the same way
+ * whether it decodes, prefills or verifies) and there are no tiles. bucket > 0 pads a decode step to
  * bucket rows: padding tokens are token 0 at position 0 of a one-token
  * sequence on the null block (slot 0), so they read and write nothing real.
  * Padding gets no logit rows or sampling rows: a padded step's final norm

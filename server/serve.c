@@ -191,6 +191,21 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
     return INF_OK;
 }
 
+#ifdef INFERD_CUDA
+/* The draft's GPU backend beside the target's: the target's step shape, its
+ * own context (the shorter of the two); the pool is the target's. */
+static cuda_config draft_gpu_config(const app *a, const cpu_config *target_cc, int max_len)
+{
+    cuda_config gc = cuda_config_default();
+    int draft_len = model_context(&a->dm->cfg);
+    gc.block_size = target_cc->block_size;
+    gc.max_tokens = target_cc->max_tokens;
+    gc.max_context = draft_len < max_len ? draft_len : max_len;
+    gc.max_seqs = a->o.max_num_seqs;
+    return gc;
+}
+#endif
+
 /* The proposer: the n-gram lookup, or the draft model and its backend. */
 static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *err)
 {
@@ -199,7 +214,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
         spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
         return spec_ngram_create(&nc, &a->spec, err);
     }
-    int rc = model_load(so->model, &a->dm, err);
+    int rc = a->dm ? INF_OK : model_load(so->model, &a->dm, err); /* make_backend may have */
     if (!rc)
         rc = tok_create(so->model, &a->dtk, err);
     if (!rc)
@@ -219,12 +234,8 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
     dc.n_threads = 1; /* a small draft: its steps are too short to split */
 #ifdef INFERD_CUDA
     if (!rc && !strcmp(a->o.device, "cuda")) { /* the draft next to the target */
-        cuda_config gc = cuda_config_default();
+        cuda_config gc = draft_gpu_config(a, target_cc, max_len);
         gc.num_blocks = target_cc->num_blocks;
-        gc.block_size = dc.block_size;
-        gc.max_tokens = dc.max_tokens;
-        gc.max_context = dc.max_context;
-        gc.max_seqs = a->o.max_num_seqs;
         rc = cuda_backend_create(a->dm, &gc, &a->dbe, err);
     } else
 #endif
@@ -256,7 +267,28 @@ static int make_backend(app *a, cpu_config *cc, inf_err *err)
     gc.max_seqs = a->o.max_num_seqs;
     gc.max_logits = a->o.max_num_seqs * ((a->so.method != SPEC_OFF ? a->so.k : 0) + 1);
     gc.tensor_parallel_size = a->o.tp;
-    int rc = cuda_backend_create(a->m, &gc, &a->be, err);
+    int rc = INF_OK;
+    size_t fixed = 0, per = 0, dfixed = 0, dper = 0;
+    if (a->so.method == SPEC_DRAFT) { /* the draft's share comes out of the same budget */
+        if (!a->dm)
+            rc = model_load(a->so.model, &a->dm, err);
+        if (!rc) {
+            cuda_config dc = draft_gpu_config(a, cc, cc->max_context);
+            rc = cuda_backend_footprint(a->dm, &dc, &dfixed, &dper, err);
+        }
+        gc.reserve_bytes = dfixed + ((size_t)64 << 20); /* and its library state */
+        gc.extra_block_bytes = dper;
+    }
+    if (!rc && a->o.kv_mem) { /* a byte budget: exactly that cache, as on the CPU */
+        rc = cuda_backend_footprint(a->m, &gc, &fixed, &per, err);
+        size_t blocks = parse_size(a->o.kv_mem) / (per + dper);
+        size_t want = ((size_t)a->o.max_num_seqs * (size_t)cc->max_context +
+                       (size_t)gc.block_size - 1) / (size_t)gc.block_size;
+        blocks = blocks < want ? blocks : want;
+        gc.num_blocks = (int)(blocks < 1 ? 1 : blocks > 0x3fffffff ? 0x3fffffff : blocks) + 1;
+    }
+    if (!rc)
+        rc = cuda_backend_create(a->m, &gc, &a->be, err);
     if (!rc) {
         cuda_info ci;
         cuda_backend_info(a->be, &ci);
@@ -495,7 +527,8 @@ int serve_main(int argc, char **argv)
          "on CUDA)"},
         {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
-                                                          "4GiB or what the sequences need)"},
+                                                          "4GiB or what the sequences need; on "
+                                                          "CUDA: from --gpu-memory-utilization)"},
         {"device", ARG_STR, &o->device, "DEV", "cpu or cuda (default: cuda when a CUDA build "
                                                 "finds a GPU, else cpu)"},
         {"gpu-memory-utilization", ARG_FLOAT, &o->gpu_mem, "F", "share of each GPU's memory "

@@ -371,6 +371,76 @@ static void test_cuda_kern_swiglu(void **state)
 
 /* ---- attention ---------------------------------------------------------------------- */
 
+/* cuda_k_gemm against a double-precision reference on random bf16 inputs,
+ * every output written; and batch invariance: the rows of a subset of the
+ * product (1 to 200 rows, from another offset, alone) are the same bits as
+ * in the full 300-row product, across all three tile shapes. Widths cover
+ * the 16-byte path, a padded row stride, K not a multiple of 8 (element
+ * loads) and K tails. */
+static void test_cuda_kern_gemm_invariant(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    CK(cuda_k_gemm_setup());
+    const int shapes[][3] = {/* N, K, ldx */
+                             {200, 64, 72}, {344, 64, 64},    {64, 172, 172}, {1000, 1024, 1024},
+                             {96, 4104, 4104}, {8, 8, 8},     {130, 200, 200}};
+    const int subs[][2] = {{0, 1}, {7, 1},   {3, 5},  {100, 16}, {31, 17},
+                           {200, 64}, {17, 65}, {50, 200}, {299, 1}};
+    enum { M = 300 };
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int N = shapes[c][0], K = shapes[c][1], ldx = shapes[c][2];
+        uint16_t *x = malloc((size_t)M * ldx * 2), *w = malloc((size_t)N * K * 2);
+        for (size_t i = 0; i < (size_t)M * ldx; i++)
+            x[i] = inf_f32_to_bf16(frand());
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            w[i] = inf_f32_to_bf16(frand());
+        size_t ybytes = (size_t)M * N * 4;
+        uint16_t *dx = to_dev(x, (size_t)M * ldx * 2), *dw = to_dev(w, (size_t)N * K * 2);
+        float *dy = dmalloc(ybytes), *dy2 = dmalloc(ybytes);
+        float *y = malloc(ybytes), *y2 = malloc(ybytes);
+        CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
+        CK(cuda_k_gemm(dx, ldx, dw, N, K, dy, N, M, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(y, dy, ybytes);
+        double worst = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double ref = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    double p = (double)bf(x[(size_t)i * ldx + k]) * bf(w[(size_t)j * K + k]);
+                    ref += p;
+                    mag += fabs(p);
+                }
+                double got = y[(size_t)i * N + j], e = fabs(got - ref) / (mag + 1e-30);
+                if (!isfinite(got) || e > 1e-4)
+                    fail_msg("gemm N %d K %d: y[%d][%d] = %g, reference %g", N, K, i, j, got,
+                             ref);
+                worst = fmax(worst, e);
+            }
+        for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
+            int m0 = subs[k][0], cnt = subs[k][1];
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            CK(cuda_k_gemm(dx + (size_t)m0 * ldx, ldx, dw, N, K, dy2, N, cnt, 0));
+            CK(cudaDeviceSynchronize());
+            to_host(y2, dy2, (size_t)cnt * N * 4);
+            if (memcmp(y2, y + (size_t)m0 * N, (size_t)cnt * N * 4))
+                fail_msg("gemm N %d K %d: rows %d..%d computed as %d rows differ from the "
+                         "%d-row product", N, K, m0, m0 + cnt - 1, cnt, M);
+        }
+        print_message("gemm N %d K %d ldx %d: worst error %.2e of sum |x w|; every row subset "
+                      "the same bits\n", N, K, ldx, worst);
+        free(x);
+        free(w);
+        free(y);
+        free(y2);
+        cudaFree(dx);
+        cudaFree(dw);
+        cudaFree(dy);
+        cudaFree(dy2);
+    }
+}
+
 typedef struct attn_case {
     int hd, G, KV, bs, max_ctx;
     int n_seqs;
@@ -734,9 +804,14 @@ static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
     return be;
 }
 
+/* cuda_config.batch_invariant for the backends gpu_make builds; tests that
+ * cover the cuBLAS path set it to 0 and back. */
+static int gpu_invariant = 1;
+
 static be_backend *gpu_make(const model *m, int T, int S, int ctx, int nb, int graphs, int tp)
 {
     cuda_config c = cuda_config_default();
+    c.batch_invariant = gpu_invariant;
     c.max_tokens = T;
     c.max_seqs = S;
     c.max_context = ctx;
@@ -829,52 +904,66 @@ static double row_err(const float *a, const float *b, int V, double *tol)
 }
 
 /* Every prompt position's logits on the GPU match the CPU backend run on
- * the same bf16 weights (3% of the row's range), prefilled at once and in
- * chunks of 7. */
+ * the same bf16 weights (3% of the row's range), prefilled at once, in
+ * chunks of 7 and one token at a time (decode), with the batch-invariant
+ * kernels and with cuBLAS. Batch-invariant, the three are the same bits. */
 static void test_cuda_model_logits_match_cpu(void **state)
 {
     (void)state;
     NEED_GPU();
     char dirs[4][600];
     int nd = model_dirs(dirs, 0);
-    for (int k = 0; k < nd; k++) {
-        model *m = NULL;
-        inf_err err = {0};
-        if (model_load(dirs[k], &m, &err))
-            fail_msg("%s", err.msg);
-        int V = m->cfg.vocab_size, n = 40;
-        int32_t toks[40];
-        toks[0] = 1;
-        for (int i = 1; i < n; i++)
-            toks[i] = (int32_t)((i * 37 + 11) % V);
-        mcopy *mc = bf16_copy(m);
-        be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
-        be_backend *gpu = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
-        float *lc = malloc((size_t)n * V * 4), *lg = malloc((size_t)n * V * 4);
-        float *lg7 = malloc((size_t)n * V * 4);
-        seq_logits(cpu, toks, n, 0, lc);
-        seq_logits(gpu, toks, n, 0, lg);
-        seq_logits(gpu, toks, n, 7, lg7);
-        double worst = 0, worst7 = 0;
-        for (int i = 0; i < n; i++) {
-            double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
-            double e7 = row_err(lg7 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
-            worst = fmax(worst, e / tol);
-            worst7 = fmax(worst7, e7 / tol);
-            if (e > tol || e7 > tol)
-                fail_msg("%s position %d: |gpu - cpu| %g (chunked %g) > %g", dirs[k], i, e, e7,
-                         tol);
+    for (int k = 0; k < nd; k++)
+        for (int inv = 1; inv >= 0; inv--) {
+            model *m = NULL;
+            inf_err err = {0};
+            if (model_load(dirs[k], &m, &err))
+                fail_msg("%s", err.msg);
+            int V = m->cfg.vocab_size, n = 40;
+            int32_t toks[40];
+            toks[0] = 1;
+            for (int i = 1; i < n; i++)
+                toks[i] = (int32_t)((i * 37 + 11) % V);
+            mcopy *mc = bf16_copy(m);
+            be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+            gpu_invariant = inv;
+            be_backend *gpu = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+            gpu_invariant = 1;
+            size_t bytes = (size_t)n * V * 4;
+            float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
+            float *lg1 = malloc(bytes);
+            seq_logits(cpu, toks, n, 0, lc);
+            seq_logits(gpu, toks, n, 0, lg);
+            seq_logits(gpu, toks, n, 7, lg7);
+            seq_logits(gpu, toks, n, 1, lg1);
+            double worst = 0, worst7 = 0;
+            for (int i = 0; i < n; i++) {
+                double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+                double e7 = row_err(lg7 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+                double e1 = row_err(lg1 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+                worst = fmax(worst, e / tol);
+                worst7 = fmax(worst7, fmax(e7, e1) / tol);
+                if (e > tol || e7 > tol || e1 > tol)
+                    fail_msg("%s position %d: |gpu - cpu| %g (chunks of 7 %g, decode %g) > %g",
+                             dirs[k], i, e, e7, e1, tol);
+            }
+            int same = !memcmp(lg, lg7, bytes) && !memcmp(lg, lg1, bytes);
+            print_message("%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
+                          "decoded); at once, in chunks and decoded: %s\n", dirs[k],
+                          inv ? "batch-invariant" : "cuBLAS", worst, worst7,
+                          same ? "the same bits" : "different bits");
+            if (inv && !same)
+                fail_msg("%s: batch-invariant logits differ between prefill at once, chunks "
+                         "of 7 and decode", dirs[k]);
+            be_destroy(cpu);
+            be_destroy(gpu);
+            mcopy_free(mc);
+            model_destroy(m);
+            free(lc);
+            free(lg);
+            free(lg7);
+            free(lg1);
         }
-        print_message("%s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked)\n",
-                      dirs[k], worst, worst7);
-        be_destroy(cpu);
-        be_destroy(gpu);
-        mcopy_free(mc);
-        model_destroy(m);
-        free(lc);
-        free(lg);
-        free(lg7);
-    }
 }
 
 /* Greedy continuation of "Once upon a time" for 64 tokens: the GPU's
@@ -955,8 +1044,9 @@ static void test_cuda_model_greedy_64_matches_cpu(void **state)
 }
 
 /* Many sequences at once on scattered blocks, prompts prefilled in chunks of
- * 7 alongside other sequences' decode tokens: every position's logits match
- * the same sequence run alone on the GPU and on the CPU (bf16 weights). */
+ * 7 alongside other sequences' decode tokens: every position's logits are
+ * the same bits as the same sequence run alone on the GPU (batch-invariant
+ * kernels) and match the CPU (bf16 weights). */
 static void test_cuda_model_batched_chunked_paged(void **state)
 {
     (void)state;
@@ -1016,6 +1106,8 @@ static void test_cuda_model_batched_chunked_paged(void **state)
     for (int s = 0; s < NS; s++) {
         seq_logits(alone, toks[s], len[s], 0, ref_g);
         seq_logits(cpu, toks[s], len[s], 0, ref_c);
+        if (memcmp(got[s], ref_g, (size_t)len[s] * V * 4))
+            fail_msg("sequence %d: batched logits are not the same bits as alone", s);
         for (int i = 0; i < len[s]; i++) {
             double tg, tc;
             double eg = row_err(got[s] + (size_t)i * V, ref_g + (size_t)i * V, V, &tg);
@@ -1043,9 +1135,9 @@ static void test_cuda_model_batched_chunked_paged(void **state)
     model_destroy(m);
 }
 
-/* Decode steps replayed from CUDA graphs give the eager path's logits:
- * bit-identical when the batch fills its bucket (same kernels, same shapes),
- * within tolerance when padded (cuBLAS may pick another kernel for M). */
+/* Decode steps replayed from CUDA graphs give the eager path's logits, the
+ * same bits whether the batch fills its bucket or is padded (batch-invariant
+ * kernels: padding rows change nothing). */
 static void test_cuda_graphs_match_eager(void **state)
 {
     (void)state;
@@ -1085,8 +1177,7 @@ static void test_cuda_graphs_match_eager(void **state)
         }
         print_message("graphs vs eager, %d sequences: %s, worst %.3f of the tolerance\n", S,
                       exact ? "bit-identical" : "not bit-identical", worst);
-        if (S == 8)
-            assert_true(exact);
+        assert_true(exact);
         free(lg);
         free(le);
         free(b);
@@ -1281,6 +1372,7 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_add_rmsnorm),
         cmocka_unit_test(test_cuda_kern_rope_kv),
         cmocka_unit_test(test_cuda_kern_swiglu),
+        cmocka_unit_test(test_cuda_kern_gemm_invariant),
         cmocka_unit_test(test_cuda_kern_attention_paged),
         cmocka_unit_test(test_cuda_kern_sample_matches_smp),
         cmocka_unit_test(test_cuda_model_logits_match_cpu),

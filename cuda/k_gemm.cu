@@ -1,0 +1,242 @@
+// Batch-invariant GEMM: y[M][ldy] (f32) = x[M][ldx] . w[N][K]^T, bf16 in,
+// f32 accumulate, on the tensor cores through mma.sync m16n8k16.
+//
+// Why not cuBLAS here: cuBLAS picks kernels (tile shapes, split-K) by M, so
+// a row's result changes with the number of rows beside it, and greedy text
+// then depends on the batch. Here every output element is one f32
+// accumulator updated by one m16n8k16 instruction per 16 columns of K, in
+// increasing K order, starting from zero; the instruction computes each
+// element from its own row and column only. Tile shapes, the warp layout
+// and the pipeline depth change with M for speed, but none of them changes
+// that chain, so a row's bits never depend on M (tests/test_cuda.c checks).
+#include "cuda/dev.cuh"
+#include "cuda/kern.h"
+
+namespace {
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes from global to shared, asynchronously; src_bytes 0 zero-fills.
+__device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A tile shape: BM x BN outputs per block, BK columns of K per pipeline
+// stage, warps of WM x WN outputs each, STAGES stages of shared memory.
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_> struct shape {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_;
+    static constexpr int WARPS = (BM / WM) * (BN / WN), THREADS = WARPS * 32;
+    static constexpr int LD = BK + 8; // padded row: ldmatrix's 8 rows hit 8 bank groups
+    static constexpr size_t SMEM = (size_t)STAGES * (BM + BN) * LD * 2;
+    static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "mma tiles");
+};
+
+// The shapes, by M (see cuda_k_gemm): a decode step's few rows stream the
+// weights with deep stages over narrow column blocks, so enough blocks and
+// bytes are in flight; prefill-sized M reuses each loaded tile across more
+// rows and columns.
+using shape_s = shape<16, 32, 128, 16, 16, 4>;  // M <= 16
+using shape_m = shape<64, 32, 64, 16, 32, 4>;   // M <= 64
+using shape_l = shape<128, 128, 32, 64, 32, 3>; // larger M
+
+// Loads K columns [k0, k0 + BK) of rows [m0, m0 + BM) of x and [n0, n0 + BN)
+// of w into one stage; rows and columns outside the matrices read as zero.
+// VEC: 16-byte asynchronous copies (K, ldx and the pointers are multiples
+// of 8 elements); otherwise element by element.
+template <class S, bool VEC>
+__device__ __forceinline__ void load_stage(uint16_t *as, uint16_t *bs, const uint16_t *x,
+                                           int ldx, const uint16_t *w, int M, int N, int K,
+                                           int m0, int n0, int k0)
+{
+    if (VEC) {
+        constexpr int CPR = S::BK / 8; // 16-byte chunks per row
+        for (int c = threadIdx.x; c < (S::BM + S::BN) * CPR; c += S::THREADS) {
+            int r = c / CPR, kc = (c % CPR) * 8, k = k0 + kc;
+            bool is_a = r < S::BM;
+            int rr = is_a ? r : r - S::BM;
+            int gr = (is_a ? m0 : n0) + rr, lim = is_a ? M : N;
+            const uint16_t *src = is_a ? x + (size_t)gr * ldx + k : w + (size_t)gr * K + k;
+            bool in = gr < lim && k < K;
+            uint16_t *dst = (is_a ? as : bs) + rr * S::LD + kc;
+            cp16(dst, in ? src : (is_a ? x : w), in ? 16 : 0);
+        }
+    } else {
+        for (int e = threadIdx.x; e < (S::BM + S::BN) * S::BK; e += S::THREADS) {
+            int r = e / S::BK, kc = e % S::BK, k = k0 + kc;
+            bool is_a = r < S::BM;
+            int rr = is_a ? r : r - S::BM;
+            int gr = (is_a ? m0 : n0) + rr, lim = is_a ? M : N;
+            uint16_t v = 0;
+            if (gr < lim && k < K)
+                v = is_a ? x[(size_t)gr * ldx + k] : w[(size_t)gr * K + k];
+            (is_a ? as : bs)[rr * S::LD + kc] = v;
+        }
+    }
+}
+
+template <class S, bool VEC>
+__global__ void __launch_bounds__(S::THREADS)
+    k_gemm(const uint16_t *__restrict__ x, int ldx, const uint16_t *__restrict__ w, int N,
+           int K, float *__restrict__ y, int ldy, int M)
+{
+    extern __shared__ __align__(16) uint16_t smem[];
+    constexpr int MT = S::WM / 16, NT = S::WN / 8, WCOLS = S::BN / S::WN;
+    uint16_t *as = smem, *bs = smem + S::STAGES * S::BM * S::LD;
+    int m0 = blockIdx.y * S::BM, n0 = blockIdx.x * S::BN;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int wm = (warp / WCOLS) * S::WM, wn = (warp % WCOLS) * S::WN;
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                acc[i][j][e] = 0.0f;
+
+    int KT = (K + S::BK - 1) / S::BK;
+#pragma unroll
+    for (int s = 0; s < S::STAGES - 1; s++) {
+        if (s < KT)
+            load_stage<S, VEC>(as + s * S::BM * S::LD, bs + s * S::BN * S::LD, x, ldx, w, M, N,
+                               K, m0, n0, s * S::BK);
+        cp_commit();
+    }
+    for (int kt = 0; kt < KT; kt++) {
+        cp_wait<S::STAGES - 2>();
+        __syncthreads(); // stage kt is in; every warp is done with stage kt - 1
+        int next = kt + S::STAGES - 1;
+        if (next < KT) {
+            int sl = next % S::STAGES;
+            load_stage<S, VEC>(as + sl * S::BM * S::LD, bs + sl * S::BN * S::LD, x, ldx, w, M,
+                               N, K, m0, n0, next * S::BK);
+        }
+        cp_commit();
+        const uint16_t *a = as + (kt % S::STAGES) * S::BM * S::LD;
+        const uint16_t *b = bs + (kt % S::STAGES) * S::BN * S::LD;
+#pragma unroll
+        for (int kk = 0; kk < S::BK; kk += 16) {
+            uint32_t af[MT][4], bf[NT / 2][4];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                ldsm_x4(af[i], a + (wm + i * 16 + (lane & 15)) * S::LD + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < NT / 2; j++)
+                ldsm_x4(bf[j], b + (wn + j * 16 + (lane & 7) + (lane >> 4) * 8) * S::LD + kk +
+                                   ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+                    mma16816(acc[i][j], af[i], bf[j / 2][(j & 1) * 2],
+                             bf[j / 2][(j & 1) * 2 + 1]);
+        }
+    }
+    cp_wait<0>();
+
+    // c0, c1: row lane / 4, columns 2 (lane % 4) + {0, 1}; c2, c3: row + 8
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            int col = n0 + wn + j * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int row = m0 + wm + i * 16 + (lane >> 2) + h * 8;
+                if (row >= M)
+                    continue;
+                float *o = y + (size_t)row * ldy + col;
+                if (col < N)
+                    o[0] = acc[i][j][2 * h];
+                if (col + 1 < N)
+                    o[1] = acc[i][j][2 * h + 1];
+            }
+        }
+}
+
+template <class S, bool VEC>
+cudaError_t launch(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
+                   int ldy, int M, cudaStream_t st)
+{
+    dim3 grid((unsigned)((N + S::BN - 1) / S::BN), (unsigned)((M + S::BM - 1) / S::BM));
+    k_gemm<S, VEC><<<grid, S::THREADS, S::SMEM, st>>>(x, ldx, w, N, K, y, ldy, M);
+    return cudaGetLastError();
+}
+
+template <class S>
+cudaError_t launch_shape(bool vec, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
+                         float *y, int ldy, int M, cudaStream_t st)
+{
+    return vec ? launch<S, true>(x, ldx, w, N, K, y, ldy, M, st)
+               : launch<S, false>(x, ldx, w, N, K, y, ldy, M, st);
+}
+
+template <class S> cudaError_t allow_smem()
+{
+    cudaError_t e = cudaFuncSetAttribute(k_gemm<S, true>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)S::SMEM);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(k_gemm<S, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)S::SMEM);
+    return e;
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_k_gemm_setup(void)
+{
+    cudaError_t e = allow_smem<shape_s>();
+    if (e == cudaSuccess)
+        e = allow_smem<shape_m>();
+    if (e == cudaSuccess)
+        e = allow_smem<shape_l>();
+    return e;
+}
+
+extern "C" cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
+                                   float *y, int ldy, int M, cudaStream_t st)
+{
+    if (M <= 0)
+        return cudaGetLastError();
+    // 16-byte copies need every row start 16-byte aligned
+    bool vec = K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
+               ((uintptr_t)w & 15) == 0;
+    if (M <= 16)
+        return launch_shape<shape_s>(vec, x, ldx, w, N, K, y, ldy, M, st);
+    if (M <= 64)
+        return launch_shape<shape_m>(vec, x, ldx, w, N, K, y, ldy, M, st);
+    return launch_shape<shape_l>(vec, x, ldx, w, N, K, y, ldy, M, st);
+}
