@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "cuda/backend.h"
+#include "cuda/kern.h"
 #include "cuda/plan.h"
 #include "engine/model.h"
 #include "server/args.h"
@@ -113,6 +114,139 @@ static double gemm_rate(int M, int N, int K)
     cudaFree(y);
     cublasDestroy(h);
     return best;
+}
+
+/* ---- the batch-invariant GEMM's tile shapes ------------------------------------------ */
+
+enum { K_CUBLAS = -2, K_DEFAULT = -1 }; /* else a candidate shape of cuda_k_gemm */
+
+static void gemm_once(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
+                      int K, float *y, int M)
+{
+    const float one = 1.0f, zero = 0.0f;
+    if (kind == K_CUBLAS)
+        TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, CUDA_R_16BF, K, x,
+                         CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT));
+    else if (kind == K_DEFAULT)
+        TRY(cuda_k_gemm(x, K, w, N, K, y, N, M, 0));
+    else
+        TRY(cuda_k_gemm_variant(kind, x, K, w, N, K, y, N, M, 0));
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of 15 timed runs after 3 warm-ups. */
+static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
+                      int K, float *y, int M)
+{
+    cudaEvent_t e0, e1;
+    TRY(cudaEventCreate(&e0));
+    TRY(cudaEventCreate(&e1));
+    float t[15];
+    for (int i = 0; i < 18; i++) {
+        TRY(cudaEventRecord(e0, 0));
+        gemm_once(kind, h, x, w, N, K, y, M);
+        TRY(cudaEventRecord(e1, 0));
+        TRY(cudaEventSynchronize(e1));
+        if (i >= 3)
+            TRY(cudaEventElapsedTime(&t[i - 3], e0, e1));
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(t, 15, sizeof *t, cmp_float);
+    return t[7];
+}
+
+/* Times cuBLAS, cuda_k_gemm and every candidate shape on the model's four
+ * GEMMs at several M, on random data; checks that every candidate gives the
+ * default's bits (first 64 rows). Returns 0 when one does not. */
+static int gemm_sweep(const model *m, cJSON *out)
+{
+    const model_config *c = &m->cfg;
+    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
+    const int shapes[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
+                              {D, c->n_heads * hd},
+                              {2 * F, D},
+                              {D, F}};
+    const char *names[4] = {"qkv", "o", "gate_up", "down"};
+    const int Ms[] = {1, 4, 16, 32, 64, 256, 2048};
+    int nM = (int)(sizeof Ms / sizeof *Ms), nv = cuda_k_gemm_variants(), ok = 1;
+    size_t wmax = 0, kmax = 0, nmax = 0;
+    for (int s = 0; s < 4; s++) {
+        size_t nk = (size_t)shapes[s][0] * shapes[s][1];
+        wmax = nk > wmax ? nk : wmax;
+        kmax = (size_t)shapes[s][1] > kmax ? (size_t)shapes[s][1] : kmax;
+        nmax = (size_t)shapes[s][0] > nmax ? (size_t)shapes[s][0] : nmax;
+    }
+    size_t xn = 2048 * kmax, yn = 2048 * nmax, cmp_n = 64 * nmax;
+    uint16_t *hx = malloc(xn * 2), *hw = malloc(wmax * 2), *dx = NULL, *dw = NULL;
+    float *dy = NULL, *ref = malloc(cmp_n * 4), *got = malloc(cmp_n * 4);
+    uint32_t r = 99;
+    for (size_t i = 0; i < xn; i++, r = r * 1664525u + 1013904223u)
+        hx[i] = inf_f32_to_bf16((float)(r >> 8) / 8388608.0f - 1.0f);
+    for (size_t i = 0; i < wmax; i++, r = r * 1664525u + 1013904223u)
+        hw[i] = inf_f32_to_bf16(((float)(r >> 8) / 8388608.0f - 1.0f) * 0.05f);
+    TRY(cudaMalloc((void **)&dx, xn * 2));
+    TRY(cudaMalloc((void **)&dw, wmax * 2));
+    TRY(cudaMalloc((void **)&dy, yn * 4));
+    TRY(cudaMemcpy(dx, hx, xn * 2, cudaMemcpyHostToDevice));
+    TRY(cudaMemcpy(dw, hw, wmax * 2, cudaMemcpyHostToDevice));
+    TRY(cuda_k_gemm_setup());
+    cublasHandle_t h;
+    TRY(cublasCreate(&h));
+    cJSON *arr = cJSON_AddArrayToObject(out, "gemm_shapes");
+    printf("\n%-8s %5s %6s %6s %10s %10s  %-22s %10s\n", "gemm", "M", "N", "K", "cuBLAS us",
+           "ours us", "best shape", "best us");
+    for (int s = 0; s < 4; s++)
+        for (int mi = 0; mi < nM; mi++) {
+            int N = shapes[s][0], K = shapes[s][1], M = Ms[mi];
+            size_t cmp = (size_t)(M < 64 ? M : 64) * N;
+            double tc = gemm_ms(K_CUBLAS, h, dx, dw, N, K, dy, M);
+            double td = gemm_ms(K_DEFAULT, h, dx, dw, N, K, dy, M);
+            TRY(cudaMemcpy(ref, dy, cmp * 4, cudaMemcpyDeviceToHost));
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "gemm", names[s]);
+            cJSON_AddNumberToObject(e, "M", M);
+            cJSON_AddNumberToObject(e, "N", N);
+            cJSON_AddNumberToObject(e, "K", K);
+            cJSON_AddNumberToObject(e, "cublas_us", tc * 1e3);
+            cJSON_AddNumberToObject(e, "default_us", td * 1e3);
+            cJSON *vs = cJSON_AddObjectToObject(e, "shapes_us");
+            int best = -1;
+            double tb = 1e30;
+            for (int v = 0; v < nv; v++) {
+                TRY(cudaMemset(dy, 0xff, cmp * 4));
+                double tv = gemm_ms(v, h, dx, dw, N, K, dy, M);
+                TRY(cudaMemcpy(got, dy, cmp * 4, cudaMemcpyDeviceToHost));
+                if (memcmp(got, ref, cmp * 4)) {
+                    printf("shape %s: NOT the same bits as the default at M %d N %d K %d\n",
+                           cuda_k_gemm_variant_name(v), M, N, K);
+                    ok = 0;
+                }
+                cJSON_AddNumberToObject(vs, cuda_k_gemm_variant_name(v), tv * 1e3);
+                if (tv < tb) {
+                    tb = tv;
+                    best = v;
+                }
+            }
+            cJSON_AddItemToArray(arr, e);
+            printf("%-8s %5d %6d %6d %10.1f %10.1f  %-22s %10.1f\n", names[s], M, N, K,
+                   tc * 1e3, td * 1e3, cuda_k_gemm_variant_name(best), tb * 1e3);
+        }
+    cublasDestroy(h);
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(dy);
+    free(hx);
+    free(hw);
+    free(ref);
+    free(got);
+    return ok;
 }
 
 /* ---- driving the backend ------------------------------------------------------------- */
@@ -430,6 +564,10 @@ int main(int argc, char **argv)
            "%dx%dx%d\n", bw, g8k, gshape, prefill, m->cfg.intermediate_size,
            m->cfg.hidden_size);
 
+    cJSON *o = cJSON_CreateObject();
+    int same_bits = gemm_sweep(m, o);
+    cJSON_AddBoolToObject(o, "gemm_shapes_same_bits", same_bits);
+
     size_t stream;
     double params;
     model_sizes(m, &stream, &params);
@@ -481,7 +619,6 @@ int main(int argc, char **argv)
     }
 
     if (json) {
-        cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "device", why);
         cJSON_AddStringToObject(o, "model", dir);
         cJSON_AddStringToObject(o, "draft", draft_dir ? draft_dir : "");
@@ -530,11 +667,13 @@ int main(int argc, char **argv)
             return 1;
         }
         cJSON_free(txt);
-        cJSON_Delete(o);
     }
+    cJSON_Delete(o);
     be_destroy(dbe);
     model_destroy(dm);
     model_destroy(m);
     free(prompt);
-    return 0;
+    if (!same_bits)
+        fprintf(stderr, "bench_cuda: a candidate GEMM shape gave other bits than the default\n");
+    return same_bits ? 0 : 1;
 }

@@ -214,7 +214,62 @@ template <class S> cudaError_t allow_smem()
     return e;
 }
 
+// Candidate shapes for bench_cuda, which times them per (M, N, K) to choose
+// the shapes above; every one computes the same bits.
+struct variant {
+    const char *name;
+    cudaError_t (*setup)();
+    cudaError_t (*run)(const uint16_t *, int, const uint16_t *, int, int, float *, int, int,
+                       cudaStream_t);
+};
+
+template <class S> cudaError_t setup_vec()
+{
+    return cudaFuncSetAttribute(k_gemm<S, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)S::SMEM);
+}
+
+#define VARIANT(name, ...)                                                                  \
+    {name, setup_vec<shape<__VA_ARGS__>>, launch<shape<__VA_ARGS__>, true>}
+
+const variant variants[] = {
+    VARIANT("16x16x256 w16x16 s3", 16, 16, 256, 16, 16, 3),
+    VARIANT("16x32x128 w16x16 s4", 16, 32, 128, 16, 16, 4),
+    VARIANT("16x16x128 w16x16 s4", 16, 16, 128, 16, 16, 4),
+    VARIANT("16x32x256 w16x16 s3", 16, 32, 256, 16, 16, 3),
+    VARIANT("16x64x128 w16x16 s3", 16, 64, 128, 16, 16, 3),
+    VARIANT("32x32x128 w16x16 s3", 32, 32, 128, 16, 16, 3),
+    VARIANT("64x32x64 w16x32 s4", 64, 32, 64, 16, 32, 4),
+    VARIANT("64x16x128 w16x16 s3", 64, 16, 128, 16, 16, 3),
+    VARIANT("64x64x64 w32x32 s3", 64, 64, 64, 32, 32, 3),
+    VARIANT("128x64x64 w64x32 s4", 128, 64, 64, 64, 32, 4),
+    VARIANT("128x128x32 w64x32 s3", 128, 128, 32, 64, 32, 3),
+    VARIANT("128x128x64 w64x32 s3", 128, 128, 64, 64, 32, 3),
+    VARIANT("128x256x32 w64x64 s3", 128, 256, 32, 64, 64, 3),
+    VARIANT("256x128x32 w64x64 s3", 256, 128, 32, 64, 64, 3),
+};
+
 } // namespace
+
+extern "C" int cuda_k_gemm_variants(void)
+{
+    return (int)(sizeof variants / sizeof *variants);
+}
+
+extern "C" const char *cuda_k_gemm_variant_name(int v)
+{
+    return v >= 0 && v < cuda_k_gemm_variants() ? variants[v].name : "?";
+}
+
+extern "C" cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w,
+                                           int N, int K, float *y, int ldy, int M,
+                                           cudaStream_t st)
+{
+    if (v < 0 || v >= cuda_k_gemm_variants() || K % 8 || ldx % 8)
+        return cudaErrorInvalidValue;
+    cudaError_t e = variants[v].setup();
+    return e != cudaSuccess ? e : variants[v].run(x, ldx, w, N, K, y, ldy, M, st);
+}
 
 extern "C" cudaError_t cuda_k_gemm_setup(void)
 {

@@ -89,6 +89,14 @@ cudaError_t cuda_k_attn_setup(int hd);
 cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
                         int ldy, int M, cudaStream_t st);
 
+/* Candidate tile shapes of cuda_k_gemm, for bench_cuda to time (each one
+ * computes the same bits; K and ldx multiples of 8): how many, a name, and a
+ * launch of candidate v (which raises its shared-memory limit first). */
+int cuda_k_gemm_variants(void);
+const char *cuda_k_gemm_variant_name(int v);
+cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w, int N,
+                                int K, float *y, int ldy, int M, cudaStream_t st);
+
 /* Raises cuda_k_gemm's shared-memory limits on the current device (once per
  * device, before any launch or capture). */
 cudaError_t cuda_k_gemm_setup(void);
