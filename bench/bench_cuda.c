@@ -121,17 +121,18 @@ static double gemm_rate(int M, int N, int K)
 enum { K_CUBLAS = -2, K_DEFAULT = -1 }; /* else a candidate shape of cuda_k_gemm */
 
 static void gemm_once(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
-                      int K, float *y, int M)
+                      int K, float *y, int M, float *ws)
 {
+    int splits = cuda_plan_gemm_splits(N, K);
     const float one = 1.0f, zero = 0.0f;
     if (kind == K_CUBLAS)
         TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, CUDA_R_16BF, K, x,
                          CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT));
     else if (kind == K_DEFAULT)
-        TRY(cuda_k_gemm(x, K, w, N, K, y, N, M, 0));
+        TRY(cuda_k_gemm(x, K, w, N, K, y, N, M, splits, ws, 0));
     else
-        TRY(cuda_k_gemm_variant(kind, x, K, w, N, K, y, N, M, 0));
+        TRY(cuda_k_gemm_variant(kind, x, K, w, N, K, y, N, M, splits, ws, 0));
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -142,7 +143,7 @@ static int cmp_float(const void *a, const void *b)
 
 /* Median milliseconds of 15 timed runs after 3 warm-ups. */
 static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
-                      int K, float *y, int M)
+                      int K, float *y, int M, float *ws)
 {
     cudaEvent_t e0, e1;
     TRY(cudaEventCreate(&e0));
@@ -150,7 +151,7 @@ static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint1
     float t[15];
     for (int i = 0; i < 18; i++) {
         TRY(cudaEventRecord(e0, 0));
-        gemm_once(kind, h, x, w, N, K, y, M);
+        gemm_once(kind, h, x, w, N, K, y, M, ws);
         TRY(cudaEventRecord(e1, 0));
         TRY(cudaEventSynchronize(e1));
         if (i >= 3)
@@ -185,7 +186,7 @@ static int gemm_sweep(const model *m, cJSON *out)
     }
     size_t xn = 2048 * kmax, yn = 2048 * nmax, cmp_n = 64 * nmax;
     uint16_t *hx = malloc(xn * 2), *hw = malloc(wmax * 2), *dx = NULL, *dw = NULL;
-    float *dy = NULL, *ref = malloc(cmp_n * 4), *got = malloc(cmp_n * 4);
+    float *dy = NULL, *dws = NULL, *ref = malloc(cmp_n * 4), *got = malloc(cmp_n * 4);
     uint32_t r = 99;
     for (size_t i = 0; i < xn; i++, r = r * 1664525u + 1013904223u)
         hx[i] = inf_f32_to_bf16((float)(r >> 8) / 8388608.0f - 1.0f);
@@ -194,6 +195,7 @@ static int gemm_sweep(const model *m, cJSON *out)
     TRY(cudaMalloc((void **)&dx, xn * 2));
     TRY(cudaMalloc((void **)&dw, wmax * 2));
     TRY(cudaMalloc((void **)&dy, yn * 4));
+    TRY(cudaMalloc((void **)&dws, 4 * yn * 4)); /* at most 4 K ranges */
     TRY(cudaMemcpy(dx, hx, xn * 2, cudaMemcpyHostToDevice));
     TRY(cudaMemcpy(dw, hw, wmax * 2, cudaMemcpyHostToDevice));
     TRY(cuda_k_gemm_setup());
@@ -206,14 +208,15 @@ static int gemm_sweep(const model *m, cJSON *out)
         for (int mi = 0; mi < nM; mi++) {
             int N = shapes[s][0], K = shapes[s][1], M = Ms[mi];
             size_t cmp = (size_t)(M < 64 ? M : 64) * N;
-            double tc = gemm_ms(K_CUBLAS, h, dx, dw, N, K, dy, M);
-            double td = gemm_ms(K_DEFAULT, h, dx, dw, N, K, dy, M);
+            double tc = gemm_ms(K_CUBLAS, h, dx, dw, N, K, dy, M, dws);
+            double td = gemm_ms(K_DEFAULT, h, dx, dw, N, K, dy, M, dws);
             TRY(cudaMemcpy(ref, dy, cmp * 4, cudaMemcpyDeviceToHost));
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "gemm", names[s]);
             cJSON_AddNumberToObject(e, "M", M);
             cJSON_AddNumberToObject(e, "N", N);
             cJSON_AddNumberToObject(e, "K", K);
+            cJSON_AddNumberToObject(e, "k_ranges", cuda_plan_gemm_splits(N, K));
             cJSON_AddNumberToObject(e, "cublas_us", tc * 1e3);
             cJSON_AddNumberToObject(e, "default_us", td * 1e3);
             cJSON *vs = cJSON_AddObjectToObject(e, "shapes_us");
@@ -221,7 +224,7 @@ static int gemm_sweep(const model *m, cJSON *out)
             double tb = 1e30;
             for (int v = 0; v < nv; v++) {
                 TRY(cudaMemset(dy, 0xff, cmp * 4));
-                double tv = gemm_ms(v, h, dx, dw, N, K, dy, M);
+                double tv = gemm_ms(v, h, dx, dw, N, K, dy, M, dws);
                 TRY(cudaMemcpy(got, dy, cmp * 4, cudaMemcpyDeviceToHost));
                 if (memcmp(got, ref, cmp * 4)) {
                     printf("shape %s: NOT the same bits as the default at M %d N %d K %d\n",
@@ -242,6 +245,7 @@ static int gemm_sweep(const model *m, cJSON *out)
     cudaFree(dx);
     cudaFree(dw);
     cudaFree(dy);
+    cudaFree(dws);
     free(hx);
     free(hw);
     free(ref);

@@ -162,7 +162,8 @@ static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int
                 float *y, int ldy, int M, inf_err *err)
 {
     if (r->d.invariant)
-        return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, r->st));
+        return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, cuda_plan_gemm_splits(N, K),
+                                        (float *)(r->a + r->al.gws), r->st));
     const float one = 1.0f, zero = 0.0f;
     return CUBLAS_RC(err, cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w,
                                        CUDA_R_16BF, K, x, CUDA_R_16BF, ldx, &zero, y,

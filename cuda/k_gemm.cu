@@ -62,22 +62,25 @@ template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_> struct shape
     static_assert(WM % 16 == 0 && WN % 16 == 0 && BK % 16 == 0, "mma tiles");
 };
 
-// The shapes, by M (see cuda_k_gemm): a decode step's few rows stream the
-// weights with deep stages over narrow column blocks, so enough blocks and
-// bytes are in flight; prefill-sized M reuses each loaded tile across more
-// rows and columns.
-using shape_s = shape<16, 32, 128, 16, 16, 4>;  // M <= 16
-using shape_m = shape<64, 32, 64, 16, 32, 4>;   // M <= 64
-using shape_l = shape<128, 128, 32, 64, 32, 3>; // larger M
+// The shapes cuda_k_gemm picks by M and N, from bench_cuda's timings of the
+// candidates below on an H100 (docs/cuda.md): a decode step's few rows take
+// narrow column blocks with deep stages, so that enough blocks and bytes are
+// in flight; prefill-sized M reuses each loaded tile across more rows and
+// columns.
+using shape_16 = shape<16, 32, 128, 16, 16, 4>;  // M <= 16
+using shape_32 = shape<32, 32, 128, 16, 16, 3>;  // M <= 64, N < 16384
+using shape_64 = shape<64, 64, 64, 32, 32, 3>;   // M <= 64, wide N; M <= 256, N < 16384
+using shape_128 = shape<128, 128, 64, 64, 32, 3>; // the rest
 
 // Loads K columns [k0, k0 + BK) of rows [m0, m0 + BM) of x and [n0, n0 + BN)
-// of w into one stage; rows and columns outside the matrices read as zero.
+// of w into one stage; rows outside the matrices and columns at or past
+// kend (the end of this block's K range) read as zero.
 // VEC: 16-byte asynchronous copies (K, ldx and the pointers are multiples
 // of 8 elements); otherwise element by element.
 template <class S, bool VEC>
 __device__ __forceinline__ void load_stage(uint16_t *as, uint16_t *bs, const uint16_t *x,
                                            int ldx, const uint16_t *w, int M, int N, int K,
-                                           int m0, int n0, int k0)
+                                           int kend, int m0, int n0, int k0)
 {
     if (VEC) {
         constexpr int CPR = S::BK / 8; // 16-byte chunks per row
@@ -87,7 +90,7 @@ __device__ __forceinline__ void load_stage(uint16_t *as, uint16_t *bs, const uin
             int rr = is_a ? r : r - S::BM;
             int gr = (is_a ? m0 : n0) + rr, lim = is_a ? M : N;
             const uint16_t *src = is_a ? x + (size_t)gr * ldx + k : w + (size_t)gr * K + k;
-            bool in = gr < lim && k < K;
+            bool in = gr < lim && k < kend;
             uint16_t *dst = (is_a ? as : bs) + rr * S::LD + kc;
             cp16(dst, in ? src : (is_a ? x : w), in ? 16 : 0);
         }
@@ -98,17 +101,20 @@ __device__ __forceinline__ void load_stage(uint16_t *as, uint16_t *bs, const uin
             int rr = is_a ? r : r - S::BM;
             int gr = (is_a ? m0 : n0) + rr, lim = is_a ? M : N;
             uint16_t v = 0;
-            if (gr < lim && k < K)
+            if (gr < lim && k < kend)
                 v = is_a ? x[(size_t)gr * ldx + k] : w[(size_t)gr * K + k];
             (is_a ? as : bs)[rr * S::LD + kc] = v;
         }
     }
 }
 
+// Block (x, y, z): columns blockIdx.x * BN.., rows blockIdx.y * BM.., and K
+// range z: [z * kc, min(K, (z + 1) * kc)). With one range it writes y; with
+// more, range z's sums go to part[z][M][N] for k_gemm_reduce.
 template <class S, bool VEC>
 __global__ void __launch_bounds__(S::THREADS)
     k_gemm(const uint16_t *__restrict__ x, int ldx, const uint16_t *__restrict__ w, int N,
-           int K, float *__restrict__ y, int ldy, int M)
+           int K, float *__restrict__ y, int ldy, int M, int kc, float *__restrict__ part)
 {
     extern __shared__ __align__(16) uint16_t smem[];
     constexpr int MT = S::WM / 16, NT = S::WN / 8, WCOLS = S::BN / S::WN;
@@ -126,12 +132,13 @@ __global__ void __launch_bounds__(S::THREADS)
             for (int e = 0; e < 4; e++)
                 acc[i][j][e] = 0.0f;
 
-    int KT = (K + S::BK - 1) / S::BK;
+    int kbeg = blockIdx.z * kc, kend = min(K, kbeg + kc);
+    int KT = (kend - kbeg + S::BK - 1) / S::BK;
 #pragma unroll
     for (int s = 0; s < S::STAGES - 1; s++) {
         if (s < KT)
             load_stage<S, VEC>(as + s * S::BM * S::LD, bs + s * S::BN * S::LD, x, ldx, w, M, N,
-                               K, m0, n0, s * S::BK);
+                               K, kend, m0, n0, kbeg + s * S::BK);
         cp_commit();
     }
     for (int kt = 0; kt < KT; kt++) {
@@ -141,7 +148,7 @@ __global__ void __launch_bounds__(S::THREADS)
         if (next < KT) {
             int sl = next % S::STAGES;
             load_stage<S, VEC>(as + sl * S::BM * S::LD, bs + sl * S::BN * S::LD, x, ldx, w, M,
-                               N, K, m0, n0, next * S::BK);
+                               N, K, kend, m0, n0, kbeg + next * S::BK);
         }
         cp_commit();
         const uint16_t *a = as + (kt % S::STAGES) * S::BM * S::LD;
@@ -167,6 +174,10 @@ __global__ void __launch_bounds__(S::THREADS)
     cp_wait<0>();
 
     // c0, c1: row lane / 4, columns 2 (lane % 4) + {0, 1}; c2, c3: row + 8
+    if (part) {
+        y = part + (size_t)blockIdx.z * M * N;
+        ldy = N;
+    }
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -186,21 +197,44 @@ __global__ void __launch_bounds__(S::THREADS)
         }
 }
 
+// y[m][n] = part[0][m][n] + part[1][m][n] + ..., in that order.
+__global__ void k_gemm_reduce(const float *__restrict__ part, int splits, int M, int N,
+                              float *__restrict__ y, int ldy)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)M * N;
+    if (i >= n)
+        return;
+    float s = part[i];
+    for (int z = 1; z < splits; z++)
+        s += part[(size_t)z * n + i];
+    y[(i / N) * ldy + i % N] = s;
+}
+
+// Every launch: the K ranges of `splits` (a multiple of 16 columns each, so
+// the k16 steps fall where they would without splitting), then the sum.
 template <class S, bool VEC>
 cudaError_t launch(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
-                   int ldy, int M, cudaStream_t st)
+                   int ldy, int M, int splits, float *ws, cudaStream_t st)
 {
-    dim3 grid((unsigned)((N + S::BN - 1) / S::BN), (unsigned)((M + S::BM - 1) / S::BM));
-    k_gemm<S, VEC><<<grid, S::THREADS, S::SMEM, st>>>(x, ldx, w, N, K, y, ldy, M);
+    int kc = ((K + splits - 1) / splits + 15) / 16 * 16;
+    dim3 grid((unsigned)((N + S::BN - 1) / S::BN), (unsigned)((M + S::BM - 1) / S::BM),
+              (unsigned)splits);
+    k_gemm<S, VEC><<<grid, S::THREADS, S::SMEM, st>>>(x, ldx, w, N, K, y, ldy, M, kc,
+                                                       splits > 1 ? ws : nullptr);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || splits == 1)
+        return e;
+    size_t n = (size_t)M * N;
+    k_gemm_reduce<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(ws, splits, M, N, y, ldy);
     return cudaGetLastError();
 }
 
 template <class S>
 cudaError_t launch_shape(bool vec, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
-                         float *y, int ldy, int M, cudaStream_t st)
+                         float *y, int ldy, int M, int splits, float *ws, cudaStream_t st)
 {
-    return vec ? launch<S, true>(x, ldx, w, N, K, y, ldy, M, st)
-               : launch<S, false>(x, ldx, w, N, K, y, ldy, M, st);
+    return vec ? launch<S, true>(x, ldx, w, N, K, y, ldy, M, splits, ws, st)
+               : launch<S, false>(x, ldx, w, N, K, y, ldy, M, splits, ws, st);
 }
 
 template <class S> cudaError_t allow_smem()
@@ -219,8 +253,8 @@ template <class S> cudaError_t allow_smem()
 struct variant {
     const char *name;
     cudaError_t (*setup)();
-    cudaError_t (*run)(const uint16_t *, int, const uint16_t *, int, int, float *, int, int,
-                       cudaStream_t);
+    cudaError_t (*run)(const uint16_t *, int, const uint16_t *, int, int, float *, int, int, int,
+                       float *, cudaStream_t);
 };
 
 template <class S> cudaError_t setup_vec()
@@ -262,36 +296,44 @@ extern "C" const char *cuda_k_gemm_variant_name(int v)
 }
 
 extern "C" cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w,
-                                           int N, int K, float *y, int ldy, int M,
-                                           cudaStream_t st)
+                                           int N, int K, float *y, int ldy, int M, int splits,
+                                           float *ws, cudaStream_t st)
 {
-    if (v < 0 || v >= cuda_k_gemm_variants() || K % 8 || ldx % 8)
+    if (v < 0 || v >= cuda_k_gemm_variants() || K % 8 || ldx % 8 || splits < 1)
         return cudaErrorInvalidValue;
     cudaError_t e = variants[v].setup();
-    return e != cudaSuccess ? e : variants[v].run(x, ldx, w, N, K, y, ldy, M, st);
+    return e != cudaSuccess ? e : variants[v].run(x, ldx, w, N, K, y, ldy, M, splits, ws, st);
 }
 
 extern "C" cudaError_t cuda_k_gemm_setup(void)
 {
-    cudaError_t e = allow_smem<shape_s>();
+    cudaError_t e = allow_smem<shape_16>();
     if (e == cudaSuccess)
-        e = allow_smem<shape_m>();
+        e = allow_smem<shape_32>();
     if (e == cudaSuccess)
-        e = allow_smem<shape_l>();
+        e = allow_smem<shape_64>();
+    if (e == cudaSuccess)
+        e = allow_smem<shape_128>();
     return e;
 }
 
 extern "C" cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
-                                   float *y, int ldy, int M, cudaStream_t st)
+                                   float *y, int ldy, int M, int splits, float *ws,
+                                   cudaStream_t st)
 {
     if (M <= 0)
         return cudaGetLastError();
+    if (splits < 1 || (splits > 1 && !ws))
+        return cudaErrorInvalidValue;
     // 16-byte copies need every row start 16-byte aligned
     bool vec = K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
                ((uintptr_t)w & 15) == 0;
+    bool wide = N >= 16384;
     if (M <= 16)
-        return launch_shape<shape_s>(vec, x, ldx, w, N, K, y, ldy, M, st);
-    if (M <= 64)
-        return launch_shape<shape_m>(vec, x, ldx, w, N, K, y, ldy, M, st);
-    return launch_shape<shape_l>(vec, x, ldx, w, N, K, y, ldy, M, st);
+        return launch_shape<shape_16>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
+    if (M <= 64 && !wide)
+        return launch_shape<shape_32>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
+    if (M <= 64 || (M <= 256 && !wide))
+        return launch_shape<shape_64>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
+    return launch_shape<shape_128>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
 }

@@ -85,9 +85,12 @@ cudaError_t cuda_k_attn_setup(int hd);
 /* y[M][ldy] = x[M][ldx] . w[N][K]^T, bf16 in (x and w), f32 accumulate and
  * out, on the tensor cores. Batch-invariant: row i of y is the same bits
  * whatever M is and whatever the other rows hold (each element is one
- * accumulator over K in increasing order; cuda/k_gemm.cu says why). */
+ * accumulator per K range, in increasing K order, the ranges summed in
+ * order; cuda/k_gemm.cu says why). splits: the K ranges,
+ * cuda_plan_gemm_splits(N, K), never chosen by M; with more than one, ws
+ * holds splits * M * N floats. */
 cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
-                        int ldy, int M, cudaStream_t st);
+                        int ldy, int M, int splits, float *ws, cudaStream_t st);
 
 /* Candidate tile shapes of cuda_k_gemm, for bench_cuda to time (each one
  * computes the same bits; K and ldx multiples of 8): how many, a name, and a
@@ -95,7 +98,8 @@ cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, in
 int cuda_k_gemm_variants(void);
 const char *cuda_k_gemm_variant_name(int v);
 cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w, int N,
-                                int K, float *y, int ldy, int M, cudaStream_t st);
+                                int K, float *y, int ldy, int M, int splits, float *ws,
+                                cudaStream_t st);
 
 /* Raises cuda_k_gemm's shared-memory limits on the current device (once per
  * device, before any launch or capture). */

@@ -190,6 +190,14 @@ void cuda_plan_meta(const cuda_dims *d, cuda_mlayout *m)
     m->total = off;
 }
 
+int cuda_plan_gemm_splits(int N, int K)
+{
+    if (N >= 16384)
+        return 1;
+    int s = K / 2048;
+    return s < 1 ? 1 : s > 4 ? 4 : s;
+}
+
 void cuda_plan_acts(const cuda_dims *d, const cuda_mlayout *m, cuda_alayout *a)
 {
     size_t T = (size_t)d->T, D = (size_t)d->D, off = 0;
@@ -208,6 +216,15 @@ void cuda_plan_acts(const cuda_dims *d, const cuda_mlayout *m, cuda_alayout *a)
                              sizeof(float));
     a->ids = bump(&off, R * sizeof(int32_t));
     a->ws = bump(&off, CUDA_BLAS_WORKSPACE);
+    size_t g = 0; /* the layer GEMMs' N x K, and the LM head's */
+    const int nk[5][2] = {{d->qkv, d->D}, {d->D, d->Hl * d->hd}, {2 * d->Fl, d->D},
+                          {d->D, d->Fl}, {d->V, d->D}};
+    for (int i = 0; d->invariant && i < 5; i++) {
+        int sp = cuda_plan_gemm_splits(nk[i][0], nk[i][1]);
+        size_t rows = i == 4 ? (size_t)d->R : T, need = sp > 1 ? sp * rows * nk[i][0] : 0;
+        g = need > g ? need : g;
+    }
+    a->gws = bump(&off, g * sizeof(float));
     a->total = off;
 }
 

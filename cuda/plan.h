@@ -110,6 +110,12 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
 void cuda_plan_splitk(int max_ctx, int *chunk, int *max_splits);
 int cuda_plan_n_splits(int chunk, int n_ctx);
 
+/* K ranges of the batch-invariant GEMM for an N x K weight: a function of
+ * the shape alone, never of the rows, so results stay batch-invariant. More
+ * than one when N is narrow enough that a decode step would leave the GPU
+ * short of blocks: one per 2048 columns of K, at most 4. */
+int cuda_plan_gemm_splits(int N, int K);
+
 /* Offsets (bytes) inside one rank's weight arena. */
 typedef struct cuda_wlayout {
     size_t embed;        /* [V][D] bf16                                      */
@@ -159,6 +165,8 @@ typedef struct cuda_alayout {
     size_t part;    /* [n_dec_max][KVl][max_splits][G][hd + 2] f32 partials  */
     size_t ids;     /* [R] int32 sampled ids                                 */
     size_t ws;      /* cuBLAS workspace                                       */
+    size_t gws;     /* [splits][T][N] f32: the batch-invariant GEMM's K-range
+                       sums, for the layer GEMM that needs the most          */
     size_t total;
 } cuda_alayout;
 

@@ -545,6 +545,56 @@ static void test_cuda_plan_batch_mixed_step(void **state)
     free(stage);
 }
 
+/* Batch-invariant: the same mixed step puts every token on the split-K list
+ * (prompt chunks, the decode token and the second prompt alike), in order,
+ * and makes no tiles; the list and the partials are sized for T tokens. */
+static void test_cuda_plan_batch_invariant_all_split_k(void **state)
+{
+    (void)state;
+    cuda_dims d = small_dims(64, 8, 128, 16, 2);
+    d.invariant = 1;
+    d.n_dec_max = d.T;
+    cuda_mlayout m;
+    cuda_plan_meta(&d, &m);
+    cuda_alayout a;
+    cuda_plan_acts(&d, &m, &a);
+    assert_true(a.ids - a.part >= (size_t)d.T * d.KVl * d.max_splits * d.G * (d.hd + 2) * 4);
+    int32_t tokens[46], pos[46], slots[46];
+    for (int t = 0; t < 46; t++) {
+        tokens[t] = t + 3;
+        slots[t] = 16 + t;
+        pos[t] = t < 40 ? t : t == 40 ? 17 : 10 + (t - 41);
+    }
+    int32_t start[4] = {0, 40, 41, 46}, len[3] = {40, 18, 15};
+    int32_t table[3 * 3] = {1, 2, 3, 4, 5, 0, 6, 7, 0};
+    int32_t rows[3] = {39, 40, 45};
+    be_batch b = {.n_tokens = 46, .tokens = tokens, .positions = pos, .slots = slots,
+                  .n_seqs = 3, .seq_start = start, .seq_len = len, .block_table = table,
+                  .max_blocks = 3, .logit_rows = rows, .n_logits = 3};
+    void *stage = malloc(m.total);
+    memset(stage, 0x55, m.total);
+    cuda_step st;
+    cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
+    assert_int_equal(st.n_dec, 46);
+    assert_int_equal(st.n_tiles, 0);
+    for (int t = 0; t < 46; t++)
+        assert_int_equal(I32(stage, m.dec)[t], t);
+    free(stage);
+}
+
+/* K ranges of the batch-invariant GEMM: by the weight's shape alone. */
+static void test_cuda_plan_gemm_splits(void **state)
+{
+    (void)state;
+    assert_int_equal(cuda_plan_gemm_splits(28672, 4096), 1); /* wide: enough blocks */
+    assert_int_equal(cuda_plan_gemm_splits(32000, 4096), 1);
+    assert_int_equal(cuda_plan_gemm_splits(6144, 4096), 2);
+    assert_int_equal(cuda_plan_gemm_splits(4096, 4096), 2);
+    assert_int_equal(cuda_plan_gemm_splits(4096, 14336), 4); /* at most 4 */
+    assert_int_equal(cuda_plan_gemm_splits(4096, 2047), 1);
+    assert_int_equal(cuda_plan_gemm_splits(64, 172), 1);
+}
+
 /* A decode step padded to its bucket: padding rows are token 0 at position
  * 0 of their own one-token sequence on the null block (slot 0, table of
  * zeros), in the decode list; only the real rows are returned. */
@@ -724,6 +774,8 @@ int main(void)
         cmocka_unit_test(test_cuda_plan_kv_fixed_blocks),
         cmocka_unit_test(test_cuda_plan_buckets),
         cmocka_unit_test(test_cuda_plan_batch_mixed_step),
+        cmocka_unit_test(test_cuda_plan_batch_invariant_all_split_k),
+        cmocka_unit_test(test_cuda_plan_gemm_splits),
         cmocka_unit_test(test_cuda_plan_batch_decode_padding),
         cmocka_unit_test(test_cuda_plan_is_decode_requires_identity_rows),
         cmocka_unit_test(test_cuda_plan_bf16_rounding),

@@ -291,9 +291,11 @@ static void gemm_ref_run(const void *p)
 }
 
 cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, float *y,
-                        int ldy, int M, cudaStream_t st)
+                        int ldy, int M, int splits, float *ws, cudaStream_t st)
 {
     (void)st;
+    if (splits < 1 || (splits > 1 && !ws))
+        return cudaErrorInvalidValue;
     gemm_ref_args a = {.x = x, .w = w, .ldx = ldx, .N = N, .K = K, .ldy = ldy, .M = M, .y = y};
     return M > 0 ? fake_launch(gemm_ref_run, &a, sizeof a) : cudaSuccess;
 }
