@@ -68,8 +68,8 @@ template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_> struct shape
 // in flight; prefill-sized M reuses each loaded tile across more rows and
 // columns.
 using shape_16 = shape<16, 32, 128, 16, 16, 4>;  // M <= 16
-using shape_32 = shape<32, 32, 128, 16, 16, 3>;  // M <= 64, N < 16384
-using shape_64 = shape<64, 64, 64, 32, 32, 3>;   // M <= 64, wide N; M <= 256, N < 16384
+using shape_32 = shape<32, 32, 128, 16, 16, 3>;  // M <= 32, N < 16384
+using shape_64 = shape<64, 64, 64, 32, 32, 3>;   // M <= 64
 using shape_128 = shape<128, 128, 64, 64, 32, 3>; // the rest
 
 // Loads K columns [k0, k0 + BK) of rows [m0, m0 + BM) of x and [n0, n0 + BN)
@@ -331,9 +331,9 @@ extern "C" cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w
     bool wide = N >= 16384;
     if (M <= 16)
         return launch_shape<shape_16>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
-    if (M <= 64 && !wide)
+    if (M <= 32 && !wide)
         return launch_shape<shape_32>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
-    if (M <= 64 || (M <= 256 && !wide))
+    if (M <= 64)
         return launch_shape<shape_64>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
     return launch_shape<shape_128>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
 }
