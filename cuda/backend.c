@@ -218,8 +218,10 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
                    err)) ||
         (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, rope, d->Hl, d->KVl,
                                           d->hd, kc, vc, d->block_size, r->st))) ||
-        (rc = CUDA_RC(err, cuda_k_attn_decode(&a, s->n_dec, r->st))) ||
-        (rc = CUDA_RC(err, cuda_k_attn_prefill(&a, s->n_tiles, r->st))))
+        (rc = CUDA_RC(err, d->attn_mma ? cuda_k_attn_tiles(&a, s->n_tiles, s->n_dec, r->st)
+                                       : cuda_k_attn_decode(&a, s->n_dec, r->st))) ||
+        (rc = CUDA_RC(err, d->attn_mma ? cudaSuccess
+                                       : cuda_k_attn_prefill(&a, s->n_tiles, r->st))))
         return rc;
     return gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
                 d->D, T, err);

@@ -38,4 +38,63 @@ template <class V> static __device__ V block_sum(V v, V *red)
     return warp_sum(v);
 }
 
+// ---- tensor cores (sm_80 and newer): async copies, ldmatrix, mma.sync ----
+
+static __device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes from global to shared, asynchronously; src_bytes 0 zero-fills.
+static __device__ __forceinline__ void cp16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> static __device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+static __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                         uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ldmatrix with transpose: B fragments of a row-major [k][n] tile.
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// a and b as bf16 pairs (a in the low half) rounded to nearest, and what the
+// rounding left: hi + lo carries about 16 bits of each.
+static __device__ __forceinline__ void bf16_split2(float a, float b, uint32_t &hi, uint32_t &lo)
+{
+    __nv_bfloat16 ah = __float2bfloat16_rn(a), bh = __float2bfloat16_rn(b);
+    __nv_bfloat16 al = __float2bfloat16_rn(a - __bfloat162float(ah));
+    __nv_bfloat16 bl = __float2bfloat16_rn(b - __bfloat162float(bh));
+    hi = (uint32_t)__bfloat16_as_ushort(ah) | (uint32_t)__bfloat16_as_ushort(bh) << 16;
+    lo = (uint32_t)__bfloat16_as_ushort(al) | (uint32_t)__bfloat16_as_ushort(bl) << 16;
+}
+
 #endif

@@ -178,6 +178,216 @@ extern "C" cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cu
     return cudaGetLastError();
 }
 
+// ---- batch-invariant attention on the tensor cores -----------------------------
+
+// One warp: the query rows of tile blockIdx.x (row r = token t0 + r / G,
+// query head g * G + r % G, at most 16 rows), KV head g = blockIdx.y, the
+// positions of split blockIdx.z (the decode kernel's splits, fixed by
+// max_context). Keys and values go through shared memory 16 positions at a
+// time (two buffers, cp.async); S = Q K^T and O += P V run on mma.sync with Q
+// and P carried as bf16 hi + lo pairs, so they keep about 16 bits where one
+// bf16 would keep 8. Each row keeps its own online softmax; a 16-position
+// block past a row's causal limit changes nothing of it (its scale is
+// exp(0) = 1 and its weights are 0), so a row's partial is the same bits
+// whatever other rows share its tile: a token computes alike alone,
+// decoding, in a prompt chunk or as a verification row. Partials go to
+// part[t] in the decode kernel's layout for k_attn_combine.
+template <int HDP> static size_t mma_smem()
+{
+    return (size_t)6 * 16 * (HDP + 8) * sizeof(uint16_t); // Q hi, lo; K, V double-buffered
+}
+
+template <int HDP>
+static __global__ void __launch_bounds__(32) k_attn_mma(cuda_attn_args a)
+{
+    constexpr int LD = HDP + 8, NT = HDP / 8, KS = HDP / 16, CPR = HDP / 8;
+    extern __shared__ __align__(16) uint16_t mma_sm[];
+    uint16_t *qh = mma_sm, *ql = qh + 16 * LD, *kb = ql + 16 * LD, *vb = kb + 2 * 16 * LD;
+    int g = blockIdx.y, split = blockIdx.z, lane = threadIdx.x;
+    const int32_t *tl = a.tiles + 3 * blockIdx.x;
+    int seq = tl[0], t0 = tl[1], nt = tl[2], G = a.G, hd = a.hd, bs = a.block_size;
+    int nrows = nt * G, pmax = 0;
+    for (int i = 0; i < nt; i++)
+        pmax = max(pmax, a.positions[t0 + i]);
+    int p0 = split * a.chunk;
+    if (p0 > pmax)
+        return; // no row reaches this split: the merge never reads it
+    int p1 = min(pmax + 1, p0 + a.chunk);
+    const int32_t *table = a.table + (size_t)seq * a.MB;
+
+    for (int e = lane; e < 16 * HDP; e += 32) {
+        int r = e / HDP, d = e % HDP;
+        float v = 0.0f;
+        if (r < nrows && d < hd)
+            v = a.q[(size_t)(t0 + r / G) * a.ldq + (size_t)(g * G + r % G) * hd + d] * a.scale;
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        qh[r * LD + d] = __bfloat16_as_ushort(h);
+        ql[r * LD + d] = f2bf(v - __bfloat162float(h));
+    }
+    // this lane's rows (lane / 4 and + 8): their causal limits, -1 for padding
+    int r0 = lane >> 2, r1 = r0 + 8;
+    int lim0 = r0 < nrows ? a.positions[t0 + r0 / G] : -1;
+    int lim1 = r1 < nrows ? a.positions[t0 + r1 / G] : -1;
+
+    auto load = [&](int blk, int buf) {
+        int pb = p0 + blk * 16;
+        for (int c = lane; c < 2 * 16 * CPR; c += 32) {
+            bool isv = c >= 16 * CPR;
+            int cc = isv ? c - 16 * CPR : c, r = cc / CPR, ch = (cc % CPR) * 8, p = pb + r;
+            const uint16_t *base = isv ? a.vc : a.kc, *src = base;
+            bool in = p < p1 && ch < hd;
+            if (in)
+                src = base + (((size_t)table[p / bs] * a.KVl + g) * bs + p % bs) * hd + ch;
+            cp16((isv ? vb : kb) + (buf * 16 + r) * LD + ch, src, in ? 16 : 0);
+        }
+    };
+
+    float o[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    int nblk = (p1 - p0 + 15) / 16;
+    load(0, 0);
+    cp_commit();
+    for (int blk = 0; blk < nblk; blk++) {
+        if (blk + 1 < nblk)
+            load(blk + 1, (blk + 1) & 1);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads(); // block blk (and Q) are in shared memory
+        const uint16_t *kt = kb + (blk & 1) * 16 * LD, *vt = vb + (blk & 1) * 16 * LD;
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            uint32_t ah[4], al[4], bk[4];
+            ldsm_x4(ah, qh + (lane & 15) * LD + k * 16 + (lane >> 4) * 8);
+            ldsm_x4(al, ql + (lane & 15) * LD + k * 16 + (lane >> 4) * 8);
+            ldsm_x4(bk, kt + ((lane & 7) + (lane >> 4) * 8) * LD + k * 16 + ((lane >> 3) & 1) * 8);
+            mma16816(s[0], ah, bk[0], bk[1]);
+            mma16816(s[0], al, bk[0], bk[1]);
+            mma16816(s[1], ah, bk[2], bk[3]);
+            mma16816(s[1], al, bk[2], bk[3]);
+        }
+        // s[j][e]: row (e < 2 ? r0 : r1), position pb + 8 j + 2 (lane % 4) + e % 2
+        int pb = p0 + blk * 16;
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int p = pb + j * 8 + (lane & 3) * 2 + (e & 1);
+                if (p >= p1 || p > (e < 2 ? lim0 : lim1))
+                    s[j][e] = -INFINITY;
+                if (e < 2)
+                    mx0 = fmaxf(mx0, s[j][e]);
+                else
+                    mx1 = fmaxf(mx1, s[j][e]);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        float c0 = n0 == -INFINITY ? 1.0f : expf(m0 - n0);
+        float c1 = n1 == -INFINITY ? 1.0f : expf(m1 - n1);
+        float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float nn = e < 2 ? n0 : n1;
+                float w = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - nn);
+                s[j][e] = w;
+                if (e < 2)
+                    sum0 += w;
+                else
+                    sum1 += w;
+            }
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 1);
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, 2);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 1);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, 2);
+        l0 = l0 * c0 + sum0;
+        l1 = l1 * c1 + sum1;
+        m0 = n0;
+        m1 = n1;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            o[n][0] *= c0;
+            o[n][1] *= c0;
+            o[n][2] *= c1;
+            o[n][3] *= c1;
+        }
+        // P as the A operand: the S accumulators' layout is the A fragment's
+        uint32_t ph[4], pl[4];
+        bf16_split2(s[0][0], s[0][1], ph[0], pl[0]);
+        bf16_split2(s[0][2], s[0][3], ph[1], pl[1]);
+        bf16_split2(s[1][0], s[1][1], ph[2], pl[2]);
+        bf16_split2(s[1][2], s[1][3], ph[3], pl[3]);
+#pragma unroll
+        for (int j = 0; j < HDP / 16; j++) {
+            uint32_t bv[4];
+            ldsm_x4_trans(bv, vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + j * 16 +
+                                  (lane >> 4) * 8);
+            mma16816(o[2 * j], ph, bv[0], bv[1]);
+            mma16816(o[2 * j], pl, bv[0], bv[1]);
+            mma16816(o[2 * j + 1], ph, bv[2], bv[3]);
+            mma16816(o[2 * j + 1], pl, bv[2], bv[3]);
+        }
+        __syncthreads(); // every lane is done with this buffer before it is refilled
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int r = h ? r1 : r0, lim = h ? lim1 : lim0;
+        if (r >= nrows || lim < p0)
+            continue; // padding, or a token whose context ends before this split
+        int t = t0 + r / G, j = r % G;
+        float *out = a.part + ((((size_t)t * a.KVl + g) * a.max_splits + split) * a.G + j) *
+                                  (size_t)(hd + 2);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            int d = n * 8 + (lane & 3) * 2;
+            if (d < hd) {
+                out[d] = o[n][2 * h];
+                out[d + 1] = o[n][2 * h + 1];
+            }
+        }
+        if ((lane & 3) == 0) {
+            out[hd] = h ? m1 : m0;
+            out[hd + 1] = h ? l1 : l0;
+        }
+    }
+}
+
+extern "C" cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, int n_tokens,
+                                         cudaStream_t st)
+{
+    if (n_tiles <= 0)
+        return cudaGetLastError();
+    if (a->hd % 8 || a->hd > 256 || a->G > 16)
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)n_tiles, (unsigned)a->KVl, (unsigned)a->max_splits);
+    int hd = a->hd;
+    if (hd <= 16)
+        k_attn_mma<16><<<grid, 32, mma_smem<16>(), st>>>(*a);
+    else if (hd <= 32)
+        k_attn_mma<32><<<grid, 32, mma_smem<32>(), st>>>(*a);
+    else if (hd <= 64)
+        k_attn_mma<64><<<grid, 32, mma_smem<64>(), st>>>(*a);
+    else if (hd <= 128)
+        k_attn_mma<128><<<grid, 32, mma_smem<128>(), st>>>(*a);
+    else
+        k_attn_mma<256><<<grid, 32, mma_smem<256>(), st>>>(*a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    dim3 cgrid((unsigned)n_tokens, (unsigned)(a->KVl * a->G));
+    k_attn_combine<<<cgrid, 64, 0, st>>>(*a);
+    return cudaGetLastError();
+}
+
 // ---- prefill / verification --------------------------------------------------
 
 #define PF_THREADS 128
@@ -340,9 +550,13 @@ extern "C" cudaError_t cuda_k_attn_setup(int hd)
 {
     if (hd < 2 || hd > CUDA_MAX_HEAD_DIM)
         return cudaErrorInvalidValue;
-    return cudaFuncSetAttribute((const void *)prefill_kernel(hd),
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                (int)prefill_smem(hd));
+    cudaError_t e = cudaFuncSetAttribute((const void *)prefill_kernel(hd),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)prefill_smem(hd));
+    if (e == cudaSuccess) /* the tensor-core kernel's widest tile is over 48 KB */
+        e = cudaFuncSetAttribute(k_attn_mma<256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)mma_smem<256>());
+    return e;
 }
 
 extern "C" cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles,

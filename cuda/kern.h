@@ -78,6 +78,15 @@ cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cudaStream_t 
  * shared memory with the causal mask per row, online softmax. */
 cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles, cudaStream_t st);
 
+/* Batch-invariant attention for every token: tiles (a.tiles, up to 16 query
+ * rows: 16 / G consecutive tokens of one sequence x the G query heads of a KV
+ * head) on the tensor cores, over the decode kernel's splits, then the same
+ * merge; partials at part[t] for token t (so the decode list must be every
+ * token in order, n_tokens of them). A token's result does not depend on its
+ * tile. Needs hd a multiple of 8, at most 256, and G <= 16. */
+cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, int n_tokens,
+                              cudaStream_t st);
+
 /* Raises the prefill kernel's shared-memory limit for head_dim hd on the
  * current device (once per device, before any launch or capture). */
 cudaError_t cuda_k_attn_setup(int hd);

@@ -139,6 +139,9 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     d->tile_tokens = CUDA_ATTN_ROWS / G;
     d->invariant = lim->invariant != 0;
     d->n_dec_max = d->invariant ? d->T : d->S;
+    d->attn_mma = d->invariant && d->hd % 8 == 0 && G <= 16;
+    if (d->attn_mma)
+        d->tile_tokens = 16 / G;
     d->lm_head = sh->rank == 0;
     return INF_OK;
 }
@@ -351,7 +354,8 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         if (t1 - t0 == 1 || d->invariant) {
             for (int t = t0; t < t1; t++)
                 dec[n_dec++] = t;
-            continue;
+            if (!d->attn_mma)
+                continue;
         }
         for (int t = t0; t < t1; t += d->tile_tokens) {
             tiles[3 * n_tiles] = s;
@@ -368,6 +372,12 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         seq[t] = s;
         memset(table + (size_t)s * d->MB, 0, (size_t)d->MB * I);
         dec[n_dec++] = t;
+        if (d->attn_mma) {
+            tiles[3 * n_tiles] = s;
+            tiles[3 * n_tiles + 1] = t;
+            tiles[3 * n_tiles + 2] = 1;
+            n_tiles++;
+        }
     }
     int n_rows = bucket > 0 ? T : b->n_logits;
     if (smp)

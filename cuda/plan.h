@@ -77,11 +77,15 @@ typedef struct cuda_dims {
     int max_ctx, block_size;
     int chunk;      /* positions per decode split                           */
     int max_splits; /* splits of the longest context                         */
-    int tile_tokens;/* tokens per prefill tile: CUDA_ATTN_ROWS / G           */
+    int tile_tokens;/* tokens per tile: CUDA_ATTN_ROWS / G (prefill tiles),
+                       16 / G (attn_mma)                                    */
     int invariant;  /* 1: batch-invariant kernels; every token takes the
                        split-K attention path, so the decode list and the
                        split partials are sized for T tokens, not S         */
     int n_dec_max;  /* entries of the decode list: T when invariant, else S */
+    int attn_mma;   /* invariant, head_dim a multiple of 8 and G <= 16: the
+                       tensor-core kernel (cuda_k_attn_tiles) over tiles of
+                       tile_tokens = 16 / G tokens; else the split-K kernel */
     int lm_head;    /* 1 on the rank that computes logits (rank 0)           */
 } cuda_dims;
 
@@ -228,8 +232,10 @@ int cuda_plan_is_decode(const be_batch *b);
 /* Packs b into stage (layout m): tokens, positions, slots, the token ->
  * sequence map, block tables re-strided to MB, logit rows, the decode list,
  * prefill tiles and, if smp, sampling rows. With d->invariant every token is
- * on the decode list (split-K attention computes a token the same way
- * whether it decodes, prefills or verifies) and there are no tiles. bucket > 0 pads a decode step to
+ * on the decode list, in order (split-K attention computes a token the same
+ * way whether it decodes, prefills or verifies), and with d->attn_mma every
+ * sequence, padding too, is cut into tiles of tile_tokens for the
+ * tensor-core kernel. bucket > 0 pads a decode step to
  * bucket rows: padding tokens are token 0 at position 0 of a one-token
  * sequence on the null block (slot 0), so they read and write nothing real.
  * Padding gets no logit rows or sampling rows: a padded step's final norm

@@ -585,6 +585,61 @@ static void run_attn_case(const attn_case *c)
     }
     print_message("attention hd %d G %d KV %d bs %d: %d tokens (%d decode, %d tiles), worst "
                   "|error| %.2e\n", hd, c->G, c->KV, c->bs, T, st.n_dec, st.n_tiles, worst);
+
+    /* Batch-invariant: every token through the tensor-core tiles, within the
+     * same tolerance; then every token alone in a tile of its own, which must
+     * give the same bits (a token's result does not depend on its tile). */
+    lim.invariant = 1;
+    cuda_dims di;
+    assert_int_equal(cuda_plan_dims(&mc, &sh, &lim, &di, NULL), INF_OK);
+    assert_int_equal(di.attn_mma, hd % 8 == 0 && c->G <= 16);
+    uint16_t *first = malloc((size_t)T * ldq * 2), *again = malloc((size_t)T * ldq * 2);
+    for (int pass = 0; di.attn_mma && pass < 2; pass++) {
+        if (pass)
+            di.tile_tokens = 1;
+        cuda_mlayout mi;
+        cuda_plan_meta(&di, &mi);
+        void *st2 = calloc(1, mi.total);
+        cuda_step s2;
+        cuda_plan_batch(&di, &mi, &b, 0, NULL, st2, &s2);
+        assert_int_equal(s2.n_dec, T);
+        unsigned char *dm2 = to_dev(st2, mi.total);
+        float *dp2 = dmalloc((size_t)T * c->KV * di.max_splits * c->G * (hd + 2) * 4);
+        cuda_attn_args a2 = a;
+        a2.positions = (int32_t *)(dm2 + mi.positions);
+        a2.tok_seq = (int32_t *)(dm2 + mi.tok_seq);
+        a2.table = (int32_t *)(dm2 + mi.table);
+        a2.dec = (int32_t *)(dm2 + mi.dec);
+        a2.tiles = (int32_t *)(dm2 + mi.tiles);
+        a2.part = dp2;
+        CK(cudaMemset(dout, 0xff, (size_t)T * ldq * 2)); /* NaN: unwritten rows show */
+        CK(cuda_k_attn_tiles(&a2, s2.n_tiles, s2.n_dec, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(pass ? again : first, dout, (size_t)T * ldq * 2);
+        double worst2 = 0;
+        for (int t = 0; !pass && t < T; t++) {
+            attn_ref(c, q, ldq, kc, vc, table, MB, seq, pos, t, ref);
+            for (int i = 0; i < ldq; i++) {
+                double e = fabs(bf(first[t * ldq + i]) - ref[i]);
+                worst2 = e > worst2 || e != e ? e : worst2;
+                if (!(e <= 5e-3))
+                    fail_msg("tensor-core attention hd %d G %d KV %d bs %d: token %d (pos %d) "
+                             "dim %d: gpu %g, reference %g", hd, c->G, c->KV, c->bs, t, pos[t],
+                             i, bf(first[t * ldq + i]), ref[i]);
+            }
+        }
+        if (!pass)
+            print_message("  tensor cores, batch-invariant: %d tiles, worst |error| %.2e\n",
+                          s2.n_tiles, worst2);
+        else if (memcmp(first, again, (size_t)T * ldq * 2))
+            fail_msg("tensor-core attention hd %d G %d: a token alone in its tile differs from "
+                     "the same token in a shared tile", hd, c->G);
+        cudaFree(dm2);
+        cudaFree(dp2);
+        free(st2);
+    }
+    free(first);
+    free(again);
     cudaFree(dmeta);
     cudaFree(dk);
     cudaFree(dv);

@@ -579,6 +579,20 @@ static void test_cuda_plan_batch_invariant_all_split_k(void **state)
     assert_int_equal(st.n_tiles, 0);
     for (int t = 0; t < 46; t++)
         assert_int_equal(I32(stage, m.dec)[t], t);
+    /* with the tensor-core kernel: also tiles of 16 / G tokens of each sequence */
+    d.attn_mma = 1;
+    d.tile_tokens = 16 / d.G;
+    cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
+    assert_int_equal(st.n_dec, 46);
+    int32_t *tl = I32(stage, m.tiles), next = 0;
+    for (int i = 0; i < st.n_tiles; i++) {
+        int s_ = tl[3 * i], t0 = tl[3 * i + 1], nt = tl[3 * i + 2];
+        assert_int_equal(t0, next); /* in order, every token once */
+        assert_true(nt >= 1 && nt <= d.tile_tokens);
+        assert_true(t0 >= start[s_] && t0 + nt <= start[s_ + 1]); /* one sequence */
+        next = t0 + nt;
+    }
+    assert_int_equal(next, 46);
     free(stage);
 }
 

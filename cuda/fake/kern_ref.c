@@ -263,6 +263,17 @@ cudaError_t cuda_k_attn_prefill(const cuda_attn_args *a, int n_tiles, cudaStream
     return n_tiles > 0 ? fake_launch(prefill_run, &r, sizeof r) : cudaSuccess;
 }
 
+cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, int n_tokens,
+                              cudaStream_t st)
+{
+    (void)st;
+    (void)n_tokens;
+    if (a->hd % 8 || a->hd > 256 || a->G > 16)
+        return cudaErrorInvalidValue;
+    attn_run_args r = {.a = *a, .n = n_tiles}; /* each token whole, as the prefill tiles */
+    return n_tiles > 0 ? fake_launch(prefill_run, &r, sizeof r) : cudaSuccess;
+}
+
 cudaError_t cuda_k_attn_setup(int hd)
 {
     return hd >= 2 && hd <= CUDA_MAX_HEAD_DIM ? cudaSuccess : cudaErrorInvalidValue;
