@@ -484,6 +484,34 @@ static cuda_dims small_dims(int T, int S, int ctx, int bs, int G)
 
 #define I32(stage, off) ((int32_t *)((char *)(stage) + (off)))
 
+/* The mixed step of the batch tests: a 40-token prompt (sequence 0), one
+ * decode token at position 17 (sequence 1), a 5-token chunk after 10 tokens
+ * of context (sequence 2). */
+typedef struct mixed {
+    int32_t tokens[46], pos[46], slots[46], start[4], len[3], table[9], rows[3];
+    be_batch b;
+} mixed;
+
+static void mixed_init(mixed *x)
+{
+    for (int t = 0; t < 46; t++) {
+        x->tokens[t] = t + 3;
+        x->slots[t] = 16 + t;
+        x->pos[t] = t < 40 ? t : t == 40 ? 17 : 10 + (t - 41);
+    }
+    const int32_t start[4] = {0, 40, 41, 46}, len[3] = {40, 18, 15};
+    const int32_t table[9] = {1, 2, 3, 4, 5, 0, 6, 7, 0}, rows[3] = {39, 40, 45};
+    memcpy(x->start, start, sizeof start);
+    memcpy(x->len, len, sizeof len);
+    memcpy(x->table, table, sizeof table);
+    memcpy(x->rows, rows, sizeof rows);
+    be_batch b = {.n_tokens = 46, .tokens = x->tokens, .positions = x->pos,
+                  .slots = x->slots, .n_seqs = 3, .seq_start = x->start, .seq_len = x->len,
+                  .block_table = x->table, .max_blocks = 3, .logit_rows = x->rows,
+                  .n_logits = 3};
+    x->b = b;
+}
+
 /* A mixed step: a 40-token prompt, one decode token and a 5-token chunk.
  * The decode token goes to the decode list; the others are cut into tiles
  * of 32 / G tokens in order; tables are re-strided to MB with zeros past
@@ -494,22 +522,10 @@ static void test_cuda_plan_batch_mixed_step(void **state)
     cuda_dims d = small_dims(64, 8, 128, 16, 2); /* tiles of 16 tokens, MB 8 */
     cuda_mlayout m;
     cuda_plan_meta(&d, &m);
-    int32_t tokens[46], pos[46], slots[46];
-    for (int t = 0; t < 46; t++) {
-        tokens[t] = t + 3;
-        slots[t] = 16 + t;
-    }
-    for (int t = 0; t < 40; t++)
-        pos[t] = t;
-    pos[40] = 17;
-    for (int t = 41; t < 46; t++)
-        pos[t] = 10 + (t - 41);
-    int32_t start[4] = {0, 40, 41, 46}, len[3] = {40, 18, 15};
-    int32_t table[3 * 3] = {1, 2, 3, 4, 5, 0, 6, 7, 0};
-    int32_t rows[3] = {39, 40, 45};
-    be_batch b = {.n_tokens = 46, .tokens = tokens, .positions = pos, .slots = slots,
-                  .n_seqs = 3, .seq_start = start, .seq_len = len, .block_table = table,
-                  .max_blocks = 3, .logit_rows = rows, .n_logits = 3};
+    mixed x;
+    mixed_init(&x);
+    be_batch b = x.b;
+    int32_t *tokens = x.tokens, *pos = x.pos, *slots = x.slots, *rows = x.rows;
     assert_false(cuda_plan_is_decode(&b));
     void *stage = malloc(m.total);
     memset(stage, 0x55, m.total);
@@ -524,10 +540,10 @@ static void test_cuda_plan_batch_mixed_step(void **state)
     assert_int_equal(st.sample, 0);
     assert_int_equal(st.meta_bytes, m.table + 3 * 8 * sizeof(int32_t)); /* table rows last */
     assert_true(st.meta_bytes <= m.total);
-    assert_memory_equal(I32(stage, m.tokens), tokens, sizeof tokens);
-    assert_memory_equal(I32(stage, m.positions), pos, sizeof pos);
-    assert_memory_equal(I32(stage, m.slots), slots, sizeof slots);
-    assert_memory_equal(I32(stage, m.rows), rows, sizeof rows);
+    assert_memory_equal(I32(stage, m.tokens), tokens, sizeof x.tokens);
+    assert_memory_equal(I32(stage, m.positions), pos, sizeof x.pos);
+    assert_memory_equal(I32(stage, m.slots), slots, sizeof x.slots);
+    assert_memory_equal(I32(stage, m.rows), rows, sizeof x.rows);
     int32_t *seq = I32(stage, m.tok_seq);
     assert_int_equal(seq[0], 0);
     assert_int_equal(seq[39], 0);
@@ -559,18 +575,10 @@ static void test_cuda_plan_batch_invariant_all_split_k(void **state)
     cuda_alayout a;
     cuda_plan_acts(&d, &m, &a);
     assert_true(a.ids - a.part >= (size_t)d.T * d.KVl * d.max_splits * d.G * (d.hd + 2) * 4);
-    int32_t tokens[46], pos[46], slots[46];
-    for (int t = 0; t < 46; t++) {
-        tokens[t] = t + 3;
-        slots[t] = 16 + t;
-        pos[t] = t < 40 ? t : t == 40 ? 17 : 10 + (t - 41);
-    }
-    int32_t start[4] = {0, 40, 41, 46}, len[3] = {40, 18, 15};
-    int32_t table[3 * 3] = {1, 2, 3, 4, 5, 0, 6, 7, 0};
-    int32_t rows[3] = {39, 40, 45};
-    be_batch b = {.n_tokens = 46, .tokens = tokens, .positions = pos, .slots = slots,
-                  .n_seqs = 3, .seq_start = start, .seq_len = len, .block_table = table,
-                  .max_blocks = 3, .logit_rows = rows, .n_logits = 3};
+    mixed x;
+    mixed_init(&x);
+    be_batch b = x.b;
+    const int32_t *start = x.start;
     void *stage = malloc(m.total);
     memset(stage, 0x55, m.total);
     cuda_step st;
