@@ -41,7 +41,9 @@ typedef struct cuda_config {
                                       same blocks): the budget pays for both;
                                       0                                       */
     int cuda_graphs;               /* 1: replay decode steps as graphs; 1      */
-    int batch_invariant;           /* 1: our GEMM and split-K attention for
+    int batch_invariant;           /* 1: our GEMM (cuda_k_gemm) and one
+                                      attention kernel (cuda_k_attn_tiles, or
+                                      split-K for shapes it does not take) for
                                       every token, so a sequence's logits are
                                       the same bits whatever else is in the
                                       batch, and chunked, cached or verified

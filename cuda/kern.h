@@ -66,7 +66,7 @@ typedef struct cuda_attn_args {
 } cuda_attn_args;
 
 /* Decode: one query token per entry of dec (their sequences have one token
- * in this step). Each (token, KV head, split of chunk positions) block
+ * in this step; batch-invariant without the tensor-core kernel, every token). Each (token, KV head, split of chunk positions) block
  * writes a partial softmax to part; a second kernel merges the splits in
  * split order. Empty splits exit at once, so the grid can stay fixed (CUDA
  * graphs) while contexts grow. */
