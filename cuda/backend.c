@@ -203,6 +203,18 @@ static cuda_attn_args attn_args(const cuda_rank *r, const bufs *b, const uint16_
     return a;
 }
 
+/* Every token through the tensor-core tiles (batch-invariant), or decode
+ * tokens split-K and the others in prefill tiles (cuda_plan_batch made the
+ * lists to match). */
+static cudaError_t attention(const cuda_dims *d, const cuda_attn_args *a, const cuda_step *s,
+                             cudaStream_t st)
+{
+    if (d->attn_mma)
+        return cuda_k_attn_tiles(a, s->n_tiles, s->n_dec, st);
+    cudaError_t e = cuda_k_attn_decode(a, s->n_dec, st);
+    return e != cudaSuccess ? e : cuda_k_attn_prefill(a, s->n_tiles, st);
+}
+
 /* Norm, QKV, RoPE + KV write, attention, O projection into delta. */
 static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
 {
@@ -218,10 +230,7 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
                    err)) ||
         (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, rope, d->Hl, d->KVl,
                                           d->hd, kc, vc, d->block_size, r->st))) ||
-        (rc = CUDA_RC(err, d->attn_mma ? cuda_k_attn_tiles(&a, s->n_tiles, s->n_dec, r->st)
-                                       : cuda_k_attn_decode(&a, s->n_dec, r->st))) ||
-        (rc = CUDA_RC(err, d->attn_mma ? cudaSuccess
-                                       : cuda_k_attn_prefill(&a, s->n_tiles, r->st))))
+        (rc = CUDA_RC(err, attention(d, &a, s, r->st))))
         return rc;
     return gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
                 d->D, T, err);
@@ -657,28 +666,39 @@ static int kv_init(cuda_be *be, inf_err *err)
     return INF_OK;
 }
 
+/* Rank `rank`'s shard, dims and weight layout for m under cfg: the host-side
+ * plan both cuda_backend_create and cuda_backend_footprint start from. */
+static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shard *sh,
+                     cuda_dims *d, cuda_wlayout *wl, inf_err *err)
+{
+    const model_config *c = &m->cfg;
+    cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
+                       .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
+                       .block_size = cfg->block_size, .max_logits = cfg->max_logits,
+                       .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
+    int rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
+    if (!rc)
+        rc = cuda_plan_dims(c, sh, &lim, d, err);
+    if (!rc)
+        cuda_plan_weights(d, m->lm_head.data == m->embed.data, wl);
+    return rc;
+}
+
 int cuda_backend_footprint(const model *m, const cuda_config *cfg, size_t *fixed,
                            size_t *per_block, inf_err *err)
 {
-    const model_config *c = &m->cfg;
     cuda_shard sh;
     cuda_dims d;
     cuda_wlayout wl;
     cuda_mlayout ml;
     cuda_alayout al;
-    cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
-                       .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
-                       .block_size = cfg->block_size, .max_logits = cfg->max_logits,
-                       .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
-    int rc = cuda_plan_shard(c, cfg->tensor_parallel_size, 0, &sh, err);
-    if (!rc)
-        rc = cuda_plan_dims(c, &sh, &lim, &d, err);
+    int rc = plan_rank(m, cfg, 0, &sh, &d, &wl, err);
     if (rc)
         return rc;
-    cuda_plan_weights(&d, m->lm_head.data == m->embed.data, &wl);
     cuda_plan_meta(&d, &ml);
     cuda_plan_acts(&d, &ml, &al);
-    *fixed = wl.total + al.total;
+    if (fixed)
+        *fixed = wl.total + al.total;
     *per_block = cuda_plan_kv_block_bytes(&d);
     return INF_OK;
 }
@@ -718,24 +738,15 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     be->tp = cfg->tensor_parallel_size;
     be->eps = (float)c->rms_norm_eps;
     be->prev_rows = -1;
-    int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
-    int tied = m->lm_head.data == m->embed.data;
     be->rk = calloc((size_t)be->tp, sizeof *be->rk);
     if (!be->rk) {
         rc = inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");
         goto fail;
     }
-    cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
-                       .max_ctx = max_ctx, .block_size = cfg->block_size,
-                       .max_logits = cfg->max_logits, .num_blocks = cfg->num_blocks,
-                       .invariant = cfg->batch_invariant};
     for (int i = 0; i < be->tp && !rc; i++) {
         cuda_rank *r = &be->rk[i];
         r->dev = cfg->device + i;
-        if ((rc = cuda_plan_shard(c, be->tp, i, &r->sh, err)) ||
-            (rc = cuda_plan_dims(c, &r->sh, &lim, &r->d, err)))
-            break;
-        cuda_plan_weights(&r->d, tied, &r->wl);
+        rc = plan_rank(m, cfg, i, &r->sh, &r->d, &r->wl, err);
     }
     if (!rc) /* T, S, R and MB: the same on every rank */
         cuda_plan_meta(&be->rk[0].d, &be->ml);

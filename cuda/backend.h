@@ -72,8 +72,8 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
                         inf_err *err);
 
 /* What a backend of m with cfg would hold on each GPU, computed on the host
- * without a device: *fixed = weights + activation buffers, *per_block = the
- * KV cache of one block. For sizing a draft beside a target, and a pool
+ * without a device: *fixed = weights + activation buffers (fixed may be
+ * NULL), *per_block = the KV cache of one block. For sizing a draft beside a target, and a pool
  * from a byte budget. Errors as cuda_backend_create's shape checks. */
 int cuda_backend_footprint(const model *m, const cuda_config *cfg, size_t *fixed,
                            size_t *per_block, inf_err *err);

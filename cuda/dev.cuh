@@ -86,6 +86,31 @@ static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void *
                  : "r"(smem_addr(p)));
 }
 
+// mma.sync m16n8k16 fragments from shared memory, for a warp (lane =
+// threadIdx.x % 32). p points at the tile's first element, ld is its row
+// stride in elements (rows 16-byte aligned).
+//   ldsm_a:  A, 16 rows x 16 k of a row-major [m][k] tile.
+//   ldsm_b:  B of two n8 tiles (r[0..1] columns 0-7, r[2..3] columns 8-15),
+//            16 n x 16 k of a row-major [n][k] tile (a weight, keys).
+//   ldsm_bt: the same from a row-major [k][n] tile (values), transposed.
+static __device__ __forceinline__ void ldsm_a(uint32_t r[4], const uint16_t *p, int ld)
+{
+    int lane = threadIdx.x & 31;
+    ldsm_x4(r, p + (lane & 15) * ld + (lane >> 4) * 8);
+}
+
+static __device__ __forceinline__ void ldsm_b(uint32_t r[4], const uint16_t *p, int ld)
+{
+    int lane = threadIdx.x & 31;
+    ldsm_x4(r, p + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8);
+}
+
+static __device__ __forceinline__ void ldsm_bt(uint32_t r[4], const uint16_t *p, int ld)
+{
+    int lane = threadIdx.x & 31;
+    ldsm_x4_trans(r, p + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8);
+}
+
 // a and b as bf16 pairs (a in the low half) rounded to nearest, and what the
 // rounding left: hi + lo carries about 16 bits of each.
 static __device__ __forceinline__ void bf16_split2(float a, float b, uint32_t &hi, uint32_t &lo)

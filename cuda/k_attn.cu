@@ -148,6 +148,18 @@ static __global__ void k_attn_combine(cuda_attn_args a)
     }
 }
 
+// After a kernel that wrote split partials (e, its launch's error): merges
+// them for the n tokens of the decode list.
+static cudaError_t combine_after(cudaError_t e, const cuda_attn_args *a, int n,
+                                 cudaStream_t st)
+{
+    if (e != cudaSuccess)
+        return e;
+    dim3 grid((unsigned)n, (unsigned)(a->KVl * a->G));
+    k_attn_combine<<<grid, 64, 0, st>>>(*a);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cudaStream_t st)
 {
     if (n_dec <= 0)
@@ -170,12 +182,7 @@ extern "C" cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cu
     default:
         return cudaErrorInvalidValue;
     }
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
-    dim3 cgrid((unsigned)n_dec, (unsigned)(a->KVl * a->G));
-    k_attn_combine<<<cgrid, 64, 0, st>>>(*a);
-    return cudaGetLastError();
+    return combine_after(cudaGetLastError(), a, n_dec, st);
 }
 
 // ---- batch-invariant attention on the tensor cores -----------------------------
@@ -261,9 +268,9 @@ static __global__ void __launch_bounds__(32) k_attn_mma(cuda_attn_args a)
 #pragma unroll
         for (int k = 0; k < KS; k++) {
             uint32_t ah[4], al[4], bk[4];
-            ldsm_x4(ah, qh + (lane & 15) * LD + k * 16 + (lane >> 4) * 8);
-            ldsm_x4(al, ql + (lane & 15) * LD + k * 16 + (lane >> 4) * 8);
-            ldsm_x4(bk, kt + ((lane & 7) + (lane >> 4) * 8) * LD + k * 16 + ((lane >> 3) & 1) * 8);
+            ldsm_a(ah, qh + k * 16, LD);
+            ldsm_a(al, ql + k * 16, LD);
+            ldsm_b(bk, kt + k * 16, LD);
             mma16816(s[0], ah, bk[0], bk[1]);
             mma16816(s[0], al, bk[0], bk[1]);
             mma16816(s[1], ah, bk[2], bk[3]);
@@ -328,8 +335,7 @@ static __global__ void __launch_bounds__(32) k_attn_mma(cuda_attn_args a)
 #pragma unroll
         for (int j = 0; j < HDP / 16; j++) {
             uint32_t bv[4];
-            ldsm_x4_trans(bv, vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + j * 16 +
-                                  (lane >> 4) * 8);
+            ldsm_bt(bv, vt + j * 16, LD);
             mma16816(o[2 * j], ph, bv[0], bv[1]);
             mma16816(o[2 * j], pl, bv[0], bv[1]);
             mma16816(o[2 * j + 1], ph, bv[2], bv[3]);
@@ -380,12 +386,7 @@ extern "C" cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, i
         k_attn_mma<128><<<grid, 32, mma_smem<128>(), st>>>(*a);
     else
         k_attn_mma<256><<<grid, 32, mma_smem<256>(), st>>>(*a);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
-    dim3 cgrid((unsigned)n_tokens, (unsigned)(a->KVl * a->G));
-    k_attn_combine<<<cgrid, 64, 0, st>>>(*a);
-    return cudaGetLastError();
+    return combine_after(cudaGetLastError(), a, n_tokens, st);
 }
 
 // ---- prefill / verification --------------------------------------------------

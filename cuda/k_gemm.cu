@@ -3,12 +3,14 @@
 //
 // Why not cuBLAS here: cuBLAS picks kernels (tile shapes, split-K) by M, so
 // a row's result changes with the number of rows beside it, and greedy text
-// then depends on the batch. Here every output element is one f32
-// accumulator updated by one m16n8k16 instruction per 16 columns of K, in
-// increasing K order, starting from zero; the instruction computes each
-// element from its own row and column only. Tile shapes, the warp layout
-// and the pipeline depth change with M for speed, but none of them changes
-// that chain, so a row's bits never depend on M (tests/test_cuda.c checks).
+// then depends on the batch. Here every output element is, for each of the
+// weight's fixed K ranges (cuda_plan_gemm_splits: by shape, never by M), one
+// f32 accumulator updated by one m16n8k16 instruction per 16 columns of K,
+// in increasing K order, starting from zero, and the ranges are added in
+// order; the instruction computes each element from its own row and column
+// only. Tile shapes, the warp layout and the pipeline depth change with M
+// for speed, but none of them changes that chain, so a row's bits never
+// depend on M (tests/test_cuda.c checks).
 #include "cuda/dev.cuh"
 #include "cuda/kern.h"
 
@@ -120,11 +122,10 @@ __global__ void __launch_bounds__(S::THREADS)
             uint32_t af[MT][4], bf[NT / 2][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                ldsm_x4(af[i], a + (wm + i * 16 + (lane & 15)) * S::LD + kk + (lane >> 4) * 8);
+                ldsm_a(af[i], a + (wm + i * 16) * S::LD + kk, S::LD);
 #pragma unroll
             for (int j = 0; j < NT / 2; j++)
-                ldsm_x4(bf[j], b + (wn + j * 16 + (lane & 7) + (lane >> 4) * 8) * S::LD + kk +
-                                   ((lane >> 3) & 1) * 8);
+                ldsm_b(bf[j], b + (wn + j * 16) * S::LD + kk, S::LD);
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll

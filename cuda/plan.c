@@ -326,6 +326,18 @@ int cuda_plan_is_decode(const be_batch *b)
     return 1;
 }
 
+/* Tiles of sequence s's tokens [t0, t1), tile_tokens at a time, from entry n
+ * of tiles ([seq, first token, count] each); returns the new count. */
+static int add_tiles(const cuda_dims *d, int32_t *tiles, int n, int s, int t0, int t1)
+{
+    for (int t = t0; t < t1; t += d->tile_tokens, n++) {
+        tiles[3 * n] = s;
+        tiles[3 * n + 1] = t;
+        tiles[3 * n + 2] = imin(d->tile_tokens, t1 - t);
+    }
+    return n;
+}
+
 void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *b, int bucket,
                      const cuda_smp_row *smp, void *stage, cuda_step *st)
 {
@@ -357,12 +369,7 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
             if (!d->attn_mma)
                 continue;
         }
-        for (int t = t0; t < t1; t += d->tile_tokens) {
-            tiles[3 * n_tiles] = s;
-            tiles[3 * n_tiles + 1] = t;
-            tiles[3 * n_tiles + 2] = imin(d->tile_tokens, t1 - t);
-            n_tiles++;
-        }
+        n_tiles = add_tiles(d, tiles, n_tiles, s, t0, t1);
     }
     /* padding rows: their own one-token sequences on the null block */
     for (int t = n, s = b->n_seqs; t < T; t++, s++) {
@@ -372,12 +379,8 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
         seq[t] = s;
         memset(table + (size_t)s * d->MB, 0, (size_t)d->MB * I);
         dec[n_dec++] = t;
-        if (d->attn_mma) {
-            tiles[3 * n_tiles] = s;
-            tiles[3 * n_tiles + 1] = t;
-            tiles[3 * n_tiles + 2] = 1;
-            n_tiles++;
-        }
+        if (d->attn_mma)
+            n_tiles = add_tiles(d, tiles, n_tiles, s, t, t + 1);
     }
     int n_rows = bucket > 0 ? T : b->n_logits;
     if (smp)

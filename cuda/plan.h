@@ -79,9 +79,8 @@ typedef struct cuda_dims {
     int max_splits; /* splits of the longest context                         */
     int tile_tokens;/* tokens per tile: CUDA_ATTN_ROWS / G (prefill tiles),
                        16 / G (attn_mma)                                    */
-    int invariant;  /* 1: batch-invariant kernels; every token takes the
-                       split-K attention path, so the decode list and the
-                       split partials are sized for T tokens, not S         */
+    int invariant;  /* 1: batch-invariant kernels; every token is on the
+                       decode list and has split partials (T of them, not S) */
     int n_dec_max;  /* entries of the decode list: T when invariant, else S */
     int attn_mma;   /* invariant, head_dim a multiple of 8 and G <= 16: the
                        tensor-core kernel (cuda_k_attn_tiles) over tiles of
@@ -216,8 +215,10 @@ typedef struct cuda_smp_row cuda_smp_row;
 
 typedef struct cuda_step {
     int T;       /* token rows the kernels run over (n_tokens, or the bucket) */
-    int n_dec;   /* tokens of one-token sequences: decode attention           */
-    int n_tiles; /* prefill tiles of the other sequences                      */
+    int n_dec;   /* tokens on the decode list (of one-token sequences, or
+                    every token when batch-invariant)                        */
+    int n_tiles; /* tiles: prefill tiles of the other sequences, or with
+                    attn_mma every sequence's                                */
     int n_rows;  /* logit rows computed (the bucket's, when padded)            */
     int n_out;   /* logit rows returned: the batch's n_logits                 */
     int bucket;  /* > 0: a pure decode step padded to this many rows          */
@@ -246,7 +247,6 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
                      int bucket, const cuda_smp_row *smp, void *stage, cuda_step *st);
 
 /* ---- weight conversion on upload --------------------------------------- */
-
 
 /* n elements of dtype t to bf16 / f32. */
 void cuda_plan_to_bf16(const void *src, inf_dtype t, size_t n, uint16_t *dst);

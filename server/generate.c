@@ -220,7 +220,8 @@ static int run(const gen_opts *o, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
                 pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
                 res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
-                strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be), o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+                strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be),
+                o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     gen_results_free(&res, 1);
     tok_stream_destroy(pr.ts);

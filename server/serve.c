@@ -191,6 +191,17 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
     return INF_OK;
 }
 
+/* Blocks of a KV pool (plus the null block 0): what budget bytes hold at
+ * block_bytes a block, but no more than max_num_seqs sequences of max_len
+ * tokens need, and at least one. */
+static int pool_blocks(size_t budget, size_t block_bytes, const serve_opts *o, int max_len)
+{
+    size_t bs = (size_t)o->block_size, blocks = budget / block_bytes;
+    size_t want = ((size_t)o->max_num_seqs * (size_t)max_len + bs - 1) / bs;
+    blocks = blocks < want ? blocks : want;
+    return (int)(blocks < 1 ? 1 : blocks > 0x3fffffff ? 0x3fffffff : blocks) + 1;
+}
+
 #ifdef INFERD_CUDA
 /* The draft's GPU backend beside the target's: the target's step shape, its
  * own context (the shorter of the two); the pool is the target's. */
@@ -268,7 +279,7 @@ static int make_backend(app *a, cpu_config *cc, inf_err *err)
     gc.max_logits = a->o.max_num_seqs * ((a->so.method != SPEC_OFF ? a->so.k : 0) + 1);
     gc.tensor_parallel_size = a->o.tp;
     int rc = INF_OK;
-    size_t fixed = 0, per = 0, dfixed = 0, dper = 0;
+    size_t per = 0, dfixed = 0, dper = 0;
     if (a->so.method == SPEC_DRAFT) { /* the draft's share comes out of the same budget */
         if (!a->dm)
             rc = model_load(a->so.model, &a->dm, err);
@@ -279,14 +290,9 @@ static int make_backend(app *a, cpu_config *cc, inf_err *err)
         gc.reserve_bytes = dfixed + ((size_t)64 << 20); /* and its library state */
         gc.extra_block_bytes = dper;
     }
-    if (!rc && a->o.kv_mem) { /* a byte budget: exactly that cache, as on the CPU */
-        rc = cuda_backend_footprint(a->m, &gc, &fixed, &per, err);
-        size_t blocks = parse_size(a->o.kv_mem) / (per + dper);
-        size_t want = ((size_t)a->o.max_num_seqs * (size_t)cc->max_context +
-                       (size_t)gc.block_size - 1) / (size_t)gc.block_size;
-        blocks = blocks < want ? blocks : want;
-        gc.num_blocks = (int)(blocks < 1 ? 1 : blocks > 0x3fffffff ? 0x3fffffff : blocks) + 1;
-    }
+    if (!rc && a->o.kv_mem && /* a byte budget: exactly that cache, as on the CPU */
+        !(rc = cuda_backend_footprint(a->m, &gc, NULL, &per, err)))
+        gc.num_blocks = pool_blocks(parse_size(a->o.kv_mem), per + dper, &a->o, cc->max_context);
     if (!rc)
         rc = cuda_backend_create(a->m, &gc, &a->be, err);
     if (!rc) {
@@ -418,22 +424,20 @@ static void *load(void *arg)
     cpu_config cc = cpu_config_default();
     if (!rc) {
         /* KV pool: every sequence at full length, or the memory budget */
-        size_t per_tok = cpu_kv_bytes_per_token(a->m);
         size_t budget = o->kv_mem ? parse_size(o->kv_mem) : (size_t)4 << 30;
-        size_t want = (size_t)o->max_num_seqs * (size_t)max_len;
-        size_t tokens = budget / per_tok < want ? budget / per_tok : want;
         cc.n_threads = o->threads;
         cc.kernels = o->kernels;
         cc.block_size = o->block_size;
         cc.max_tokens = o->batched;
         cc.max_context = max_len;
-        cc.num_blocks = (int)(tokens / (size_t)o->block_size) + 1;
-        if ((size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
+        cc.num_blocks = pool_blocks(budget, cpu_kv_bytes_per_token(a->m) * (size_t)o->block_size,
+                                    o, max_len);
+        rc = make_backend(a, &cc, &a->err); /* on CUDA it sets the pool itself */
+        if (!rc && (size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
             log_msg(a->log, LOG_WARN, "loader", NULL,
                     "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
                     "requests will be refused",
                     cc.num_blocks - 1, max_len);
-        rc = make_backend(a, &cc, &a->err);
     }
     if (!rc && a->so.method != SPEC_OFF)
         rc = spec_load(a, max_len, &cc, &a->err);

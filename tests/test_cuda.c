@@ -864,14 +864,10 @@ static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
     return be;
 }
 
-/* cuda_config.batch_invariant for the backends gpu_make builds; tests that
- * cover the cuBLAS path set it to 0 and back. */
-static int gpu_invariant = 1;
-
-static be_backend *gpu_make(const model *m, int T, int S, int ctx, int nb, int graphs, int tp)
+/* A backend's config for these tests; gpu_create builds it. */
+static cuda_config gpu_config(int T, int S, int ctx, int nb, int graphs, int tp)
 {
     cuda_config c = cuda_config_default();
-    c.batch_invariant = gpu_invariant;
     c.max_tokens = T;
     c.max_seqs = S;
     c.max_context = ctx;
@@ -879,11 +875,22 @@ static be_backend *gpu_make(const model *m, int T, int S, int ctx, int nb, int g
     c.num_blocks = nb;
     c.cuda_graphs = graphs;
     c.tensor_parallel_size = tp;
+    return c;
+}
+
+static be_backend *gpu_create(const model *m, const cuda_config *c)
+{
     be_backend *be = NULL;
     inf_err err = {0};
-    if (cuda_backend_create(m, &c, &be, &err))
+    if (cuda_backend_create(m, c, &be, &err))
         fail_msg("cuda backend: %s", err.msg);
     return be;
+}
+
+static be_backend *gpu_make(const model *m, int T, int S, int ctx, int nb, int graphs, int tp)
+{
+    cuda_config c = gpu_config(T, S, ctx, nb, graphs, tp);
+    return gpu_create(m, &c);
 }
 
 /* One batch under construction: sequences with their new tokens. */
@@ -986,9 +993,9 @@ static void test_cuda_model_logits_match_cpu(void **state)
                 toks[i] = (int32_t)((i * 37 + 11) % V);
             mcopy *mc = bf16_copy(m);
             be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
-            gpu_invariant = inv;
-            be_backend *gpu = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
-            gpu_invariant = 1;
+            cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+            gc.batch_invariant = inv;
+            be_backend *gpu = gpu_create(m, &gc);
             size_t bytes = (size_t)n * V * 4;
             float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
             float *lg1 = malloc(bytes);
