@@ -10,6 +10,7 @@ untied form made with scripts/make_model.py --from):
     (max |c - ref| / max |ref| per position) of tests/ref/llama_ref.py;
   * the logits are bit-identical across every kernel table this CPU supports;
   * 100 greedy tokens from `inferd generate` equal the reference's;
+  * `inferd generate --device`: cpu, a bad name, cuda without a GPU;
 and the real models' greedy text equals the known continuations in
 ../shared/models/README.md. Exits non-zero on any failure; prints what it skipped.
 """
@@ -103,6 +104,22 @@ def check_text(build, name, model, failures):
     print(f"  {name:34s} `inferd generate` text of {n} tokens {status} to the README's")
 
 
+def check_device_flag(build, model, failures):
+    """`inferd generate --device`: cpu is the default's text, a bad name is a
+    usage error (2), cuda without a usable GPU or CUDA build is a clear error (1)."""
+    exe = os.path.join(build, "inferd")
+    base = [exe, "generate", "--model", model, "--prompt", "Once", "--max-tokens", "8", "--quiet"]
+    if run(base + ["--device", "cpu"]) != run(base):
+        failures.append("generate --device cpu differs from the default")
+    r = subprocess.run(base + ["--device", "gpu"], capture_output=True, text=True)
+    if r.returncode != 2 or "--device is cpu or cuda" not in r.stderr:
+        failures.append(f"generate --device gpu: exit {r.returncode}, {r.stderr.strip()!r}")
+    r = subprocess.run(base + ["--device", "cuda"], capture_output=True, text=True)
+    if r.returncode != 1 or "cuda" not in r.stderr.lower() or r.stdout:
+        failures.append(f"generate --device cuda here: exit {r.returncode}, {r.stderr.strip()!r}")
+    print(f"  --device: cpu the default's text; gpu refused; cuda here: {r.stderr.strip()}")
+
+
 def make_variant(src, out, args):
     if not os.path.exists(os.path.join(out, "config.json")):
         run([PY, MAKE_MODEL, out, "--from", src] + args)
@@ -147,6 +164,10 @@ def main():
             check_model(a.build, tmp, name, d, failures)
         except RuntimeError as e:
             failures.append(f"{name}: {e}")
+    try:
+        check_device_flag(a.build, os.path.join(fx, "tiny"), failures)
+    except RuntimeError as e:
+        failures.append(f"--device: {e}")
     for name, d in real:
         try:
             check_text(a.build, name, d, failures)
