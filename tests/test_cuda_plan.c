@@ -196,6 +196,18 @@ static void test_cuda_plan_dims_limits(void **state)
     lim.max_logits = 5000;
     assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
     assert_int_equal(d.R, 100);
+    /* batch-invariant: every token on the decode list; the tensor-core
+     * attention's tiles of 16 / G tokens where head_dim is a multiple of 8 */
+    lim.invariant = 1;
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
+    assert_true(d.invariant && d.attn_mma);
+    assert_int_equal(d.n_dec_max, 100);
+    assert_int_equal(d.tile_tokens, 4);
+    c.head_dim = 12;
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
+    assert_false(d.attn_mma); /* the split-K kernel for every token instead */
+    assert_int_equal(d.n_dec_max, 100);
+    c.head_dim = 128;
     c.head_dim = 7;
     assert_int_equal(dims(&c, &s, 100, 256, 1000, 16, &d, &err), INF_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "head_dim 7"));
