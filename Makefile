@@ -72,7 +72,8 @@ CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/pool.o cpu/kern.o \
-               cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o engine/model.o \
+               cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o cpu/kern_avx512_vnni.o \
+               cpu/qw.o engine/model.o \
                engine/st.o engine/be.o engine/kv.o engine/smp.o engine/tok.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -113,6 +114,10 @@ all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
 deps:
 	@./scripts/install-deps.sh
 
+$(BUILD)/obj/%_avx512_vnni.o: %_avx512_vnni.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -mavx512vnni -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
@@ -150,7 +155,8 @@ T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
-T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o
+T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
+                  cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)

@@ -12,6 +12,10 @@
 
 #include "cpu/kern.h"
 #include "cpu/pool.h"
+#include "cpu/qw.h"
+
+/* A layer's matrices in cpu_be.qw order. */
+enum { QW_Q, QW_K, QW_V, QW_O, QW_GATE, QW_UP, QW_DOWN, QW_N };
 
 typedef struct cpu_be {
     be_backend base;
@@ -36,13 +40,32 @@ typedef struct cpu_be {
     int32_t *tok_seq;         /* [T] sequence index of each token           */
     float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
     float *scores;            /* [nt][group][max_ctx]                       */
+    cpu_qw **qw;              /* [L][QW_N] with --quantization int8, or NULL */
+    uint8_t *xq;              /* [T][ldq] quantized matmul input (+128)     */
+    size_t ldq;
+    float *xs;                /* [T] its scales                             */
 } cpu_be;
 
 cpu_config cpu_config_default(void)
 {
     cpu_config c = {.n_threads = 0, .num_blocks = 256, .block_size = 16,
-                    .max_tokens = 512, .max_context = 0, .kernels = "auto"};
+                    .max_tokens = 512, .max_context = 0, .kernels = "auto",
+                    .quant = CPU_QUANT_NONE};
     return c;
+}
+
+int cpu_quant_parse(const char *name)
+{
+    if (!name || !strcmp(name, "none"))
+        return CPU_QUANT_NONE;
+    if (!strcmp(name, "int8"))
+        return CPU_QUANT_INT8;
+    return -1;
+}
+
+const char *cpu_quant_name(int quant)
+{
+    return quant == CPU_QUANT_INT8 ? "int8" : "none";
 }
 
 size_t cpu_kv_bytes_per_token(const model *m)
@@ -60,12 +83,14 @@ size_t cpu_kv_bytes_per_token(const model *m)
 typedef struct mm_job {
     const cpu_be *be;
     cpu_mm mm[3];
+    cpu_mmq mq[3];    /* instead of mm when quantized                   */
+    int quant;
     int n;
     int items[4];     /* items[i]: first item of matmul i; items[n]: total */
     atomic_int next;  /* next unclaimed item                               */
 } mm_job;
 
-/* Columns per item (a whole number of packed blocks). */
+/* Columns per item (a whole number of packed blocks, and of CPU_QN). */
 #define MM_ITEM 128
 
 static void mm_run(void *ctx, int t, int nt)
@@ -80,9 +105,13 @@ static void mm_run(void *ctx, int t, int nt)
         int i = 0;
         while (it >= j->items[i + 1])
             i++;
+        int N = j->quant ? j->mq[i].N : j->mm[i].N;
         int lo = (it - j->items[i]) * MM_ITEM;
-        int hi = lo + MM_ITEM < j->mm[i].N ? lo + MM_ITEM : j->mm[i].N;
-        j->be->k->mm(&j->mm[i], lo, hi, pack);
+        int hi = lo + MM_ITEM < N ? lo + MM_ITEM : N;
+        if (j->quant)
+            j->be->k->mmq(&j->mq[i], lo, hi, (int32_t *)pack);
+        else
+            j->be->k->mm(&j->mm[i], lo, hi, pack);
     }
 }
 
@@ -95,6 +124,15 @@ static cpu_mm mm_args(const float *x, size_t ldx, const model_tensor *w, float *
     return a;
 }
 
+static void run_job(cpu_be *be, mm_job *j, long work)
+{
+    atomic_init(&j->next, 0);
+    if (work < 64 * 1024) /* tiny: threads cost more than they save */
+        mm_run(j, 0, 1);
+    else
+        cpu_pool_run(be->pool, mm_run, j);
+}
+
 /* Up to three matmuls sharing one trip through the pool. */
 static void matmuls(cpu_be *be, int n, const cpu_mm *a)
 {
@@ -105,14 +143,11 @@ static void matmuls(cpu_be *be, int n, const cpu_mm *a)
         work += (long)a[i].M * a[i].N * a[i].K;
         j.items[i + 1] = j.items[i] + (a[i].N + MM_ITEM - 1) / MM_ITEM;
     }
-    atomic_init(&j.next, 0);
-    if (work < 64 * 1024) /* tiny: threads cost more than they save */
-        mm_run(&j, 0, 1);
-    else
-        cpu_pool_run(be->pool, mm_run, &j);
+    run_job(be, &j, work);
 }
 
 typedef void (*row_fn)(cpu_be *be, int t, const void *arg);
+static void per_token(cpu_be *be, int T, row_fn fn, const void *arg);
 
 typedef struct rows_job {
     cpu_be *be;
@@ -138,6 +173,40 @@ static void per_token(cpu_be *be, int T, row_fn fn, const void *arg)
         rows_run(&j, 0, 1);
     else
         cpu_pool_run(be->pool, rows_run, &j);
+}
+
+/* ---- int8 matmuls ------------------------------------------------------- */
+
+typedef struct quant_arg {
+    const float *x;
+    size_t ldx;
+    int K;
+} quant_arg;
+
+/* Row t of the input into be->xq (as qx + 128), K padded with zeros (128). */
+static void op_quant(cpu_be *be, int t, const void *arg)
+{
+    const quant_arg *qa = arg;
+    uint8_t *q = be->xq + (size_t)t * be->ldq;
+    be->xs[t] = be->k->quant(qa->x + (size_t)t * qa->ldx, qa->K, (int8_t *)q, 1);
+    for (int k = qa->K; k % 4; k++)
+        q[k] = 128;
+}
+
+/* y_i = x . w_i^T for n quantized matrices that share the input x [T][K]. */
+static void qmatmuls(cpu_be *be, int T, const float *x, size_t ldx, int n, cpu_qw *const *w,
+                     float *const *y, const size_t *ldy)
+{
+    quant_arg qa = {.x = x, .ldx = ldx, .K = w[0]->K};
+    per_token(be, T, op_quant, &qa);
+    mm_job j = {.be = be, .n = n, .quant = 1};
+    long work = 0;
+    for (int i = 0; i < n; i++) {
+        j.mq[i] = cpu_qw_args(w[i], be->xq, be->ldq, be->xs, y[i], ldy[i], T);
+        work += (long)T * w[i]->N * w[i]->K;
+        j.items[i + 1] = j.items[i] + (w[i]->N + MM_ITEM - 1) / MM_ITEM;
+    }
+    run_job(be, &j, work);
 }
 
 /* ---- per-token ops ------------------------------------------------------ */
@@ -317,13 +386,22 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     const float *g_attn = be->norms + (size_t)l * 2 * be->D;
     const float *g_ffn = g_attn + be->D;
 
+    cpu_qw *const *qw = be->qw ? be->qw + (size_t)l * QW_N : NULL;
+    size_t ld_d = (size_t)be->D, ld_kv = (size_t)be->kvdim, ld_f = (size_t)be->F;
+
     per_token(be, T, op_norm, g_attn);
-    cpu_mm qkv[3] = {
-        mm_args(be->h, (size_t)be->D, &w->wq, be->q, (size_t)be->qdim, T),
-        mm_args(be->h, (size_t)be->D, &w->wk, be->kb, (size_t)be->kvdim, T),
-        mm_args(be->h, (size_t)be->D, &w->wv, be->vb, (size_t)be->kvdim, T),
-    };
-    matmuls(be, 3, qkv);
+    if (qw) {
+        float *y[3] = {be->q, be->kb, be->vb};
+        size_t ld[3] = {(size_t)be->qdim, ld_kv, ld_kv};
+        qmatmuls(be, T, be->h, ld_d, 3, qw + QW_Q, y, ld);
+    } else {
+        cpu_mm qkv[3] = {
+            mm_args(be->h, ld_d, &w->wq, be->q, (size_t)be->qdim, T),
+            mm_args(be->h, ld_d, &w->wk, be->kb, ld_kv, T),
+            mm_args(be->h, ld_d, &w->wv, be->vb, ld_kv, T),
+        };
+        matmuls(be, 3, qkv);
+    }
     rope_arg ra = {.b = b, .layer = l};
     per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
@@ -332,19 +410,33 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
         attn_run(&aj, 0, 1);
     else
         cpu_pool_run(be->pool, attn_run, &aj);
-    cpu_mm o = mm_args(be->att, (size_t)be->qdim, &w->wo, be->h, (size_t)be->D, T);
-    matmuls(be, 1, &o);
+    if (qw) {
+        qmatmuls(be, T, be->att, (size_t)be->qdim, 1, qw + QW_O, &be->h, &ld_d);
+    } else {
+        cpu_mm o = mm_args(be->att, (size_t)be->qdim, &w->wo, be->h, ld_d, T);
+        matmuls(be, 1, &o);
+    }
     per_token(be, T, op_residual, NULL);
 
     per_token(be, T, op_norm, g_ffn);
-    cpu_mm gu[2] = {
-        mm_args(be->h, (size_t)be->D, &w->w_gate, be->gate, (size_t)be->F, T),
-        mm_args(be->h, (size_t)be->D, &w->w_up, be->up, (size_t)be->F, T),
-    };
-    matmuls(be, 2, gu);
+    if (qw) {
+        float *y[2] = {be->gate, be->up};
+        size_t ld[2] = {ld_f, ld_f};
+        qmatmuls(be, T, be->h, ld_d, 2, qw + QW_GATE, y, ld);
+    } else {
+        cpu_mm gu[2] = {
+            mm_args(be->h, ld_d, &w->w_gate, be->gate, ld_f, T),
+            mm_args(be->h, ld_d, &w->w_up, be->up, ld_f, T),
+        };
+        matmuls(be, 2, gu);
+    }
     per_token(be, T, op_swiglu, NULL);
-    cpu_mm down = mm_args(be->gate, (size_t)be->F, &w->w_down, be->h, (size_t)be->D, T);
-    matmuls(be, 1, &down);
+    if (qw) {
+        qmatmuls(be, T, be->gate, ld_f, 1, qw + QW_DOWN, &be->h, &ld_d);
+    } else {
+        cpu_mm down = mm_args(be->gate, ld_f, &w->w_down, be->h, ld_d, T);
+        matmuls(be, 1, &down);
+    }
     per_token(be, T, op_residual, NULL);
 }
 
@@ -395,10 +487,50 @@ static void cpu_destroy(be_backend *base)
     free(be->tok_seq);
     free(be->pack);
     free(be->scores);
+    if (be->qw)
+        for (int i = 0; i < be->L * QW_N; i++)
+            cpu_qw_destroy(be->qw[i]);
+    free(be->qw);
+    free(be->xq);
+    free(be->xs);
     free(be);
 }
 
 static const be_ops cpu_ops = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+
+size_t cpu_backend_qbytes(const be_backend *base)
+{
+    const cpu_be *be = (const cpu_be *)base;
+    size_t n = 0;
+    if (be->qw)
+        for (int i = 0; i < be->L * QW_N; i++)
+            n += cpu_qw_bytes(be->qw[i]);
+    return n;
+}
+
+/* Quantizes every layer's seven matrices (cfg->quant == CPU_QUANT_INT8). */
+static int quantize_layers(cpu_be *be, inf_err *err)
+{
+    be->qw = calloc((size_t)be->L * QW_N, sizeof *be->qw);
+    size_t widest = (size_t)(be->D > be->qdim ? be->D : be->qdim);
+    widest = widest > (size_t)be->F ? widest : (size_t)be->F;
+    be->ldq = (widest + 63) & ~(size_t)63;
+    be->xq = aligned_alloc(64, (size_t)be->max_tokens * be->ldq);
+    be->xs = malloc((size_t)be->max_tokens * sizeof(float));
+    if (!be->qw || !be->xq || !be->xs)
+        return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
+    for (int l = 0; l < be->L; l++) {
+        const model_layer *w = &be->m->layers[l];
+        const model_tensor *ts[QW_N] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                                        &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < QW_N; i++) {
+            int rc = cpu_qw_create(ts[i], be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
+            if (rc)
+                return rc;
+        }
+    }
+    return INF_OK;
+}
 
 const char *cpu_backend_kernels(const be_backend *base)
 {
@@ -421,6 +553,8 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         return inf_fail(err, INF_ERR_UNSUPPORTED,
                         "cpu: kernels '%s' are unknown or not supported by this CPU "
                         "(auto, avx512, avx2, generic)", cfg->kernels ? cfg->kernels : "");
+    if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);
     if (cfg->max_tokens < 1 || cfg->block_size < 1 || cfg->num_blocks < 2)
         return inf_fail(err, INF_ERR_INVALID, "cpu: bad sizes (max_tokens %d, block_size %d, "
                         "num_blocks %d)", cfg->max_tokens, cfg->block_size, cfg->num_blocks);
@@ -496,6 +630,10 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     k->to_f32(m->norm.data, m->norm.dtype, be->norms + (size_t)be->L * 2 * D, be->D);
     for (int i = 0; i < be->hd / 2; i++)
         be->inv_freq[i] = pow(c->rope_theta, -2.0 * i / be->hd);
+    if (cfg->quant == CPU_QUANT_INT8 && (rc = quantize_layers(be, err))) {
+        cpu_destroy(&be->base);
+        return rc;
+    }
     *out = &be->base;
     return INF_OK;
 }

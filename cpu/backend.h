@@ -1,13 +1,21 @@
 /* cpu_backend: the model's forward pass on the CPU, behind the be_ seam.
  *
  * Weights are used in place (f32, f16 or bf16 straight from the mapped
- * checkpoint; only the 1-D norm gains are copied to f32). Activations and the
- * paged KV cache are f32 and allocated once, at creation. */
+ * checkpoint; only the 1-D norm gains are copied to f32), or with
+ * CPU_QUANT_INT8 the seven matrices of each layer are quantized once at
+ * creation (cpu/qw.h). Activations and the paged KV cache are f32 and
+ * allocated once, at creation. */
 #ifndef INFERD_CPU_BACKEND_H
 #define INFERD_CPU_BACKEND_H
 
 #include "engine/be.h"
 #include "engine/model.h"
+
+/* Weight formats of the layers' linear maps (--quantization). */
+typedef enum cpu_quant {
+    CPU_QUANT_NONE = 0, /* the checkpoint's dtype, used in place            */
+    CPU_QUANT_INT8 = 1, /* W8A8: int8 per output row, activations per token */
+} cpu_quant;
 
 typedef struct cpu_config {
     int n_threads;        /* <= 0: one per online CPU                         */
@@ -16,6 +24,7 @@ typedef struct cpu_config {
     int max_tokens;       /* most tokens one forward may carry                */
     int max_context;      /* longest sequence; <= 0: model_context()          */
     const char *kernels;  /* "auto" (default), "avx512", "avx2", "generic"     */
+    int quant;            /* cpu_quant; embeddings and lm_head stay as stored */
 } cpu_config;
 
 cpu_config cpu_config_default(void);
@@ -24,6 +33,13 @@ cpu_config cpu_config_default(void);
  * unsupported kernels or memory that cannot be allocated. */
 int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out,
                        inf_err *err);
+
+/* "none" or "int8"; -1 for another name. */
+int cpu_quant_parse(const char *name);
+const char *cpu_quant_name(int quant);
+
+/* Bytes of quantized weights the backend holds (0 without quantization). */
+size_t cpu_backend_qbytes(const be_backend *be);
 
 /* Name of the kernel table in use ("avx512", ...). */
 const char *cpu_backend_kernels(const be_backend *be);

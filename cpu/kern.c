@@ -15,6 +15,16 @@ static int have_avx512(void)
 #endif
 }
 
+static int have_vnni(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 static int have_avx2(void)
 {
 #if defined(__x86_64__)
@@ -28,15 +38,16 @@ static int have_avx2(void)
 
 const cpu_kern *cpu_kern_select(const char *name)
 {
+    const cpu_kern *k512 = have_vnni() ? &cpu_kern_avx512 : &cpu_kern_avx512_novnni;
     if (!name || !strcmp(name, "auto")) {
         if (have_avx512())
-            return &cpu_kern_avx512;
+            return k512;
         if (have_avx2())
             return &cpu_kern_avx2;
         return &cpu_kern_generic;
     }
     if (!strcmp(name, "avx512"))
-        return have_avx512() ? &cpu_kern_avx512 : NULL;
+        return have_avx512() ? k512 : NULL;
     if (!strcmp(name, "avx2"))
         return have_avx2() ? &cpu_kern_avx2 : NULL;
     if (!strcmp(name, "generic"))

@@ -71,6 +71,42 @@ typedef struct cpu_mm {
     int M, N, K;
 } cpu_mm;
 
+/* int8 matmul (W8A8, `--quantization int8`): weights quantized per output
+ * row, activations per token, both symmetric to [-127, 127]:
+ *
+ *   amax = max |v[i]| (NaNs skipped); inv = 127 / amax (f32)
+ *   q[i] = round-to-nearest-even(min(max(v[i] * inv, -127), 127))
+ *   scale = amax / 127 (f32); amax = 0 gives q = 0 and scale 0
+ *
+ *   y[m][n] = ((float)sum_k qx[m][k] * qw[n][k] * sx[m]) * sw[n]
+ *
+ * The sum is exact in int32 (K * 127 * 255 < 2^31 for K below 66,000), so
+ * every table and every split of the work gives the same bits with no
+ * reduction order to keep.
+ *
+ * Packed weights: rows padded with zeros to a multiple of CPU_QN and put in
+ * groups of CPU_QG, K padded to a multiple of 4 with zeros; group g holds, for each k4, 16 rows x 4 consecutive k (64 bytes):
+ * byte (g * K4 + k4) * 64 + r * 4 + j is qw[16g + r][4 k4 + j]. Activations
+ * are stored as qx + 128 (unsigned, what VNNI multiplies), K padded with 128
+ * (zero). wsum[n] = 128 * sum_k qw[n][k] undoes the offset. */
+#define CPU_QG 16
+#define CPU_QN 64
+typedef struct cpu_mmq {
+    const uint8_t *x;      /* [M][ldx] qx + 128, K4 * 4 bytes used per row     */
+    size_t ldx;
+    const float *sx;       /* [M] activation scales                           */
+    const int8_t *w;       /* packed as above                                 */
+    const float *sw;       /* [N rounded up to CPU_QN] weight scales          */
+    const int32_t *wsum;   /* [same] 128 * row sums of qw                     */
+    float *y;              /* [M][ldy]                                        */
+    size_t ldy;
+    int M, N, K4;
+} cpu_mmq;
+
+/* int32 scratch one thread needs for cpu_kern.mmq (fits in the pack). */
+#define CPU_MMQ_ROWS 240
+#define CPU_MMQ_INTS ((size_t)CPU_MMQ_ROWS * 64)
+
 typedef struct cpu_kern {
     const char *name; /* "avx512", "avx2", "generic" */
     /* Computes columns [n0, n1) of a->y for all M rows. pack: at least
@@ -90,6 +126,12 @@ typedef struct cpu_kern {
     float (*softmax_exp)(float *x, int n, float scale);
     /* SwiGLU: g[i] = g[i] / (1 + exp(-g[i])) * u[i], exp as above. */
     void (*swiglu)(float *g, const float *u, int n);
+    /* Quantizes n values as above into q (q + 128 as bytes when offset is
+     * set); returns the scale. */
+    float (*quant)(const float *v, int n, int8_t *q, int offset);
+    /* Columns [n0, n1) of a->y (n0 a multiple of CPU_QN) for all M rows.
+     * scratch: CPU_MMQ_INTS int32, 64-byte aligned. */
+    void (*mmq)(const cpu_mmq *a, int n0, int n1, int32_t *scratch);
 } cpu_kern;
 
 /* Kernels by name ("auto" = the best this CPU supports, "avx512", "avx2",
@@ -100,5 +142,10 @@ const cpu_kern *cpu_kern_select(const char *name);
 extern const cpu_kern cpu_kern_generic;
 extern const cpu_kern cpu_kern_avx2;
 extern const cpu_kern cpu_kern_avx512;
+/* AVX-512 without VNNI (Skylake-X): the same table with int8 products
+ * formed by vpmaddubsw. */
+extern const cpu_kern cpu_kern_avx512_novnni;
+/* cpu_kern_avx512's mmq, built apart with VNNI enabled. */
+void cpu_avx512_mmq_vnni(const cpu_mmq *a, int n0, int n1, int32_t *scratch);
 
 #endif

@@ -303,7 +303,92 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+/* kern.h's int8 quantization, 8 lanes at a time (tail scalar, same ops). */
+static float quant(const float *v, int n, int8_t *q, int offset)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mv = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) /* max_ps returns its second operand for NaN */
+        mv = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(v + i), absmask), mv);
+    float lanes[8], amax = 0.0f;
+    _mm256_storeu_ps(lanes, mv);
+    for (int l = 0; l < 8; l++)
+        amax = lanes[l] > amax ? lanes[l] : amax;
+    for (int j = i; j < n; j++)
+        amax = fabsf(v[j]) > amax ? fabsf(v[j]) : amax;
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m256 iv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    int add = offset ? 128 : 0;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 t = _mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i), iv), lo);
+        int32_t r[8];
+        _mm256_storeu_si256((__m256i *)r, _mm256_cvtps_epi32(_mm256_min_ps(t, hi)));
+        for (int l = 0; l < 8; l++)
+            q[i + l] = (int8_t)(uint8_t)(r[l] + add);
+    }
+    for (; i < n; i++) {
+        float t = fminf(fmaxf(v[i] * inv, -127.0f), 127.0f);
+        q[i] = (int8_t)(uint8_t)((int)rintf(t) + add);
+    }
+    return amax / 127.0f;
+}
+
+/* MR rows x one group of 16 weight rows over all of K. AVX2 has no VNNI:
+ * vpmaddubsw multiplies |w| by x carrying w's sign (no pair can saturate:
+ * 2 * 127 * 127 < 2^15), vpmaddwd adds the pairs into int32. */
+ALWAYS void qtile2(const int MR, const cpu_mmq *a, int m0, int n0)
+{
+    __m256i acc[8];
+    for (int t = 0; t < 2 * MR; t++)
+        acc[t] = _mm256_setzero_si256();
+    const int8_t *w = a->w + (size_t)(n0 / CPU_QG) * a->K4 * 64;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int k = 0; k < a->K4; k++) {
+        __m256i wv[2], wa[2];
+        for (int h = 0; h < 2; h++) {
+            wv[h] = _mm256_loadu_si256((const __m256i *)(w + (size_t)k * 64 + 32 * h));
+            wa[h] = _mm256_abs_epi8(wv[h]);
+        }
+        for (int i = 0; i < MR; i++) {
+            int32_t x4;
+            memcpy(&x4, a->x + (size_t)(m0 + i) * a->ldx + (size_t)k * 4, 4);
+            __m256i xs = _mm256_xor_si256(_mm256_set1_epi32(x4), flip); /* qx, signed */
+            for (int h = 0; h < 2; h++) {
+                __m256i p = _mm256_maddubs_epi16(wa[h], _mm256_sign_epi8(xs, wv[h]));
+                acc[2 * i + h] = _mm256_add_epi32(acc[2 * i + h], _mm256_madd_epi16(p, ones));
+            }
+        }
+    }
+    int cols = a->N - n0 < CPU_QG ? a->N - n0 : CPU_QG;
+    for (int i = 0; i < MR; i++) {
+        __m256 sx = _mm256_set1_ps(a->sx[m0 + i]);
+        float out[16];
+        for (int h = 0; h < 2; h++)
+            _mm256_storeu_ps(out + 8 * h,
+                             _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[2 * i + h]), sx),
+                                           _mm256_loadu_ps(a->sw + n0 + 8 * h)));
+        memcpy(a->y + (size_t)(m0 + i) * a->ldy + n0, out, (size_t)cols * sizeof(float));
+    }
+}
+
+static void qtile2_1(const cpu_mmq *a, int m0, int n0) { qtile2(1, a, m0, n0); }
+static void qtile2_2(const cpu_mmq *a, int m0, int n0) { qtile2(2, a, m0, n0); }
+static void qtile2_3(const cpu_mmq *a, int m0, int n0) { qtile2(3, a, m0, n0); }
+static void qtile2_4(const cpu_mmq *a, int m0, int n0) { qtile2(4, a, m0, n0); }
+
+static void mmq(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
+{
+    static void (*const tiles_q[4])(const cpu_mmq *, int, int) = {qtile2_1, qtile2_2,
+                                                                  qtile2_3, qtile2_4};
+    (void)scratch;
+    for (int n = n0; n < n1; n += CPU_QG)
+        for (int m = 0; m < a->M; m += 4)
+            tiles_q[(a->M - m < 4 ? a->M - m : 4) - 1](a, m, n);
+}
+
 const cpu_kern cpu_kern_avx2 = {
     .name = "avx2", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .quant = quant, .mmq = mmq,
 };

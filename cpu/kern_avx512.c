@@ -22,6 +22,7 @@
  *    about as much as it saves.) Activations and scratch should be 64-byte
  *    aligned: a zmm load that straddles two cache lines costs two. */
 #include "cpu/kern.h"
+#include "cpu/kern_q512.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -531,7 +532,46 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+/* kern.h's int8 quantization, 16 lanes at a time. */
+static float quant(const float *v, int n, int8_t *q, int offset)
+{
+    __m512 mv = _mm512_setzero_ps();
+    int i = 0;
+    for (; i < n; i += 16) { /* max_ps returns its second operand for NaN */
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        mv = _mm512_max_ps(_mm512_abs_ps(_mm512_maskz_loadu_ps(m, v + i)), mv);
+    }
+    float amax = _mm512_reduce_max_ps(mv);
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    __m512 iv = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    __m512i add = _mm512_set1_epi32(offset ? 128 : 0);
+    for (i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 t = _mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, v + i), iv), lo);
+        __m512i r = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_min_ps(t, hi)), add);
+        _mm_mask_storeu_epi8(q + i, m, _mm512_cvtepi32_epi8(r));
+    }
+    return amax / 127.0f;
+}
+
+/* int8 matmul without VNNI (kern_q512.h). */
+QCHUNK(0, 1, qm1) QCHUNK(0, 2, qm2) QCHUNK(0, 3, qm3)
+QCHUNK(0, 4, qm4) QCHUNK(0, 5, qm5) QCHUNK(0, 6, qm6)
+static const qchunk_fn qchunks_madd[QMR] = {qm1, qm2, qm3, qm4, qm5, qm6};
+
+static void mmq_madd(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
+{
+    mmq_run(0, qchunks_madd, a, n0, n1, scratch);
+}
+
 const cpu_kern cpu_kern_avx512 = {
     .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .quant = quant, .mmq = cpu_avx512_mmq_vnni,
+};
+
+const cpu_kern cpu_kern_avx512_novnni = {
+    .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .quant = quant, .mmq = mmq_madd,
 };

@@ -130,7 +130,44 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+/* kern.h's int8 quantization, one operation per statement. */
+static float quant(const float *v, int n, int8_t *q, int offset)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(v[i]);
+        if (a > amax) /* false for NaN */
+            amax = a;
+    }
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float t = fmaxf(v[i] * inv, -127.0f); /* NaN becomes -127 */
+        t = fminf(t, 127.0f);
+        int r = (int)rintf(t);
+        q[i] = (int8_t)(offset ? (uint8_t)(r + 128) : r);
+    }
+    return amax / 127.0f;
+}
+
+/* Exact int32 sums straight off the packed layout. */
+static void mmq(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
+{
+    (void)scratch;
+    for (int n = n0; n < n1; n++) {
+        const int8_t *w = a->w + (size_t)(n / CPU_QG) * a->K4 * 64 + (size_t)(n % CPU_QG) * 4;
+        for (int m = 0; m < a->M; m++) {
+            const uint8_t *x = a->x + (size_t)m * a->ldx;
+            int32_t acc = 0;
+            for (int k4 = 0; k4 < a->K4; k4++)
+                for (int j = 0; j < 4; j++)
+                    acc += ((int32_t)x[4 * k4 + j] - 128) * w[(size_t)k4 * 64 + j];
+            a->y[(size_t)m * a->ldy + n] = (float)acc * a->sx[m] * a->sw[n];
+        }
+    }
+}
+
 const cpu_kern cpu_kern_generic = {
     .name = "generic", .mm = mm, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .quant = quant, .mmq = mmq,
 };

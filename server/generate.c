@@ -15,7 +15,7 @@
 #include "server/args.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *kernels, *device;
+    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
     float temperature, top_p, min_p, presence, frequency, repetition;
@@ -165,6 +165,7 @@ static int run(const gen_opts *o, inf_err *err)
     cpu_config cc = cpu_config_default();
     cc.n_threads = o->threads;
     cc.kernels = o->kernels;
+    cc.quant = cpu_quant_parse(o->quantization);
     cc.block_size = o->block_size;
     cc.max_tokens = o->batched;
     cc.max_context = max_ctx;
@@ -214,13 +215,14 @@ static int run(const gen_opts *o, inf_err *err)
     double t2 = inf_now();
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
-                "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels, "
+                "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s, "
                 "%d threads\n",
                 o->model, n_prompt, res.n, res.finish == GEN_FINISH_EOS ? "eos" : "length",
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
                 pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
                 res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
                 strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be),
+                cc.quant == CPU_QUANT_INT8 ? " (int8 weights)" : "",
                 o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     gen_results_free(&res, 1);
@@ -256,6 +258,7 @@ int generate_main(int argc, char **argv)
         {"threads", ARG_INT, &o.threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
         {"device", ARG_STR, &o.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
+        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default) or int8 (CPU only)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
         {"max-num-batched-tokens", ARG_INT, &o.batched, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
@@ -279,6 +282,12 @@ int generate_main(int argc, char **argv)
     }
     if (strcmp(o.device, "cpu") && strcmp(o.device, "cuda")) {
         fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
+        return 2;
+    }
+    if (cpu_quant_parse(o.quantization) < 0 ||
+        (cpu_quant_parse(o.quantization) != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
+        fprintf(stderr, "inferd generate: --quantization is none or int8, and int8 runs on "
+                        "the CPU only\n");
         return 2;
     }
     if (o.batched < 1 || o.block_size < 1 || o.max_tokens < 0) {

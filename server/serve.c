@@ -30,6 +30,7 @@
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
+    const char *quantization;
     const char *spec_config, *spec_model, *chat_template, *config;
     float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
@@ -240,6 +241,7 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
                 "sequences past %d tokens are not speculated",
                 so->model, draft_len, max_len, draft_len);
     cpu_config dc = *target_cc;
+    dc.quant = CPU_QUANT_NONE; /* --quantization is the target's */
     if (draft_len < max_len)
         dc.max_context = draft_len;
     dc.n_threads = 1; /* a small draft: its steps are too short to split */
@@ -427,6 +429,7 @@ static void *load(void *arg)
         size_t budget = o->kv_mem ? parse_size(o->kv_mem) : (size_t)4 << 30;
         cc.n_threads = o->threads;
         cc.kernels = o->kernels;
+        cc.quant = cpu_quant_parse(o->quantization);
         cc.block_size = o->block_size;
         cc.max_tokens = o->batched;
         cc.max_context = max_len;
@@ -472,11 +475,13 @@ static void *load(void *arg)
     }
     int on_cpu = !strcmp(o->device, "cpu");
     log_msg(a->log, LOG_INFO, "loader", NULL,
-            "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights; context %d, KV "
+            "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights%s; context %d, KV "
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
-            inf_dtype_name(a->m->layers[0].wq.dtype), max_len, cc.num_blocks - 1, cc.block_size,
-            o->device, on_cpu ? cpu_backend_kernels(a->be) : "cuda");
+            inf_dtype_name(a->m->layers[0].wq.dtype),
+            cc.quant == CPU_QUANT_INT8 ? " (layers quantized to int8)" : "", max_len,
+            cc.num_blocks - 1, cc.block_size, o->device,
+            on_cpu ? cpu_backend_kernels(a->be) : "cuda");
     if (a->spec)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "speculative decoding: %s, %d tokens per step, off at %d or more running, "
@@ -539,6 +544,9 @@ int serve_main(int argc, char **argv)
                                                                 "to use (default 0.9)"},
         {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
+        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default) or int8: the "
+                                                            "layers' weights as int8 (W8A8), "
+                                                            "CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "NAME", "llama-2, mistral, chatml, zephyr, "
@@ -617,6 +625,10 @@ int serve_main(int argc, char **argv)
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
+                      : cpu_quant_parse(o->quantization) < 0 ? "--quantization is none or int8"
+                      : (cpu_quant_parse(o->quantization) != CPU_QUANT_NONE &&
+                         strcmp(o->device, "cpu"))
+                          ? "--quantization int8 runs on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "cpu/kern.h"
+#include "cpu/qw.h"
 
 static uint64_t rng_state = 42;
 
@@ -293,6 +294,124 @@ static void test_kernels_exp_ops_match_oracle(void **state)
     }
 }
 
+/* Every table's int8 quantization equals the generic one bit for bit and
+ * follows kern.h's rule: |q| <= 127, the largest |v| maps to 127, and
+ * q * scale is within half a step of v. */
+static void test_kernels_quant_matches_oracle(void **state)
+{
+    (void)state;
+    const int ns[] = {1, 3, 15, 16, 17, 64, 100, 1030};
+    for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+        for (int kind = 0; kind < 3; kind++) {
+            int n = ns[ni];
+            float *v = malloc(sizeof(float) * (size_t)n);
+            for (int i = 0; i < n; i++) /* kind 1: all zero; 2: one NaN, exact halves */
+                v[i] = kind == 1 ? 0.0f : kind == 2 && i % 5 == 1 ? (float)(i % 7) - 3.5f
+                                                                  : 3.0f * frand();
+            if (kind == 2)
+                v[n / 2] = NAN;
+            int8_t *ref = malloc((size_t)n), *q = malloc((size_t)n);
+            for (int offset = 0; offset < 2; offset++) {
+                float sref = tables[0]->quant(v, n, ref, offset);
+                float amax = 0;
+                for (int i = 0; i < n; i++)
+                    if (fabsf(v[i]) > amax)
+                        amax = fabsf(v[i]);
+                assert_true(sref == amax / 127.0f);
+                for (int i = 0; i < n; i++) {
+                    int qi = offset ? (int)(uint8_t)ref[i] - 128 : ref[i];
+                    assert_true(qi >= -127 && qi <= 127);
+                    if (isnan(v[i]))
+                        continue;
+                    if (amax > 0 && fabsf(v[i]) == amax)
+                        assert_int_equal(abs(qi), 127);
+                    assert_true(fabsf(qi * sref - v[i]) <= 0.5001f * sref);
+                }
+                for (int t = 1; t < n_tables; t++) {
+                    float s = tables[t]->quant(v, n, q, offset);
+                    if (s != sref || memcmp(q, ref, (size_t)n))
+                        fail_msg("%s quant differs from generic: n=%d kind %d offset %d",
+                                 tables[t]->name, n, kind, offset);
+                }
+            }
+            free(v), free(ref), free(q);
+        }
+}
+
+/* int8 matmul: every table (and AVX-512 without VNNI where AVX-512 runs)
+ * gives exactly (float)(integer dot) * sx * sw, for shapes with M, N and K
+ * tails, more rows than one scratch pass, and any split of the columns. */
+static void test_kernels_mmq_matches_oracle(void **state)
+{
+    (void)state;
+    const int Ms[] = {1, 2, 5, 6, 7, 16, 17, 250};
+    const int Ns[] = {1, 16, 17, 64, 65, 130};
+    const int Ks[] = {1, 3, 4, 5, 64, 257, 1030};
+    const cpu_kern *all[5];
+    int n_all = 0;
+    for (int t = 0; t < n_tables; t++) {
+        all[n_all++] = tables[t];
+        if (!strcmp(tables[t]->name, "avx512") && tables[t] != &cpu_kern_avx512_novnni)
+            all[n_all++] = &cpu_kern_avx512_novnni;
+    }
+    int32_t *scratch = aligned_alloc(64, CPU_MMQ_INTS * sizeof(int32_t));
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+                int M = Ms[mi], N = Ns[ni], K = Ks[ki], K4 = (K + 3) / 4;
+                if (M == 250 && (K > 300 || N > 70))
+                    continue; /* the oracle is slow; one big-M shape per K is enough */
+                float *wf = malloc(sizeof(float) * (size_t)N * K);
+                uint16_t *wb = (uint16_t *)rand_weights(INF_BF16, (size_t)N * K, wf);
+                model_tensor t = {.dtype = INF_BF16, .data = wb, .rows = N, .cols = K,
+                                  .name = "w"};
+                cpu_qw *qw = NULL;
+                inf_err err = {0};
+                assert_int_equal(cpu_qw_create(&t, tables[0], NULL, &qw, &err), INF_OK);
+                /* activations, quantized by the rule, and the weights' q */
+                size_t ldx = (size_t)K4 * 4 + 8;
+                uint8_t *xq = malloc(ldx * (size_t)M);
+                float *sx = malloc(sizeof(float) * (size_t)M), *row = malloc(sizeof(float) * (size_t)K);
+                memset(xq, 128, ldx * (size_t)M);
+                for (int m = 0; m < M; m++) {
+                    for (int k = 0; k < K; k++)
+                        row[k] = 2.0f * frand();
+                    sx[m] = tables[0]->quant(row, K, (int8_t *)xq + (size_t)m * ldx, 1);
+                }
+                int8_t *wq = malloc((size_t)K);
+                float *ref = malloc(sizeof(float) * (size_t)M * N);
+                float *y = malloc(sizeof(float) * (size_t)M * N);
+                for (int n = 0; n < N; n++) {
+                    for (int k = 0; k < K; k++)
+                        row[k] = wf[(size_t)n * K + k];
+                    float sw = tables[0]->quant(row, K, wq, 0);
+                    assert_true(sw == qw->scale[n]);
+                    for (int m = 0; m < M; m++) {
+                        int64_t d = 0;
+                        for (int k = 0; k < K; k++)
+                            d += (int64_t)((int)xq[(size_t)m * ldx + k] - 128) * wq[k];
+                        ref[(size_t)m * N + n] = (float)d * sx[m] * sw;
+                    }
+                }
+                for (int a = 0; a < n_all; a++) {
+                    memset(y, 0xff, sizeof(float) * (size_t)M * N);
+                    cpu_mmq q = cpu_qw_args(qw, xq, ldx, sx, y, (size_t)N, M);
+                    /* two column ranges split on a CPU_QN boundary */
+                    int mid = N > CPU_QN ? CPU_QN : N;
+                    all[a]->mmq(&q, 0, mid, scratch);
+                    if (mid < N)
+                        all[a]->mmq(&q, mid, N, scratch);
+                    if (memcmp(y, ref, sizeof(float) * (size_t)M * N))
+                        fail_msg("%s%s mmq differs from the oracle: M=%d N=%d K=%d",
+                                 all[a]->name, all[a] == &cpu_kern_avx512_novnni ? " (no VNNI)" : "",
+                                 M, N, K);
+                }
+                cpu_qw_destroy(qw);
+                free(wf), free(wb), free(xq), free(sx), free(row), free(wq), free(ref), free(y);
+            }
+    free(scratch);
+}
+
 /* "auto" picks a table; unknown names are refused. */
 static void test_kernels_select_names(void **state)
 {
@@ -311,6 +430,8 @@ int main(void)
         cmocka_unit_test(test_kernels_dot_convert_match_oracle),
         cmocka_unit_test(test_kernels_wsum_matches_oracle),
         cmocka_unit_test(test_kernels_exp_ops_match_oracle),
+        cmocka_unit_test(test_kernels_quant_matches_oracle),
+        cmocka_unit_test(test_kernels_mmq_matches_oracle),
         cmocka_unit_test(test_kernels_select_names),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -3,6 +3,7 @@
 
   llama_ref.py --model DIR (--tokens 1,2,3 | --prompt TEXT) [--no-bos]
                [--logits OUT.npy] [--generate N] [--stop-at-eos]
+               [--quantization int8]
 
 Why: the C engine's kernels (CPU and CUDA, every dtype, batched, paged, speculative)
 are checked against this. It shares no code with the engine or with ../shared/tools,
@@ -15,6 +16,12 @@ the weights define, up to rounding far below float32's.
 line: {"prompt_ids", "ids", "text", "min_margin"}; min_margin is the smallest
 top-1 minus top-2 logit gap over the generated steps: when it is far above float32
 rounding, a float32 engine must produce the same ids.
+--quantization int8 computes the seven matrices of each layer as inferd's W8A8
+does (symmetric int8, one scale per weight row, one per activation row: q =
+round-half-even(clip(v * 127 / max|v|)), y = (qx . qw) * sx * sw); weights are
+quantized in float32 as the engine does, activations in float64; with --logits
+it prints {"near_ties": N}, the activations that fell within 2e-5 of a step of
+a rounding boundary (where a float32 engine may round one step apart).
 Needs only numpy, and sentencepiece for --prompt and "text" (Debian's /usr/bin/python3).
 """
 import argparse
@@ -99,6 +106,17 @@ def rope(x, pos, theta):
     return x * cos + np.concatenate([-x2, x1], axis=-1) * sin
 
 
+def quantize(v):
+    """Rows of v as symmetric int8 (held in float64, exact) and their scales, in
+    v's own precision: amax = max |v|, q = rint(clip(v * (127 / amax))), scale =
+    amax / 127; a zero row is all 0 with scale 0."""
+    amax = np.abs(v).max(axis=-1)
+    one27 = v.dtype.type(127)
+    inv = np.where(amax > 0, one27 / np.where(amax > 0, amax, 1), 0).astype(v.dtype)
+    q = np.rint(np.clip(v * inv[:, None], -one27, one27))
+    return q.astype(np.float64), (amax / one27).astype(np.float64)
+
+
 def silu(x):
     """x * sigmoid(x)."""
     return x / (1.0 + np.exp(-x))
@@ -107,11 +125,29 @@ def silu(x):
 class Llama:
     """Llama forward with a KV cache: forward(tokens) continues the cached sequence."""
 
-    def __init__(self, model_dir):
+    def __init__(self, model_dir, quantization=None):
         self.c = Config(os.path.join(model_dir, "config.json"))
         self.w = load_weights(model_dir)
+        self.quant = quantization
+        self.qw = {}
+        self.near_ties = 0
         self.lm_head = self.w["model.embed_tokens.weight"] if self.c.tied else self.w["lm_head.weight"]
         self.reset()
+
+    def linear(self, x, name):
+        """x [n, in] times the transposed weight: as stored, or W8A8 int8."""
+        if self.quant != "int8":
+            return x @ self.w[name].T
+        if name not in self.qw:
+            w = self.w[name].astype(np.float32)
+            self.qw[name] = quantize(w)
+        qw, sw = self.qw[name]
+        qx, sx = quantize(x)
+        # activations within 2e-5 of a step of a rounding boundary: a float32
+        # engine may round them the other way (one step apart)
+        t = x * (127 / np.where(sx > 0, sx * 127, 1))[:, None]
+        self.near_ties += int((np.abs(t - np.floor(t) - 0.5) < 2e-5).sum())
+        return (qx @ qw.T) * sx[:, None] * sw[None, :]
 
     def reset(self):
         """Forget the cached sequence."""
@@ -123,9 +159,9 @@ class Llama:
         c, p = self.c, f"model.layers.{i}.self_attn."
         n = x.shape[0]
         heads = lambda t, h: t.reshape(n, h, c.head_dim).transpose(1, 0, 2)  # noqa: E731
-        q = rope(heads(x @ self.w[p + "q_proj.weight"].T, c.heads), pos, c.theta)
-        k = rope(heads(x @ self.w[p + "k_proj.weight"].T, c.kv_heads), pos, c.theta)
-        v = heads(x @ self.w[p + "v_proj.weight"].T, c.kv_heads)
+        q = rope(heads(self.linear(x, p + "q_proj.weight"), c.heads), pos, c.theta)
+        k = rope(heads(self.linear(x, p + "k_proj.weight"), c.kv_heads), pos, c.theta)
+        v = heads(self.linear(x, p + "v_proj.weight"), c.kv_heads)
         self.k[i] = np.concatenate([self.k[i], k], axis=1)
         self.v[i] = np.concatenate([self.v[i], v], axis=1)
         group = c.heads // c.kv_heads  # query head h reads kv head h // group
@@ -135,14 +171,14 @@ class Llama:
         s = np.where(np.arange(kk.shape[1])[None, :] <= pos[:, None], s, -np.inf)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         o = (s / s.sum(axis=-1, keepdims=True)) @ vv  # [heads, n, head_dim]
-        return o.transpose(1, 0, 2).reshape(n, c.heads * c.head_dim) @ self.w[p + "o_proj.weight"].T
+        return self.linear(o.transpose(1, 0, 2).reshape(n, c.heads * c.head_dim), p + "o_proj.weight")
 
     def mlp(self, i, x):
         """SwiGLU MLP of layer i: down(silu(gate(x)) * up(x))."""
         p = f"model.layers.{i}.mlp."
-        g = x @ self.w[p + "gate_proj.weight"].T
-        u = x @ self.w[p + "up_proj.weight"].T
-        return (silu(g) * u) @ self.w[p + "down_proj.weight"].T
+        g = self.linear(x, p + "gate_proj.weight")
+        u = self.linear(x, p + "up_proj.weight")
+        return self.linear(silu(g) * u, p + "down_proj.weight")
 
     def forward(self, tokens):
         """Logits [n, vocab] for tokens appended to the cached sequence."""
@@ -207,12 +243,14 @@ def parse_args():
     ap.add_argument("--logits", metavar="OUT.npy", help="write float64 logits of the input")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="greedy tokens to generate")
     ap.add_argument("--stop-at-eos", action="store_true", help="stop after emitting EOS")
+    ap.add_argument("--quantization", choices=["none", "int8"], default="none",
+                    help="int8: the layers' matrices as inferd's W8A8")
     return ap.parse_args()
 
 
 def main():
     a = parse_args()
-    model = Llama(a.model)
+    model = Llama(a.model, a.quantization)
     sp = tokenizer(a.model)
     if a.prompt is not None:
         if sp is None:
@@ -225,6 +263,8 @@ def main():
     logits, ids, margin = generate(model, prompt_ids, a.generate, a.stop_at_eos)
     if a.logits:
         np.save(a.logits, logits)
+        if a.quantization == "int8" and not a.generate:
+            print(json.dumps({"near_ties": model.near_ties}))
     if a.generate:
         print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
                           "text": continuation_text(sp, prompt_ids, ids) if sp else None,

@@ -2,7 +2,7 @@
  * as raw little-endian float32 [n_tokens][vocab], for comparison with the
  * numpy reference (tests/ref/llama_ref.py).
  *
- *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K]
+ *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K] [--quantization int8]
  *               [--chunk N] [--threads N] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +29,7 @@ static int parse_ids(const char *s, int32_t *ids, int cap)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *tokens = NULL, *out = NULL, *kernels = "auto";
+    const char *dir = NULL, *tokens = NULL, *out = NULL, *kernels = "auto", *quant = NULL;
     int chunk = 0, threads = 0, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "model directory"},
@@ -38,9 +38,10 @@ int main(int argc, char **argv)
         {"kernels", ARG_STR, &kernels, "NAME", "kernel table"},
         {"chunk", ARG_INT, &chunk, "N", "feed the sequence N tokens per forward (default all)"},
         {"threads", ARG_INT, &threads, "N", "threads"},
+        {"quantization", ARG_STR, &quant, "NAME", "none or int8"},
     };
     inf_err err = {0};
-    if (args_parse(specs, 6, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
+    if (args_parse(specs, 7, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
         fprintf(stderr, "dump_logits: %s\n", err.msg[0] ? err.msg : "--model, --tokens, --out required");
         return 2;
     }
@@ -63,6 +64,7 @@ int main(int argc, char **argv)
     int V = m->cfg.vocab_size;
     cpu_config cc = cpu_config_default();
     cc.kernels = kernels;
+    cc.quant = cpu_quant_parse(quant);
     cc.n_threads = threads;
     cc.max_tokens = chunk;
     cc.max_context = n;
