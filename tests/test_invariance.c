@@ -2,7 +2,8 @@
  * position and every greedy decode step) are bit-identical whether it runs
  * alone, in a batch of 64 mixing prefill chunks and decode tokens, with its
  * prompt fed in chunks of 1, 7 or 64 tokens, on 1 or 3 threads, and with any
- * kernel table. Runs on the project's own tiny model and, when present, the
+ * kernel table; the same for int8 weights (--quantization int8) among
+ * themselves. Runs on the project's own tiny model and, when present, the
  * real ones in ../shared/models. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,6 +52,7 @@ typedef struct variant {
     int chunk;    /* prompt tokens per sequence per step; 0: whole prompt   */
     int threads;
     const char *kernels;
+    int quant;    /* cpu_quant                                           */
 } variant;
 
 /* Runs every sequence through prefill and NDEC greedy decode steps as the
@@ -62,6 +64,7 @@ static void run_variant(const model *m, const prompts *p, const variant *v, run_
     cpu_config cc = cpu_config_default();
     cc.n_threads = v->threads;
     cc.kernels = v->kernels;
+    cc.quant = v->quant;
     cc.max_tokens = max_tokens;
     cc.max_context = MAX_PROMPT + NDEC;
     cc.block_size = 16;
@@ -156,37 +159,51 @@ static void check_model(const char *dir)
     int V = m->cfg.vocab_size;
     prompts *p = malloc(sizeof *p);
     make_prompts(p, V, 7);
-    const variant base = {"alone, whole prompt, 2 threads", 0, 0, 2, "auto"};
-    const variant others[] = {
-        {"alone, chunks of 1", 0, 1, 2, "auto"},
-        {"alone, chunks of 7", 0, 7, 2, "auto"},
-        {"alone, chunks of 64", 0, 64, 2, "auto"},
-        {"64 together, whole prompts", 1, 0, 2, "auto"},
-        {"64 together, chunks of 7 (prefill mixed with decode)", 1, 7, 3, "auto"},
-        {"64 together, chunks of 1", 1, 1, 1, "auto"},
-        {"alone, 1 thread, generic kernels", 0, 0, 1, "generic"},
-        {"64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2"},
-    };
+    /* each group against its first variant: the weights as stored, then int8 */
+    const variant groups[2][9] = {{
+        {"alone, whole prompt, 2 threads", 0, 0, 2, "auto", 0},
+        {"alone, chunks of 1", 0, 1, 2, "auto", 0},
+        {"alone, chunks of 7", 0, 7, 2, "auto", 0},
+        {"alone, chunks of 64", 0, 64, 2, "auto", 0},
+        {"64 together, whole prompts", 1, 0, 2, "auto", 0},
+        {"64 together, chunks of 7 (prefill mixed with decode)", 1, 7, 3, "auto", 0},
+        {"64 together, chunks of 1", 1, 1, 1, "auto", 0},
+        {"alone, 1 thread, generic kernels", 0, 0, 1, "generic", 0},
+        {"64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", 0},
+    }, {
+        {"int8, alone, whole prompt, 2 threads", 0, 0, 2, "auto", CPU_QUANT_INT8},
+        {"int8, alone, chunks of 7", 0, 7, 2, "auto", CPU_QUANT_INT8},
+        {"int8, 64 together, whole prompts", 1, 0, 2, "auto", CPU_QUANT_INT8},
+        {"int8, 64 together, chunks of 7", 1, 7, 3, "auto", CPU_QUANT_INT8},
+        {"int8, 64 together, chunks of 1", 1, 1, 1, "auto", CPU_QUANT_INT8},
+        {"int8, alone, 1 thread, generic kernels", 0, 0, 1, "generic", CPU_QUANT_INT8},
+        {"int8, 64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", CPU_QUANT_INT8},
+    }};
     run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
-    run_variant(m, p, &base, ref);
-    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
-        if (!cpu_kern_select(others[i].kernels)) {
-            printf("note: %s: %s kernels not supported on this CPU, variant not run\n", dir,
-                   others[i].kernels);
-            continue;
+    for (int g = 0; g < 2; g++) {
+        const variant *base = &groups[g][0];
+        run_variant(m, p, base, ref);
+        for (int i = 1; i < 9 && groups[g][i].name; i++) {
+            const variant *v = &groups[g][i];
+            if (!cpu_kern_select(v->kernels)) {
+                printf("note: %s: %s kernels not supported on this CPU, variant not run\n",
+                       dir, v->kernels);
+                continue;
+            }
+            run_variant(m, p, v, got);
+            for (int s = 0; s < NSEQ; s++) {
+                size_t n = (size_t)(p->len[s] + NDEC) * V;
+                if (memcmp(ref->toks[s], got->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
+                    memcmp(ref->logits[s], got->logits[s], sizeof(float) * n))
+                    fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir,
+                             s, p->len[s], v->name, base->name);
+            }
+            free_out(got);
+            memset(got, 0, sizeof *got);
         }
-        run_variant(m, p, &others[i], got);
-        for (int s = 0; s < NSEQ; s++) {
-            size_t n = (size_t)(p->len[s] + NDEC) * V;
-            if (memcmp(ref->toks[s], got->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
-                memcmp(ref->logits[s], got->logits[s], sizeof(float) * n))
-                fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir, s,
-                         p->len[s], others[i].name, base.name);
-        }
-        free_out(got);
-        memset(got, 0, sizeof *got);
+        free_out(ref);
+        memset(ref, 0, sizeof *ref);
     }
-    free_out(ref);
     free(ref), free(got), free(p);
     model_destroy(m);
 }

@@ -5,7 +5,8 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { startDaemon, post, sseEvents } from './daemon.mjs';
+import { spawnSync } from 'node:child_process';
+import { startDaemon, post, sseEvents, INFERD } from './daemon.mjs';
 
 const FIXTURES = process.env.INFERD_TEST_FIXTURES || 'build/fixtures';
 const real = '../shared/models/stories260K';
@@ -141,5 +142,45 @@ describe(`continuous batching on ${model}`, () => {
       assert.ok(metric(m, 'prefix_cache_hits_total') >= 32);
       assert.ok(metric(m, 'prefix_cache_queries_total') > metric(m, 'prefix_cache_hits_total'));
     } finally { await d.stop(); }
+  });
+});
+
+describe(`int8 weights (--quantization int8) on ${model}`, () => {
+  const work = workload(32);
+  let expected;
+
+  before(async () => {
+    const d = await startDaemon(model, ['--quantization', 'int8', '--no-enable-prefix-caching']);
+    try {
+      expected = [];
+      for (const w of work) expected.push(await alone(d.base, w));
+    } finally { await d.stop(); }
+  });
+
+  test('concurrent streams and preemption give the outputs each request gets alone', async () => {
+    const d = await startDaemon(model, ['--quantization', 'int8', '--max-num-seqs', '32',
+      '--kv-cache-memory', model === real ? '800KiB' : '256KiB', '--no-enable-prefix-caching']);
+    try {
+      const keep = work.map((w) => ({ ...w, cancel: false }));
+      const got = await Promise.all(keep.map((w) => stream(d.base, w)));
+      assert.deepEqual(got, expected);
+      const m = await waitIdle(d.base);
+      assert.ok(metric(m, 'num_preemptions_total') > 0, 'no preemption happened');
+    } finally { await d.stop(); }
+  });
+
+  test('the API and `inferd generate --quantization int8` give the same greedy text', () => {
+    const r = spawnSync(INFERD, ['generate', '--model', model, '--prompt', work[0].prompt,
+      '--max-tokens', String(work[0].max_tokens), '--quantization', 'int8', '--quiet']);
+    assert.equal(r.status, 0, r.stderr.toString());
+    assert.equal(r.stdout.toString().replace(/\n$/, ''), expected[0]);
+  });
+
+  test('an unknown scheme, or int8 on CUDA, is a usage error', () => {
+    for (const extra of [['--quantization', 'fp4'], ['--quantization', 'int8', '--device', 'cuda']]) {
+      const r = spawnSync(INFERD, ['--model', model, '--port', '0', ...extra]);
+      assert.equal(r.status, 2, r.stderr.toString());
+      assert.match(r.stderr.toString(), /--quantization/);
+    }
   });
 });
