@@ -11,8 +11,14 @@
  * token / triad bandwidth), prefill and batches as a fraction of peak FLOP/s.
  * Rounds interleave limits and figures; the table shows medians.
  *
+ * With --quantization int8 the same four engine figures are also taken with
+ * int8 weights (a second backend) in the same rounds, and reported with their
+ * ratio to the weights as stored, round by round; the int8 limits are the
+ * int8 weight bytes and the vpdpbusd loop's int8 ops/s.
+ *
  *   bench_engine --model DIR [--rounds 3] [--threads N] [--json FILE]
- *                [--decode-steps 32] [--batch-steps 16] [--prefill 512] */
+ *                [--decode-steps 32] [--batch-steps 16] [--prefill 512]
+ *                [--quantization int8] */
 #include <cJSON.h>
 #include <immintrin.h>
 #include <stdio.h>
@@ -115,8 +121,24 @@ __attribute__((target("avx512f,avx512bf16"))) static float bf16dot_avx512(void)
     return _mm512_reduce_add_ps(s);
 }
 
+/* vpdpbusd: 64 int8 products into 16 int32 lanes, 128 ops per instruction. */
+__attribute__((target("avx512f,avx512vnni"))) static float vnni_avx512(void)
+{
+    __m512i acc[24], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+    for (int i = 0; i < 24; i++)
+        acc[i] = _mm512_setzero_si512();
+    for (long it = 0; it < FMA_ITERS; it++)
+#pragma GCC unroll 24
+        for (int i = 0; i < 24; i++)
+            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    __m512i s = acc[0];
+    for (int i = 1; i < 24; i++)
+        s = _mm512_add_epi32(s, acc[i]);
+    return (float)_mm512_reduce_add_epi32(s);
+}
+
 typedef struct peak_job {
-    int kind; /* 0 avx512 fma, 1 avx2 fma, 2 avx512 bf16 dot */
+    int kind; /* 0 avx512 fma, 1 avx2 fma, 2 avx512 bf16 dot, 3 avx512 vnni */
     float sink[64];
 } peak_job;
 
@@ -124,7 +146,10 @@ static void peak_run(void *ctx, int t, int nt)
 {
     peak_job *j = ctx;
     (void)nt;
-    j->sink[t] = j->kind == 0 ? fma_avx512() : j->kind == 1 ? fma_avx2() : bf16dot_avx512();
+    j->sink[t] = j->kind == 0   ? fma_avx512()
+                 : j->kind == 1 ? fma_avx2()
+                 : j->kind == 2 ? bf16dot_avx512()
+                                : vnni_avx512();
 }
 
 /* GFLOP/s of all threads running the register-only loop. */
@@ -134,7 +159,8 @@ static double peak(cpu_pool *pool, int kind)
     double t0 = inf_now();
     cpu_pool_run(pool, peak_run, &j);
     double dt = inf_now() - t0;
-    double per_iter = kind == 0 ? 24 * 16 * 2 : kind == 1 ? 12 * 8 * 2 : 24 * 32 * 2;
+    double per_iter = kind == 0 ? 24 * 16 * 2 : kind == 1 ? 12 * 8 * 2 : kind == 2 ? 24 * 32 * 2
+                                                                              : 24 * 64 * 2;
     return per_iter * FMA_ITERS * cpu_pool_size(pool) / dt / 1e9;
 }
 
@@ -268,7 +294,7 @@ static double token_flops(const model_config *c, int ctx, int lm_head)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *json = NULL;
+    const char *dir = NULL, *json = NULL, *quant = NULL;
     int rounds = 3, threads = 0, dsteps = 32, bsteps = 16, pre = 512, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "model directory"},
@@ -278,14 +304,17 @@ int main(int argc, char **argv)
         {"decode-steps", ARG_INT, &dsteps, "N", "timed single-sequence decode steps (default 32)"},
         {"batch-steps", ARG_INT, &bsteps, "N", "timed decode steps at batch 8 and 32 (default 16)"},
         {"prefill", ARG_INT, &pre, "N", "prompt tokens for the prefill figure (default 512)"},
+        {"quantization", ARG_STR, &quant, "NAME", "int8: also measure int8 weights side by side"},
     };
     inf_err err = {0};
-    if (args_parse(specs, 7, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
-        rounds > 64 || pre < PROMPT || pre > 4096) {
+    if (args_parse(specs, 8, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
+        rounds > 64 || pre < PROMPT || pre > 4096 || cpu_quant_parse(quant) < 0) {
         fprintf(stderr, "%s\nusage: bench_engine --model DIR [options]\n", err.msg);
-        args_help(stderr, specs, 7);
+        args_help(stderr, specs, 8);
         return 2;
     }
+    int q8 = cpu_quant_parse(quant) == CPU_QUANT_INT8;
+    be_backend *qbe = NULL;
     model *m = NULL;
     cpu_pool *pool = NULL;
     eng e = {.seed = 99};
@@ -307,6 +336,12 @@ int main(int argc, char **argv)
     if ((rc = cpu_backend_create(m, &cc, &e.be, &err)) || (rc = kv_create(&kc, &e.kv, &err)) ||
         (rc = cpu_pool_create(threads, &pool, &err)))
         goto done;
+    if (q8) {
+        cpu_config qc = cc;
+        qc.quant = CPU_QUANT_INT8;
+        if ((rc = cpu_backend_create(m, &qc, &qbe, &err)))
+            goto done;
+    }
     e.m = m;
     e.V = c->vocab_size;
     e.max_tokens = cc.max_tokens;
@@ -331,7 +366,7 @@ int main(int argc, char **argv)
 #if defined(__GNUC__) && __GNUC__ >= 12
     have_bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
-    int peak_kind = have512 ? 0 : 1;
+    int peak_kind = have512 ? 0 : 1, have_vnni = __builtin_cpu_supports("avx512vnni");
     double wbytes = (double)model_weight_bytes(m);
     double fl_pre = 0;
     for (int p = 0; p < pre; p++)
@@ -345,6 +380,20 @@ int main(int argc, char **argv)
             goto done;
     }
     double fig[N_FIG][64], frac[4][64], bf16peak[64];
+    /* int8: decode 1, prefill, decode 8, decode 32; their ratio to the stored
+     * weights' figure of the same round; fractions of the int8 limits */
+    double qfig[4][64], qratio[4][64], qfrac[4][64], vnnipeak[64];
+    double qbytes = 0;
+    if (q8) { /* int8 layers + what stays as stored (lm_head, norms) */
+        qbytes = (double)cpu_backend_qbytes(qbe) + (double)model_weight_bytes(m);
+        for (int l = 0; l < c->n_layers; l++) {
+            const model_layer *w = &m->layers[l];
+            const model_tensor *ts[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate,
+                                        &w->w_up, &w->w_down};
+            for (int i = 0; i < 7; i++)
+                qbytes -= (double)ts[i]->rows * ts[i]->cols * inf_dtype_size(ts[i]->dtype);
+        }
+    }
     fprintf(stderr, "bench: %s, %s kernels, %d threads, %d rounds\n", dir,
             cpu_backend_kernels(e.be), cpu_pool_size(pool), rounds);
     for (int r = 0; r < rounds; r++) {
@@ -363,6 +412,30 @@ int main(int argc, char **argv)
         fprintf(stderr, "round %d: triad %.1f GB/s, peak %.0f GFLOP/s, decode %.2f tok/s, "
                 "prefill %.1f tok/s, batch8 %.1f tok/s, batch32 %.1f tok/s\n", r + 1,
                 fig[0][r], fig[1][r], fig[2][r], fig[3][r], fig[4][r], fig[5][r]);
+        if (q8) {
+            be_backend *stored = e.be;
+            e.be = qbe;
+            vnnipeak[r] = have_vnni ? peak(pool, 3) : fig[1][r];
+            rc = decode(&e, 1, dsteps, &qfig[0][r], &err);
+            if (!rc)
+                rc = prefill(&e, pre, &qfig[1][r], &err);
+            if (!rc)
+                rc = decode(&e, 8, bsteps, &qfig[2][r], &err);
+            if (!rc)
+                rc = decode(&e, 32, bsteps, &qfig[3][r], &err);
+            e.be = stored;
+            if (rc)
+                goto done;
+            double fl[4] = {0, fl_pre / pre, fl_b8, fl_b32};
+            for (int i = 0; i < 4; i++) {
+                qratio[i][r] = qfig[i][r] / fig[i + 2][r];
+                qfrac[i][r] = i == 0 ? qfig[0][r] * qbytes / (fig[0][r] * 1e9)
+                                     : qfig[i][r] * fl[i] / (vnnipeak[r] * 1e9);
+            }
+            fprintf(stderr, "round %d int8: peak %.0f GOP/s, decode %.2f tok/s, prefill %.1f "
+                    "tok/s, batch8 %.1f tok/s, batch32 %.1f tok/s\n", r + 1, vnnipeak[r],
+                    qfig[0][r], qfig[1][r], qfig[2][r], qfig[3][r]);
+        }
     }
     long rss_kb = peak_rss_kb();
     struct stat st;
@@ -400,6 +473,24 @@ int main(int argc, char **argv)
     if (have_bf16)
         printf("| %-28s | %10.2f | %-8s | %-26s |\n", "bf16 dot peak (vdpbf16ps)",
                median(bf16peak, rounds), "GFLOP/s", "not used by these kernels");
+    const char *qlabels[4] = {"decode, 1 sequence", "prefill, 512-token prompt",
+                              "decode, batch 8", "decode, batch 32"};
+    if (q8) {
+        printf("\nint8 weights (--quantization int8), same rounds: %.0f MB read per token; "
+               "int8 peak (%s) %.0f GOP/s\n\n", qbytes / 1e6,
+               have_vnni ? "vpdpbusd loop" : "no VNNI: the FMA loop", median(vnnipeak, rounds));
+        printf("| %-28s | %10s | %-8s | %-12s | %-26s |\n", "figure", "median", "unit",
+               "x as stored", "fraction of its limit");
+        printf("|------------------------------|------------|----------|--------------|"
+               "----------------------------|\n");
+        for (int i = 0; i < 4; i++) {
+            char f[64];
+            snprintf(f, sizeof f, "%.0f%% of %s", 100 * median(qfrac[i], rounds),
+                     i == 0 ? "bandwidth" : "int8 peak");
+            printf("| %-28s | %10.2f | %-8s | %11.2fx | %-26s |\n", qlabels[i],
+                   median(qfig[i], rounds), "tok/s", median(qratio[i], rounds), f);
+        }
+    }
     printf("\npeak RSS %.0f MB (engine, without the triad arrays); weights file %.0f MB + KV pool "
            "%.0f MB + 10%% = %.0f MB\n", rss_engine / 1e6, file_bytes / 1e6, kv_bytes / 1e6,
            rss_budget / 1e6);
@@ -455,6 +546,24 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(fr, fn[i], median(frac[i], rounds));
             cJSON_AddItemToObject(frr, fn[i], cJSON_CreateDoubleArray(frac[i], rounds));
         }
+        if (q8) {
+            const char *qn[4] = {"decode_1_tps", "prefill_tps", "decode_8_tps", "decode_32_tps"};
+            cJSON *qo = cJSON_AddObjectToObject(root, "int8");
+            cJSON_AddNumberToObject(qo, "weight_bytes_per_token", qbytes);
+            cJSON_AddStringToObject(qo, "peak_kind", have_vnni ? "vpdpbusd" : "fma");
+            cJSON_AddNumberToObject(qo, "peak_gops_median", median(vnnipeak, rounds));
+            cJSON_AddItemToObject(qo, "peak_gops_rounds", cJSON_CreateDoubleArray(vnnipeak, rounds));
+            cJSON *qm = cJSON_AddObjectToObject(qo, "median");
+            cJSON *qr = cJSON_AddObjectToObject(qo, "rounds");
+            cJSON *qx = cJSON_AddObjectToObject(qo, "ratio_to_stored_median");
+            cJSON *qf = cJSON_AddObjectToObject(qo, "fraction_of_limit_median");
+            for (int i = 0; i < 4; i++) {
+                cJSON_AddNumberToObject(qm, qn[i], median(qfig[i], rounds));
+                cJSON_AddItemToObject(qr, qn[i], cJSON_CreateDoubleArray(qfig[i], rounds));
+                cJSON_AddNumberToObject(qx, qn[i], median(qratio[i], rounds));
+                cJSON_AddNumberToObject(qf, qn[i], median(qfrac[i], rounds));
+            }
+        }
         cJSON *mem = cJSON_AddObjectToObject(root, "memory");
         cJSON_AddNumberToObject(mem, "peak_rss_bytes_engine", rss_engine);
         cJSON_AddNumberToObject(mem, "kv_pool_bytes", kv_bytes);
@@ -476,6 +585,7 @@ done:
     cpu_pool_destroy(pool);
     kv_destroy(e.kv);
     be_destroy(e.be);
+    be_destroy(qbe);
     model_destroy(m);
     return rc ? 1 : 0;
 }
