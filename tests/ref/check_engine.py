@@ -68,6 +68,18 @@ def supported_kernels(build, model):
     return ok
 
 
+def greedy_vs_ref(build, model, tokens, ref, extra, name, failures):
+    """`inferd generate` greedy ids (with extra flags) against the reference's."""
+    out = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
+               "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet"] + extra)
+    gen = [int(t) for t in out.split()]
+    if gen != ref["ids"]:
+        at = next((i for i, (a, b) in enumerate(zip(gen, ref["ids"])) if a != b), min(len(gen), len(ref["ids"])))
+        failures.append(f"{name}: greedy tokens differ from the reference at token {at} "
+                        f"(reference min top-1 margin {ref['min_margin']:.2e})")
+    return gen
+
+
 def check_model(build, tmp, label, model, failures):
     name = re.sub("[^A-Za-z0-9]+", "-", label).strip("-")
     ref = json.loads(run([PY, REF, "--model", model, "--prompt", PROMPT, "--generate", str(GREEDY)]))
@@ -90,13 +102,7 @@ def check_model(build, tmp, label, model, failures):
     for k, raw in dumps.items():
         if raw != dumps[first]:
             failures.append(f"{name}: {k} logits are not bit-identical to {first}'s")
-    out = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
-               "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet"])
-    gen = [int(t) for t in out.split()]
-    if gen != ref["ids"]:
-        at = next((i for i, (a, b) in enumerate(zip(gen, ref["ids"])) if a != b), min(len(gen), len(ref["ids"])))
-        failures.append(f"{name}: greedy tokens differ from the reference at token {at} "
-                        f"(reference min top-1 margin {ref['min_margin']:.2e})")
+    gen = greedy_vs_ref(build, model, tokens, ref, [], name, failures)
     print(f"  {label:34s} logits rel err {rel:.1e}  kernels {'/'.join(dumps)} identical  "
           f"greedy {len(gen)} tokens {'equal' if gen == ref['ids'] else 'DIFFER'}  "
           f"(min margin {ref['min_margin']:.3f})")
@@ -134,14 +140,7 @@ def check_model_int8(build, tmp, label, model, failures):
     for k, raw in dumps.items():
         if raw != dumps[first]:
             failures.append(f"{name}: {k} int8 logits are not bit-identical to {first}'s")
-    out = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
-               "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet",
-               "--quantization", "int8"])
-    gen = [int(t) for t in out.split()]
-    if gen != ref["ids"]:
-        at = next((i for i, (a, b) in enumerate(zip(gen, ref["ids"])) if a != b), min(len(gen), len(ref["ids"])))
-        failures.append(f"{name}: int8 greedy tokens differ from the reference's at token {at} "
-                        f"(reference min top-1 margin {ref['min_margin']:.2e})")
+    gen = greedy_vs_ref(build, model, tokens, ref, ["--quantization", "int8"], name, failures)
     print(f"  {label + ' int8':34s} logits rel err {rel:.1e} ({ties} near ties; vs unquantized "
           f"{qerr:.1e})  "
           f"{len(dumps)} runs identical  greedy {len(gen)} tokens "
