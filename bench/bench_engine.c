@@ -121,20 +121,34 @@ __attribute__((target("avx512f,avx512bf16"))) static float bf16dot_avx512(void)
     return _mm512_reduce_add_ps(s);
 }
 
-/* vpdpbusd: 64 int8 products into 16 int32 lanes, 128 ops per instruction. */
-__attribute__((target("avx512f,avx512vnni"))) static float vnni_avx512(void)
+/* vpdpbusd: 64 int8 products into 16 int32 lanes, 128 ops per instruction.
+ * Written in assembly: GCC spills a 24-register array of __m512i here, and
+ * the loop then measured 448 GOP/s where the instruction does about 1200. */
+__attribute__((target("avx512f"))) static float vnni_avx512(void)
 {
-    __m512i acc[24], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
-    for (int i = 0; i < 24; i++)
-        acc[i] = _mm512_setzero_si512();
-    for (long it = 0; it < FMA_ITERS; it++)
-#pragma GCC unroll 24
-        for (int i = 0; i < 24; i++)
-            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-    __m512i s = acc[0];
-    for (int i = 1; i < 24; i++)
-        s = _mm512_add_epi32(s, acc[i]);
-    return (float)_mm512_reduce_add_epi32(s);
+    long n = FMA_ITERS;
+    int out;
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm0, %%zmm0, %%zmm0\n\t"
+        "vpabsb %%zmm0, %%zmm1\n\t"
+#define Z(i) "vpxord %%zmm" #i ", %%zmm" #i ", %%zmm" #i "\n\t"
+        Z(2) Z(3) Z(4) Z(5) Z(6) Z(7) Z(8) Z(9) Z(10) Z(11) Z(12) Z(13)
+        Z(14) Z(15) Z(16) Z(17) Z(18) Z(19) Z(20) Z(21) Z(22) Z(23) Z(24) Z(25)
+#undef Z
+        "1:\n\t"
+#define D(i) "vpdpbusd %%zmm1, %%zmm1, %%zmm" #i "\n\t"
+        D(2) D(3) D(4) D(5) D(6) D(7) D(8) D(9) D(10) D(11) D(12) D(13)
+        D(14) D(15) D(16) D(17) D(18) D(19) D(20) D(21) D(22) D(23) D(24) D(25)
+#undef D
+        "dec %1\n\t"
+        "jnz 1b\n\t"
+        "vmovd %%xmm2, %0\n\t"
+        : "=r"(out), "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+          "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18",
+          "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "cc");
+    return (float)out;
 }
 
 typedef struct peak_job {
