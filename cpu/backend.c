@@ -14,8 +14,15 @@
 #include "cpu/pool.h"
 #include "cpu/qw.h"
 
-/* A layer's matrices in cpu_be.qw order. */
+/* A layer's seven matrices, in this order wherever they are listed. */
 enum { QW_Q, QW_K, QW_V, QW_O, QW_GATE, QW_UP, QW_DOWN, QW_N };
+
+static const model_tensor *layer_matrix(const model_layer *w, int i)
+{
+    const model_tensor *ts[QW_N] = {&w->wq, &w->wk, &w->wv, &w->wo,
+                                    &w->w_gate, &w->w_up, &w->w_down};
+    return ts[i];
+}
 
 typedef struct cpu_be {
     be_backend base;
@@ -63,10 +70,6 @@ int cpu_quant_parse(const char *name)
     return -1;
 }
 
-const char *cpu_quant_name(int quant)
-{
-    return quant == CPU_QUANT_INT8 ? "int8" : "none";
-}
 
 size_t cpu_kv_bytes_per_token(const model *m)
 {
@@ -147,7 +150,6 @@ static void matmuls(cpu_be *be, int n, const cpu_mm *a)
 }
 
 typedef void (*row_fn)(cpu_be *be, int t, const void *arg);
-static void per_token(cpu_be *be, int T, row_fn fn, const void *arg);
 
 typedef struct rows_job {
     cpu_be *be;
@@ -193,18 +195,27 @@ static void op_quant(cpu_be *be, int t, const void *arg)
         q[k] = 128;
 }
 
-/* y_i = x . w_i^T for n quantized matrices that share the input x [T][K]. */
-static void qmatmuls(cpu_be *be, int T, const float *x, size_t ldx, int n, cpu_qw *const *w,
-                     float *const *y, const size_t *ldy)
+/* y_i = x . w_i^T for the n matrices of layer l from index first on (QW_*),
+ * which share the input x [T][K]: as stored, or int8 (the input quantized
+ * once for all n). */
+static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int first, int n,
+                    float *const *y, const size_t *ldy)
 {
-    quant_arg qa = {.x = x, .ldx = ldx, .K = w[0]->K};
-    per_token(be, T, op_quant, &qa);
-    mm_job j = {.be = be, .n = n, .quant = 1};
+    mm_job j = {.be = be, .n = n, .quant = be->qw != NULL};
+    if (j.quant) {
+        quant_arg qa = {.x = x, .ldx = ldx, .K = be->qw[(size_t)l * QW_N + first]->K};
+        per_token(be, T, op_quant, &qa);
+    }
     long work = 0;
     for (int i = 0; i < n; i++) {
-        j.mq[i] = cpu_qw_args(w[i], be->xq, be->ldq, be->xs, y[i], ldy[i], T);
-        work += (long)T * w[i]->N * w[i]->K;
-        j.items[i + 1] = j.items[i] + (w[i]->N + MM_ITEM - 1) / MM_ITEM;
+        const model_tensor *w = layer_matrix(&be->m->layers[l], first + i);
+        if (j.quant)
+            j.mq[i] = cpu_qw_args(be->qw[(size_t)l * QW_N + first + i], be->xq, be->ldq,
+                                  be->xs, y[i], ldy[i], T);
+        else
+            j.mm[i] = mm_args(x, ldx, w, y[i], ldy[i], T);
+        work += (long)T * w->rows * w->cols;
+        j.items[i + 1] = j.items[i] + (int)((w->rows + MM_ITEM - 1) / MM_ITEM);
     }
     run_job(be, &j, work);
 }
@@ -381,27 +392,17 @@ static void rope_tables(cpu_be *be, const be_batch *b)
  * waking a worker) */
 static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
 {
-    const model_layer *w = &be->m->layers[l];
     int T = b->n_tokens;
     const float *g_attn = be->norms + (size_t)l * 2 * be->D;
     const float *g_ffn = g_attn + be->D;
 
-    cpu_qw *const *qw = be->qw ? be->qw + (size_t)l * QW_N : NULL;
     size_t ld_d = (size_t)be->D, ld_kv = (size_t)be->kvdim, ld_f = (size_t)be->F;
+    size_t ld_q = (size_t)be->qdim;
 
     per_token(be, T, op_norm, g_attn);
-    if (qw) {
-        float *y[3] = {be->q, be->kb, be->vb};
-        size_t ld[3] = {(size_t)be->qdim, ld_kv, ld_kv};
-        qmatmuls(be, T, be->h, ld_d, 3, qw + QW_Q, y, ld);
-    } else {
-        cpu_mm qkv[3] = {
-            mm_args(be->h, ld_d, &w->wq, be->q, (size_t)be->qdim, T),
-            mm_args(be->h, ld_d, &w->wk, be->kb, ld_kv, T),
-            mm_args(be->h, ld_d, &w->wv, be->vb, ld_kv, T),
-        };
-        matmuls(be, 3, qkv);
-    }
+    float *qkv[3] = {be->q, be->kb, be->vb};
+    size_t ld_qkv[3] = {ld_q, ld_kv, ld_kv};
+    linears(be, l, T, be->h, ld_d, QW_Q, 3, qkv, ld_qkv);
     rope_arg ra = {.b = b, .layer = l};
     per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
@@ -410,33 +411,15 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
         attn_run(&aj, 0, 1);
     else
         cpu_pool_run(be->pool, attn_run, &aj);
-    if (qw) {
-        qmatmuls(be, T, be->att, (size_t)be->qdim, 1, qw + QW_O, &be->h, &ld_d);
-    } else {
-        cpu_mm o = mm_args(be->att, (size_t)be->qdim, &w->wo, be->h, ld_d, T);
-        matmuls(be, 1, &o);
-    }
+    linears(be, l, T, be->att, ld_q, QW_O, 1, &be->h, &ld_d);
     per_token(be, T, op_residual, NULL);
 
     per_token(be, T, op_norm, g_ffn);
-    if (qw) {
-        float *y[2] = {be->gate, be->up};
-        size_t ld[2] = {ld_f, ld_f};
-        qmatmuls(be, T, be->h, ld_d, 2, qw + QW_GATE, y, ld);
-    } else {
-        cpu_mm gu[2] = {
-            mm_args(be->h, ld_d, &w->w_gate, be->gate, ld_f, T),
-            mm_args(be->h, ld_d, &w->w_up, be->up, ld_f, T),
-        };
-        matmuls(be, 2, gu);
-    }
+    float *gu[2] = {be->gate, be->up};
+    size_t ld_gu[2] = {ld_f, ld_f};
+    linears(be, l, T, be->h, ld_d, QW_GATE, 2, gu, ld_gu);
     per_token(be, T, op_swiglu, NULL);
-    if (qw) {
-        qmatmuls(be, T, be->gate, ld_f, 1, qw + QW_DOWN, &be->h, &ld_d);
-    } else {
-        cpu_mm down = mm_args(be->gate, ld_f, &w->w_down, be->h, ld_d, T);
-        matmuls(be, 1, &down);
-    }
+    linears(be, l, T, be->gate, ld_f, QW_DOWN, 1, &be->h, &ld_d);
     per_token(be, T, op_residual, NULL);
 }
 
@@ -498,13 +481,17 @@ static void cpu_destroy(be_backend *base)
 
 static const be_ops cpu_ops = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
 
-size_t cpu_backend_qbytes(const be_backend *base)
+size_t cpu_backend_weight_bytes(const be_backend *base)
 {
     const cpu_be *be = (const cpu_be *)base;
-    size_t n = 0;
-    if (be->qw)
-        for (int i = 0; i < be->L * QW_N; i++)
-            n += cpu_qw_bytes(be->qw[i]);
+    size_t n = model_weight_bytes(be->m);
+    if (be->qw) /* the int8 copies are read instead of the stored matrices */
+        for (int l = 0; l < be->L; l++)
+            for (int i = 0; i < QW_N; i++) {
+                const model_tensor *t = layer_matrix(&be->m->layers[l], i);
+                n += cpu_qw_bytes(be->qw[(size_t)l * QW_N + i]);
+                n -= (size_t)t->rows * t->cols * inf_dtype_size(t->dtype);
+            }
     return n;
 }
 
@@ -519,16 +506,13 @@ static int quantize_layers(cpu_be *be, inf_err *err)
     be->xs = malloc((size_t)be->max_tokens * sizeof(float));
     if (!be->qw || !be->xq || !be->xs)
         return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
-    for (int l = 0; l < be->L; l++) {
-        const model_layer *w = &be->m->layers[l];
-        const model_tensor *ts[QW_N] = {&w->wq, &w->wk, &w->wv, &w->wo,
-                                        &w->w_gate, &w->w_up, &w->w_down};
+    for (int l = 0; l < be->L; l++)
         for (int i = 0; i < QW_N; i++) {
-            int rc = cpu_qw_create(ts[i], be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
+            int rc = cpu_qw_create(layer_matrix(&be->m->layers[l], i), be->k, be->pool,
+                                   &be->qw[(size_t)l * QW_N + i], err);
             if (rc)
                 return rc;
         }
-    }
     return INF_OK;
 }
 

@@ -34,12 +34,13 @@ cpu_config cpu_config_default(void);
 int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out,
                        inf_err *err);
 
-/* "none" or "int8"; -1 for another name. */
+/* CPU_QUANT_NONE for NULL or "none", CPU_QUANT_INT8 for "int8"; -1 for
+ * another name. */
 int cpu_quant_parse(const char *name);
-const char *cpu_quant_name(int quant);
 
-/* Bytes of quantized weights the backend holds (0 without quantization). */
-size_t cpu_backend_qbytes(const be_backend *be);
+/* Bytes of weights one token's forward reads: model_weight_bytes(), with the
+ * int8 copies in place of the layers' matrices when quantized. */
+size_t cpu_backend_weight_bytes(const be_backend *be);
 
 /* Name of the kernel table in use ("avx512", ...). */
 const char *cpu_backend_kernels(const be_backend *be);

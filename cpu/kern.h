@@ -85,7 +85,8 @@ typedef struct cpu_mm {
  * reduction order to keep.
  *
  * Packed weights: rows padded with zeros to a multiple of CPU_QN and put in
- * groups of CPU_QG, K padded to a multiple of 4 with zeros; group g holds, for each k4, 16 rows x 4 consecutive k (64 bytes):
+ * groups of CPU_QG, K padded to a multiple of 4 with zeros; group g holds,
+ * for each k4, 16 rows x 4 consecutive k (64 bytes):
  * byte (g * K4 + k4) * 64 + r * 4 + j is qw[16g + r][4 k4 + j]. Activations
  * are stored as qx + 128 (unsigned, what VNNI multiplies), K padded with 128
  * (zero). wsum[n] = 128 * sum_k qw[n][k] undoes the offset. */
