@@ -107,14 +107,17 @@ def rope(x, pos, theta):
 
 
 def quantize(v):
-    """Rows of v as symmetric int8 (held in float64, exact) and their scales, in
-    v's own precision: amax = max |v|, q = rint(clip(v * (127 / amax))), scale =
-    amax / 127; a zero row is all 0 with scale 0."""
+    """Rows of v as symmetric int8 (held in float64, exact), their scales, and
+    how many values fell within 2e-5 of a step of a rounding boundary (where a
+    float32 engine may round one step the other way), in v's own precision:
+    amax = max |v|, q = rint(clip(v * (127 / amax))), scale = amax / 127; a
+    zero row is all 0 with scale 0."""
     amax = np.abs(v).max(axis=-1)
     one27 = v.dtype.type(127)
     inv = np.where(amax > 0, one27 / np.where(amax > 0, amax, 1), 0).astype(v.dtype)
-    q = np.rint(np.clip(v * inv[:, None], -one27, one27))
-    return q.astype(np.float64), (amax / one27).astype(np.float64)
+    t = np.clip(v * inv[:, None], -one27, one27)
+    ties = int((np.abs(t - np.floor(t) - 0.5) < 2e-5).sum())
+    return np.rint(t).astype(np.float64), (amax / one27).astype(np.float64), ties
 
 
 def silu(x):
@@ -140,13 +143,10 @@ class Llama:
             return x @ self.w[name].T
         if name not in self.qw:
             w = self.w[name].astype(np.float32)
-            self.qw[name] = quantize(w)
+            self.qw[name] = quantize(w)[:2]  # weights: quantized in float32, as the engine does
         qw, sw = self.qw[name]
-        qx, sx = quantize(x)
-        # activations within 2e-5 of a step of a rounding boundary: a float32
-        # engine may round them the other way (one step apart)
-        t = x * (127 / np.where(sx > 0, sx * 127, 1))[:, None]
-        self.near_ties += int((np.abs(t - np.floor(t) - 0.5) < 2e-5).sum())
+        qx, sx, ties = quantize(x)
+        self.near_ties += ties
         return (qx @ qw.T) * sx[:, None] * sw[None, :]
 
     def reset(self):
