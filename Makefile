@@ -45,6 +45,10 @@ LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthrea
 # kernels are picked at run time from what the CPU reports.
 AVX512_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2
 AVX2_FLAGS   := -mavx2 -mfma -mf16c
+# The kernel tables and what they need (int8 packing, the thread pool), for
+# the unit tests that link them without the whole library.
+CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
+                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -71,9 +75,7 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/pool.o cpu/kern.o \
-               cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o cpu/kern_avx512_vnni.o \
-               cpu/qw.o engine/model.o \
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o \
                engine/st.o engine/be.o engine/kv.o engine/smp.o engine/tok.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -155,8 +157,7 @@ T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
-T_test_kernels := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                  cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
+T_test_kernels := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)

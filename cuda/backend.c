@@ -30,7 +30,7 @@
 
 /* One rank's arenas as typed pointers: fixed once the arenas exist. */
 typedef struct bufs {
-    float *x, *qkv, *delta, *gu, *logits, *part;
+    float *x, *qkv, *delta, *gu, *logits, *part, *gws;
     uint16_t *xn, *att, *act, *fin;
     int32_t *tok, *pos, *slot, *seq, *table, *rows, *dec, *tiles, *ids;
     cuda_smp_row *smp;
@@ -125,6 +125,7 @@ static bufs bufs_of(const cuda_be *be, const cuda_rank *r)
         .x = (float *)(a + r->al.x), .qkv = (float *)(a + r->al.qkv),
         .delta = (float *)(a + r->al.delta), .gu = (float *)(a + r->al.gu),
         .logits = (float *)(a + r->al.logits), .part = (float *)(a + r->al.part),
+        .gws = (float *)(a + r->al.gws),
         .xn = (uint16_t *)(a + r->al.xn), .att = (uint16_t *)(a + r->al.att),
         .act = (uint16_t *)(a + r->al.act), .fin = (uint16_t *)(a + r->al.fin),
         .tok = (int32_t *)(m + ml->tokens), .pos = (int32_t *)(m + ml->positions),
@@ -163,7 +164,7 @@ static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int
 {
     if (r->d.invariant)
         return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, cuda_plan_gemm_splits(N, K),
-                                        (float *)(r->a + r->al.gws), r->st));
+                                        r->b.gws, r->st));
     const float one = 1.0f, zero = 0.0f;
     return CUBLAS_RC(err, cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w,
                                        CUDA_R_16BF, K, x, CUDA_R_16BF, ldx, &zero, y,
@@ -179,7 +180,7 @@ static int allreduce(cuda_be *be, int T, inf_err *err)
     int rc = NCCL_RC(err, ncclGroupStart());
     for (int i = 0; i < be->tp && !rc; i++) {
         cuda_rank *r = &be->rk[i];
-        float *delta = (float *)(r->a + r->al.delta);
+        float *delta = r->b.delta;
         rc = NCCL_RC(err, ncclAllReduce(delta, delta, (size_t)T * r->d.D, ncclFloat, ncclSum,
                                         r->comm, r->st));
     }

@@ -1,5 +1,7 @@
-// Paged attention: decode (split-K over the context, then a merge) and
-// prefill / verification tiles (causal mask per row). Both read K and V
+// Paged attention: decode (split-K over the context, then a merge), prefill /
+// verification tiles (causal mask per row), and the batch-invariant
+// tensor-core tiles (cuda_k_attn_tiles: mma.sync over 16 query rows, Q and P
+// as bf16 hi + lo, each row its own online softmax). All read K and V
 // through the sequence's block table from the layer's cache
 // [num_blocks][KVl][block_size][hd] bf16 and keep softmax statistics in f32
 // with the online (running max) formulation.
@@ -372,7 +374,7 @@ extern "C" cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, i
 {
     if (n_tiles <= 0)
         return cudaGetLastError();
-    if (a->hd % 8 || a->hd > 256 || a->G > 16)
+    if (!cuda_attn_mma_fits(a->hd, a->G))
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)n_tiles, (unsigned)a->KVl, (unsigned)a->max_splits);
     int hd = a->hd;

@@ -66,8 +66,8 @@ typedef struct cuda_attn_args {
 } cuda_attn_args;
 
 /* Decode: one query token per entry of dec (their sequences have one token
- * in this step; batch-invariant without the tensor-core kernel, every token). Each (token, KV head, split of chunk positions) block
- * writes a partial softmax to part; a second kernel merges the splits in
+ * in this step; batch-invariant without the tensor-core kernel, every
+ * token). Each (token, KV head, split of chunk positions) block writes a partial softmax to part; a second kernel merges the splits in
  * split order. Empty splits exit at once, so the grid can stay fixed (CUDA
  * graphs) while contexts grow. */
 cudaError_t cuda_k_attn_decode(const cuda_attn_args *a, int n_dec, cudaStream_t st);
@@ -103,15 +103,17 @@ cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, in
 
 /* Candidate tile shapes of cuda_k_gemm, for bench_cuda to time (each one
  * computes the same bits; K and ldx multiples of 8): how many, a name, and a
- * launch of candidate v (which raises its shared-memory limit first). */
+ * launch of candidate v (cuda_k_gemm_setup raises every candidate's
+ * shared-memory limit, so the launch alone is what bench_cuda times). */
 int cuda_k_gemm_variants(void);
 const char *cuda_k_gemm_variant_name(int v);
 cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w, int N,
                                 int K, float *y, int ldy, int M, int splits, float *ws,
                                 cudaStream_t st);
 
-/* Raises cuda_k_gemm's shared-memory limits on the current device (once per
- * device, before any launch or capture). */
+/* Raises the shared-memory limits of cuda_k_gemm's shapes and of the
+ * candidates on the current device (once per device, before any launch or
+ * capture). */
 cudaError_t cuda_k_gemm_setup(void);
 
 /* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with

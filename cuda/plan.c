@@ -136,12 +136,10 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     d->block_size = block_size;
     d->MB = cdiv(max_ctx, block_size);
     cuda_plan_splitk(max_ctx, &d->chunk, &d->max_splits);
-    d->tile_tokens = CUDA_ATTN_ROWS / G;
     d->invariant = lim->invariant != 0;
     d->n_dec_max = d->invariant ? d->T : d->S;
-    d->attn_mma = d->invariant && d->hd % 8 == 0 && G <= 16;
-    if (d->attn_mma)
-        d->tile_tokens = 16 / G;
+    d->attn_mma = d->invariant && cuda_attn_mma_fits(d->hd, G);
+    d->tile_tokens = (d->attn_mma ? CUDA_MMA_ROWS : CUDA_ATTN_ROWS) / G;
     d->lm_head = sh->rank == 0;
     return INF_OK;
 }

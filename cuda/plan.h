@@ -18,6 +18,15 @@
 #define CUDA_MAX_TOKENS 65535   /* a grid's y extent (k_swiglu: one per token) */
 #define CUDA_MAX_HEAD_DIM 256   /* the attention kernels' register tiles      */
 #define CUDA_ATTN_ROWS 32       /* query rows (token x head) per prefill tile */
+#define CUDA_MMA_ROWS 16        /* query rows per tensor-core attention tile  */
+
+/* Whether the tensor-core attention (cuda_k_attn_tiles) takes head_dim hd
+ * with G query heads per KV head: whole 8-wide mma steps, at most 256 wide,
+ * and a KV head's queries within one tile. */
+static inline int cuda_attn_mma_fits(int hd, int G)
+{
+    return hd % 8 == 0 && hd <= 256 && G <= CUDA_MMA_ROWS;
+}
 #define CUDA_DEC_HEADS 8        /* query heads one decode block handles       */
 #define CUDA_SPLIT_MIN 256      /* fewest positions in one decode split       */
 #define CUDA_SPLIT_MAX 32       /* most splits of one decode token's context  */
@@ -78,7 +87,7 @@ typedef struct cuda_dims {
     int chunk;      /* positions per decode split                           */
     int max_splits; /* splits of the longest context                         */
     int tile_tokens;/* tokens per tile: CUDA_ATTN_ROWS / G (prefill tiles),
-                       16 / G (attn_mma)                                    */
+                       CUDA_MMA_ROWS / G (attn_mma)                         */
     int invariant;  /* 1: batch-invariant kernels; every token is on the
                        decode list and has split partials (T of them, not S) */
     int n_dec_max;  /* entries of the decode list: T when invariant, else S */

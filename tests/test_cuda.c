@@ -374,7 +374,7 @@ static void test_cuda_kern_swiglu(void **state)
 /* cuda_k_gemm against a double-precision reference on random bf16 inputs,
  * every output written; and batch invariance: the rows of a subset of the
  * product (1 to 200 rows, from another offset, alone) are the same bits as
- * in the full 300-row product, across all three tile shapes. Widths cover
+ * in the full 300-row product, across all four tile shapes. Widths cover
  * the 16-byte path, a padded row stride, K not a multiple of 8 (element
  * loads) and K tails. */
 static void test_cuda_kern_gemm_invariant(void **state)
@@ -592,7 +592,7 @@ static void run_attn_case(const attn_case *c)
     lim.invariant = 1;
     cuda_dims di;
     assert_int_equal(cuda_plan_dims(&mc, &sh, &lim, &di, NULL), INF_OK);
-    assert_int_equal(di.attn_mma, hd % 8 == 0 && c->G <= 16);
+    assert_int_equal(di.attn_mma, hd % 8 == 0 && hd <= 256 && c->G <= 16);
     uint16_t *first = malloc((size_t)T * ldq * 2), *again = malloc((size_t)T * ldq * 2);
     for (int pass = 0; di.attn_mma && pass < 2; pass++) {
         if (pass)
@@ -980,29 +980,32 @@ static void test_cuda_model_logits_match_cpu(void **state)
     NEED_GPU();
     char dirs[4][600];
     int nd = model_dirs(dirs, 0);
-    for (int k = 0; k < nd; k++)
+    for (int k = 0; k < nd; k++) {
+        model *m = NULL;
+        inf_err err = {0};
+        if (model_load(dirs[k], &m, &err))
+            fail_msg("%s", err.msg);
+        int V = m->cfg.vocab_size, n = 40;
+        int32_t toks[40];
+        toks[0] = 1;
+        for (int i = 1; i < n; i++)
+            toks[i] = (int32_t)((i * 37 + 11) % V);
+        size_t bytes = (size_t)n * V * 4;
+        float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
+        float *lg1 = malloc(bytes);
+        mcopy *mc = bf16_copy(m); /* the CPU reference, once for both GPU modes */
+        be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+        seq_logits(cpu, toks, n, 0, lc);
+        be_destroy(cpu);
+        mcopy_free(mc);
         for (int inv = 1; inv >= 0; inv--) {
-            model *m = NULL;
-            inf_err err = {0};
-            if (model_load(dirs[k], &m, &err))
-                fail_msg("%s", err.msg);
-            int V = m->cfg.vocab_size, n = 40;
-            int32_t toks[40];
-            toks[0] = 1;
-            for (int i = 1; i < n; i++)
-                toks[i] = (int32_t)((i * 37 + 11) % V);
-            mcopy *mc = bf16_copy(m);
-            be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
             cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
             gc.batch_invariant = inv;
             be_backend *gpu = gpu_create(m, &gc);
-            size_t bytes = (size_t)n * V * 4;
-            float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
-            float *lg1 = malloc(bytes);
-            seq_logits(cpu, toks, n, 0, lc);
             seq_logits(gpu, toks, n, 0, lg);
             seq_logits(gpu, toks, n, 7, lg7);
             seq_logits(gpu, toks, n, 1, lg1);
+            be_destroy(gpu);
             double worst = 0, worst7 = 0;
             for (int i = 0; i < n; i++) {
                 double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
@@ -1022,15 +1025,13 @@ static void test_cuda_model_logits_match_cpu(void **state)
             if (inv && !same)
                 fail_msg("%s: batch-invariant logits differ between prefill at once, chunks "
                          "of 7 and decode", dirs[k]);
-            be_destroy(cpu);
-            be_destroy(gpu);
-            mcopy_free(mc);
-            model_destroy(m);
-            free(lc);
-            free(lg);
-            free(lg7);
-            free(lg1);
         }
+        model_destroy(m);
+        free(lc);
+        free(lg);
+        free(lg7);
+        free(lg1);
+    }
 }
 
 /* Greedy continuation of "Once upon a time" for 64 tokens: the GPU's

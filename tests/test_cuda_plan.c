@@ -207,7 +207,6 @@ static void test_cuda_plan_dims_limits(void **state)
     assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
     assert_false(d.attn_mma); /* the split-K kernel for every token instead */
     assert_int_equal(d.n_dec_max, 100);
-    c.head_dim = 128;
     c.head_dim = 7;
     assert_int_equal(dims(&c, &s, 100, 256, 1000, 16, &d, &err), INF_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "head_dim 7"));
@@ -371,7 +370,18 @@ static void test_cuda_plan_acts_and_meta_layout(void **state)
                  {a.part, S * 8 * (size_t)d.max_splits * 4 * 130 * 4},
                  {a.ids, T * 4}, {a.ws, CUDA_BLAS_WORKSPACE}};
     assert_layout(as, (int)(sizeof as / sizeof as[0]), a.total);
+    assert_int_equal(a.total, a.gws); /* cuBLAS mode: no K-range workspace */
     assert_int_equal(cuda_plan_kv_block_bytes(&d), (size_t)32 * 2 * 8 * 16 * 128 * 2);
+
+    /* batch-invariant, 2048 tokens: the K-range workspace (last) holds the
+     * widest split GEMM, down (N 4096, K 14336: 4 ranges); qkv and o take 2
+     * ranges, gate/up and the LM head (N >= 16384) one: 134 MB */
+    cuda_limits lim = {.max_tokens = 2048, .max_seqs = 40, .max_ctx = 1000, .block_size = 16,
+                       .invariant = 1};
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
+    cuda_plan_meta(&d, &m);
+    cuda_plan_acts(&d, &m, &a);
+    assert_int_equal(a.total - a.gws, (size_t)4 * 2048 * 4096 * 4);
 }
 
 /* ---- KV pool ----------------------------------------------------------------- */
@@ -494,6 +504,20 @@ static cuda_dims small_dims(int T, int S, int ctx, int bs, int G)
     return d;
 }
 
+/* small_dims's model and step (T 64, S 8, context 128, G 2), batch-invariant,
+ * with head_dim hd: cuda_plan_dims derives the rest. */
+static cuda_dims inv_dims(int hd)
+{
+    model_config c = shape(64, 96, 2, 8, 4, hd, 100);
+    cuda_shard s;
+    cuda_dims d;
+    cuda_limits lim = {.max_tokens = 64, .max_seqs = 8, .max_ctx = 128, .block_size = 16,
+                       .invariant = 1};
+    assert_int_equal(cuda_plan_shard(&c, 1, 0, &s, NULL), INF_OK);
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
+    return d;
+}
+
 #define I32(stage, off) ((int32_t *)((char *)(stage) + (off)))
 
 /* The mixed step of the batch tests: a 40-token prompt (sequence 0), one
@@ -579,9 +603,9 @@ static void test_cuda_plan_batch_mixed_step(void **state)
 static void test_cuda_plan_batch_invariant_all_split_k(void **state)
 {
     (void)state;
-    cuda_dims d = small_dims(64, 8, 128, 16, 2);
-    d.invariant = 1;
-    d.n_dec_max = d.T;
+    cuda_dims d = inv_dims(12); /* head_dim 12: the split-K fallback */
+    assert_false(d.attn_mma);
+    assert_int_equal(d.n_dec_max, d.T);
     cuda_mlayout m;
     cuda_plan_meta(&d, &m);
     cuda_alayout a;
@@ -599,9 +623,14 @@ static void test_cuda_plan_batch_invariant_all_split_k(void **state)
     assert_int_equal(st.n_tiles, 0);
     for (int t = 0; t < 46; t++)
         assert_int_equal(I32(stage, m.dec)[t], t);
-    /* with the tensor-core kernel: also tiles of 16 / G tokens of each sequence */
-    d.attn_mma = 1;
-    d.tile_tokens = 16 / d.G;
+    /* head_dim 16, the tensor-core kernel: also tiles of 16 / G tokens of
+     * each sequence (the metadata layout does not depend on head_dim) */
+    d = inv_dims(16);
+    assert_true(d.attn_mma);
+    assert_int_equal(d.tile_tokens, 8);
+    cuda_mlayout m16;
+    cuda_plan_meta(&d, &m16);
+    assert_memory_equal(&m16, &m, sizeof m);
     cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
     assert_int_equal(st.n_dec, 46);
     int32_t *tl = I32(stage, m.tiles), next = 0;

@@ -268,7 +268,7 @@ cudaError_t cuda_k_attn_tiles(const cuda_attn_args *a, int n_tiles, int n_tokens
 {
     (void)st;
     (void)n_tokens;
-    if (a->hd % 8 || a->hd > 256 || a->G > 16)
+    if (!cuda_attn_mma_fits(a->hd, a->G))
         return cudaErrorInvalidValue;
     attn_run_args r = {.a = *a, .n = n_tiles}; /* each token whole, as the prefill tiles */
     return n_tiles > 0 ? fake_launch(prefill_run, &r, sizeof r) : cudaSuccess;
