@@ -85,6 +85,16 @@ cuda_config cuda_config_default(void)
     return c;
 }
 
+cuda_config cuda_config_for(int block_size, int max_tokens, int max_context, int max_seqs)
+{
+    cuda_config c = cuda_config_default();
+    c.block_size = block_size;
+    c.max_tokens = max_tokens;
+    c.max_context = max_context;
+    c.max_seqs = max_seqs;
+    return c;
+}
+
 int cuda_available(char *why, size_t len)
 {
     int n = 0;

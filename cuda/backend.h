@@ -55,6 +55,11 @@ typedef struct cuda_config {
 
 cuda_config cuda_config_default(void);
 
+/* cuda_config_default() for steps of max_tokens tokens from up to max_seqs
+ * sequences of up to max_context tokens, in KV blocks of block_size: the
+ * step shape the server gives the CPU backend too. */
+cuda_config cuda_config_for(int block_size, int max_tokens, int max_context, int max_seqs);
+
 /* 1 when a CUDA driver is present and at least one device of compute
  * capability 8.0 or newer is visible, else 0; why gets one line either way
  * ("NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" or the reason there is none).

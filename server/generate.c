@@ -16,6 +16,7 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
+    int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
     float temperature, top_p, min_p, presence, frequency, repetition;
@@ -102,12 +103,8 @@ static int make_backend(const gen_opts *o, const model *m, const cpu_config *cc,
         return cpu_backend_create(m, cc, be, err);
 #ifdef INFERD_CUDA
     {
-        cuda_config gc = cuda_config_default();
+        cuda_config gc = cuda_config_for(cc->block_size, cc->max_tokens, cc->max_context, 1);
         gc.num_blocks = cc->num_blocks;
-        gc.block_size = cc->block_size;
-        gc.max_tokens = cc->max_tokens;
-        gc.max_context = cc->max_context;
-        gc.max_seqs = 1;
         gc.max_logits = 1;
         return cuda_backend_create(m, &gc, be, err);
     }
@@ -165,7 +162,7 @@ static int run(const gen_opts *o, inf_err *err)
     cpu_config cc = cpu_config_default();
     cc.n_threads = o->threads;
     cc.kernels = o->kernels;
-    cc.quant = cpu_quant_parse(o->quantization);
+    cc.quant = o->quant;
     cc.block_size = o->block_size;
     cc.max_tokens = o->batched;
     cc.max_context = max_ctx;
@@ -284,8 +281,8 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
         return 2;
     }
-    if (cpu_quant_parse(o.quantization) < 0 ||
-        (cpu_quant_parse(o.quantization) != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
+    o.quant = cpu_quant_parse(o.quantization);
+    if (o.quant < 0 || (o.quant != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
         fprintf(stderr, "inferd generate: --quantization is none or int8, and int8 runs on "
                         "the CPU only\n");
         return 2;

@@ -31,6 +31,7 @@
 typedef struct serve_opts {
     const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
     const char *quantization;
+    int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
     float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
@@ -208,13 +209,9 @@ static int pool_blocks(size_t budget, size_t block_bytes, const serve_opts *o, i
  * own context (the shorter of the two); the pool is the target's. */
 static cuda_config draft_gpu_config(const app *a, const cpu_config *target_cc, int max_len)
 {
-    cuda_config gc = cuda_config_default();
     int draft_len = model_context(&a->dm->cfg);
-    gc.block_size = target_cc->block_size;
-    gc.max_tokens = target_cc->max_tokens;
-    gc.max_context = draft_len < max_len ? draft_len : max_len;
-    gc.max_seqs = a->o.max_num_seqs;
-    return gc;
+    return cuda_config_for(target_cc->block_size, target_cc->max_tokens,
+                           draft_len < max_len ? draft_len : max_len, a->o.max_num_seqs);
 }
 #endif
 
@@ -272,12 +269,9 @@ static int make_backend(app *a, cpu_config *cc, inf_err *err)
     if (!strcmp(a->o.device, "cpu"))
         return cpu_backend_create(a->m, cc, &a->be, err);
 #ifdef INFERD_CUDA
-    cuda_config gc = cuda_config_default();
+    cuda_config gc = cuda_config_for(cc->block_size, cc->max_tokens, cc->max_context,
+                                     a->o.max_num_seqs);
     gc.gpu_memory_utilization = a->o.gpu_mem;
-    gc.block_size = cc->block_size;
-    gc.max_tokens = cc->max_tokens;
-    gc.max_context = cc->max_context;
-    gc.max_seqs = a->o.max_num_seqs;
     gc.max_logits = a->o.max_num_seqs * ((a->so.method != SPEC_OFF ? a->so.k : 0) + 1);
     gc.tensor_parallel_size = a->o.tp;
     int rc = INF_OK;
@@ -429,7 +423,7 @@ static void *load(void *arg)
         size_t budget = o->kv_mem ? parse_size(o->kv_mem) : (size_t)4 << 30;
         cc.n_threads = o->threads;
         cc.kernels = o->kernels;
-        cc.quant = cpu_quant_parse(o->quantization);
+        cc.quant = o->quant;
         cc.block_size = o->block_size;
         cc.max_tokens = o->batched;
         cc.max_context = max_len;
@@ -620,14 +614,14 @@ int serve_main(int argc, char **argv)
         o->device = "cpu";
 #endif
     }
+    o->quant = cpu_quant_parse(o->quantization);
     const char *bad = !o->model ? "--model is required (see --help)"
                       : (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
-                      : cpu_quant_parse(o->quantization) < 0 ? "--quantization is none or int8"
-                      : (cpu_quant_parse(o->quantization) != CPU_QUANT_NONE &&
-                         strcmp(o->device, "cpu"))
+                      : o->quant < 0 ? "--quantization is none or int8"
+                      : (o->quant != CPU_QUANT_NONE && strcmp(o->device, "cpu"))
                           ? "--quantization int8 runs on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"

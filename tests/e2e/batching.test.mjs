@@ -169,6 +169,20 @@ describe(`int8 weights (--quantization int8) on ${model}`, () => {
     } finally { await d.stop(); }
   });
 
+  test('speculation on an int8 target (the draft stays as stored) gives the same greedy text', async () => {
+    // the draft model where ../shared has one, else n-gram prompt lookup
+    const draft = '../shared/models/llama2xs-260K';
+    const spec = model === real && fs.existsSync(draft)
+      ? ['--speculative-config', `{"model":"${draft}","num_speculative_tokens":4}`, '--max-model-len', '256']
+      : ['--speculative-config', '{"method":"ngram","num_speculative_tokens":4}'];
+    const d = await startDaemon(model, ['--quantization', 'int8', '--no-enable-prefix-caching', ...spec]);
+    try {
+      for (const [i, w] of work.slice(0, 8).entries()) assert.equal(await alone(d.base, w), expected[i], `request ${i}`);
+      const m = await waitIdle(d.base);
+      assert.ok(metric(m, 'spec_decode_num_drafts_total') > 0, 'nothing was drafted');
+    } finally { await d.stop(); }
+  });
+
   test('the API and `inferd generate --quantization int8` give the same greedy text', () => {
     const r = spawnSync(INFERD, ['generate', '--model', model, '--prompt', work[0].prompt,
       '--max-tokens', String(work[0].max_tokens), '--quantization', 'int8', '--quiet']);
