@@ -1,8 +1,10 @@
 #include "cpu/qw.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct qw_job {
     const model_tensor *t;
@@ -44,6 +46,28 @@ static void qw_run(void *ctx, int t, int nt)
     }
 }
 
+/* The packed weights are streamed whole every step: on 2 MiB pages (where
+ * the kernel's transparent huge pages are on for madvise) a chunk's four
+ * group streams stop costing a TLB walk each (16 and 240 rows ran 10-30%
+ * faster). Anonymous memory comes zeroed, which the padding relies on. */
+static int8_t *map_weights(size_t bytes, size_t *len)
+{
+    const size_t huge = (size_t)2 << 20;
+    size_t n = (bytes + 4095) & ~(size_t)4095;
+    uint8_t *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    size_t head = (huge - (uintptr_t)p % huge) % huge;
+    if (head)
+        munmap(p, head);
+    if (huge - head)
+        munmap(p + head + n, huge - head);
+    p += head;
+    (void)madvise(p, n, MADV_HUGEPAGE); /* a hint; 4 KiB pages work too */
+    *len = n;
+    return (int8_t *)p;
+}
+
 static void *zalloc64(size_t bytes)
 {
     size_t n = (bytes + 63) & ~(size_t)63;
@@ -70,7 +94,7 @@ int cpu_qw_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_
     q->N64 = (q->N + CPU_QN - 1) / CPU_QN * CPU_QN;
     q->K4 = (q->K + 3) / 4;
     int nt = pool ? cpu_pool_size(pool) : 1;
-    q->w = zalloc64((size_t)q->N64 * q->K4 * 4);
+    q->w = map_weights((size_t)q->N64 * q->K4 * 4, &q->w_len);
     q->scale = zalloc64((size_t)q->N64 * sizeof(float));
     q->wsum = zalloc64((size_t)q->N64 * sizeof(int32_t));
     qw_job j = {.t = t, .k = k, .q = q};
@@ -99,7 +123,8 @@ void cpu_qw_destroy(cpu_qw *q)
 {
     if (!q)
         return;
-    free(q->w);
+    if (q->w)
+        munmap(q->w, q->w_len);
     free(q->scale);
     free(q->wsum);
     free(q);
