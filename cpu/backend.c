@@ -96,6 +96,11 @@ typedef struct mm_job {
 /* Columns per item (a whole number of packed blocks, and of CPU_QN). */
 #define MM_ITEM 128
 
+static int job_cols(const mm_job *j, int i)
+{
+    return j->quant ? j->mq[i].N : j->mm[i].N;
+}
+
 static void mm_run(void *ctx, int t, int nt)
 {
     mm_job *j = ctx;
@@ -108,7 +113,7 @@ static void mm_run(void *ctx, int t, int nt)
         int i = 0;
         while (it >= j->items[i + 1])
             i++;
-        int N = j->quant ? j->mq[i].N : j->mm[i].N;
+        int N = job_cols(j, i);
         int lo = (it - j->items[i]) * MM_ITEM;
         int hi = lo + MM_ITEM < N ? lo + MM_ITEM : N;
         if (j->quant)
@@ -127,26 +132,21 @@ static cpu_mm mm_args(const float *x, size_t ldx, const model_tensor *w, float *
     return a;
 }
 
-static void run_job(cpu_be *be, mm_job *j, long work)
+/* Runs the job's n matmuls (mm, or mq when quant), their columns split into
+ * items. */
+static void run_job(cpu_be *be, mm_job *j)
 {
+    long work = 0;
+    for (int i = 0; i < j->n; i++) {
+        int M = j->quant ? j->mq[i].M : j->mm[i].M, K = j->quant ? 4 * j->mq[i].K4 : j->mm[i].K;
+        work += (long)M * job_cols(j, i) * K;
+        j->items[i + 1] = j->items[i] + (job_cols(j, i) + MM_ITEM - 1) / MM_ITEM;
+    }
     atomic_init(&j->next, 0);
     if (work < 64 * 1024) /* tiny: threads cost more than they save */
         mm_run(j, 0, 1);
     else
         cpu_pool_run(be->pool, mm_run, j);
-}
-
-/* Up to three matmuls sharing one trip through the pool. */
-static void matmuls(cpu_be *be, int n, const cpu_mm *a)
-{
-    mm_job j = {.be = be, .n = n};
-    memcpy(j.mm, a, (size_t)n * sizeof *a);
-    long work = 0;
-    for (int i = 0; i < n; i++) {
-        work += (long)a[i].M * a[i].N * a[i].K;
-        j.items[i + 1] = j.items[i] + (a[i].N + MM_ITEM - 1) / MM_ITEM;
-    }
-    run_job(be, &j, work);
 }
 
 typedef void (*row_fn)(cpu_be *be, int t, const void *arg);
@@ -206,18 +206,15 @@ static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int fi
         quant_arg qa = {.x = x, .ldx = ldx, .K = be->qw[(size_t)l * QW_N + first]->K};
         per_token(be, T, op_quant, &qa);
     }
-    long work = 0;
     for (int i = 0; i < n; i++) {
-        const model_tensor *w = layer_matrix(&be->m->layers[l], first + i);
         if (j.quant)
             j.mq[i] = cpu_qw_args(be->qw[(size_t)l * QW_N + first + i], be->xq, be->ldq,
                                   be->xs, y[i], ldy[i], T);
         else
-            j.mm[i] = mm_args(x, ldx, w, y[i], ldy[i], T);
-        work += (long)T * w->rows * w->cols;
-        j.items[i + 1] = j.items[i] + (int)((w->rows + MM_ITEM - 1) / MM_ITEM);
+            j.mm[i] = mm_args(x, ldx, layer_matrix(&be->m->layers[l], first + i), y[i],
+                              ldy[i], T);
     }
-    run_job(be, &j, work);
+    run_job(be, &j);
 }
 
 /* ---- per-token ops ------------------------------------------------------ */
@@ -441,9 +438,10 @@ static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_e
     const float *g = be->norms + (size_t)be->L * 2 * be->D;
     for (int i = 0; i < b->n_logits; i++)
         rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D);
-    cpu_mm lm = mm_args(be->h, (size_t)be->D, &be->m->lm_head, logits, (size_t)be->V,
-                        b->n_logits);
-    matmuls(be, 1, &lm);
+    mm_job lm = {.be = be, .n = 1,
+                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, logits, (size_t)be->V,
+                                b->n_logits)}};
+    run_job(be, &lm);
     return INF_OK;
 }
 

@@ -12,8 +12,7 @@
 typedef struct cpu_qw {
     int N, K;        /* the matrix: N output rows of K inputs            */
     int N64, K4;     /* N rounded up to CPU_QN, K to a multiple of 4 / 4 */
-    int8_t *w;       /* packed, N64 * K4 * 4 bytes (mapped, w_len bytes) */
-    size_t w_len;
+    int8_t *w;       /* packed, N64 * K4 * 4 bytes (mapped)             */
     float *scale;    /* [N64] (0 for padding rows)                       */
     int32_t *wsum;   /* [N64] 128 * sum_k w[n][k]                        */
 } cpu_qw;
