@@ -480,8 +480,7 @@ int main(int argc, char **argv)
     if (have_bf16)
         printf("| %-28s | %10.2f | %-8s | %-26s |\n", "bf16 dot peak (vdpbf16ps)",
                median(bf16peak, rounds), "GFLOP/s", "not used by these kernels");
-    const char *qlabels[4] = {"decode, 1 sequence", "prefill, 512-token prompt",
-                              "decode, batch 8", "decode, batch 32"};
+    const char *const *qlabels = labels + 2; /* the four engine figures */
     if (q8) {
         printf("\nint8 weights (--quantization int8), same rounds: %.0f MB read per token, "
                "quantized at start in %.2f s; int8 peak (%s) %.0f GOP/s\n\n", qbytes / 1e6,
@@ -555,7 +554,7 @@ int main(int argc, char **argv)
             cJSON_AddItemToObject(frr, fn[i], cJSON_CreateDoubleArray(frac[i], rounds));
         }
         if (q8) {
-            const char *qn[4] = {"decode_1_tps", "prefill_tps", "decode_8_tps", "decode_32_tps"};
+            const char *const *qn = fig_names + 2;
             cJSON *qo = cJSON_AddObjectToObject(root, "int8");
             cJSON_AddNumberToObject(qo, "weight_bytes_per_token", qbytes);
             cJSON_AddNumberToObject(qo, "quantize_at_start_s", quant_s);
