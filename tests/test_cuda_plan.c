@@ -520,6 +520,18 @@ static cuda_dims inv_dims(int hd)
 
 #define I32(stage, off) ((int32_t *)((char *)(stage) + (off)))
 
+/* cuda_plan_batch into a fresh stage of m->total bytes, filled with 0x55 so
+ * that what the plan leaves unwritten shows; the caller frees it. */
+static void *plan_staged(const cuda_dims *d, const cuda_mlayout *m, const be_batch *b,
+                         int bucket, const cuda_smp_row *smp, cuda_step *st)
+{
+    void *stage = malloc(m->total);
+    assert_non_null(stage);
+    memset(stage, 0x55, m->total);
+    cuda_plan_batch(d, m, b, bucket, smp, stage, st);
+    return stage;
+}
+
 /* The mixed step of the batch tests: a 40-token prompt (sequence 0), one
  * decode token at position 17 (sequence 1), a 5-token chunk after 10 tokens
  * of context (sequence 2). */
@@ -563,10 +575,8 @@ static void test_cuda_plan_batch_mixed_step(void **state)
     be_batch b = x.b;
     int32_t *tokens = x.tokens, *pos = x.pos, *slots = x.slots, *rows = x.rows;
     assert_false(cuda_plan_is_decode(&b));
-    void *stage = malloc(m.total);
-    memset(stage, 0x55, m.total);
     cuda_step st;
-    cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
+    void *stage = plan_staged(&d, &m, &b, 0, NULL, &st);
     assert_int_equal(st.T, 46);
     assert_int_equal(st.n_dec, 1);
     assert_int_equal(st.n_tiles, 4);
@@ -615,10 +625,8 @@ static void test_cuda_plan_batch_invariant_all_split_k(void **state)
     mixed_init(&x);
     be_batch b = x.b;
     const int32_t *start = x.start;
-    void *stage = malloc(m.total);
-    memset(stage, 0x55, m.total);
     cuda_step st;
-    cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
+    void *stage = plan_staged(&d, &m, &b, 0, NULL, &st);
     assert_int_equal(st.n_dec, 46);
     assert_int_equal(st.n_tiles, 0);
     for (int t = 0; t < 46; t++)
@@ -677,10 +685,8 @@ static void test_cuda_plan_batch_decode_padding(void **state)
     cuda_smp_row smp[3] = {{.temperature = 0.7f, .top_k = 5, .top_p = 0.9f, .u = 0.25},
                            {.temperature = 1.0f, .top_p = 1.0f, .u = 0.5},
                            {.temperature = 0.0f, .top_p = 1.0f}};
-    void *stage = malloc(m.total);
-    memset(stage, 0x55, m.total);
     cuda_step st;
-    cuda_plan_batch(&d, &m, &b, 4, smp, stage, &st);
+    void *stage = plan_staged(&d, &m, &b, 4, smp, &st);
     assert_int_equal(st.T, 4);
     assert_int_equal(st.n_dec, 4);
     assert_int_equal(st.n_tiles, 0);
