@@ -69,6 +69,15 @@ async function waitIdle(base) {
   assert.fail('not idle');
 }
 
+// Runs every request of work at once through send (none cancelled) and
+// asserts the texts equal expected and that the pool had to preempt.
+async function allAtOnceWithPreemption(base, work, expected, send) {
+  const got = await Promise.all(work.map((w) => send(base, { ...w, cancel: false })));
+  assert.deepEqual(got, expected);
+  const m = await waitIdle(base);
+  assert.ok(metric(m, 'num_preemptions_total') > 0, 'no preemption happened');
+}
+
 describe(`continuous batching on ${model}`, () => {
   const work = workload(64);
   let expected;
@@ -98,11 +107,7 @@ describe(`continuous batching on ${model}`, () => {
     const d = await startDaemon(model, ['--kv-cache-memory', model === real ? '800KiB' : '1MiB',
       '--max-num-seqs', '64', '--no-enable-prefix-caching']);
     try {
-      const keep = work.map((w) => ({ ...w, cancel: false }));
-      const got = await Promise.all(keep.map((w) => alone(d.base, w)));
-      assert.deepEqual(got, expected);
-      const m = await waitIdle(d.base);
-      assert.ok(metric(m, 'num_preemptions_total') > 0, 'no preemption happened');
+      await allAtOnceWithPreemption(d.base, work, expected, alone);
     } finally { await d.stop(); }
   });
 
@@ -161,11 +166,7 @@ describe(`int8 weights (--quantization int8) on ${model}`, () => {
     const d = await startDaemon(model, ['--quantization', 'int8', '--max-num-seqs', '32',
       '--kv-cache-memory', model === real ? '800KiB' : '256KiB', '--no-enable-prefix-caching']);
     try {
-      const keep = work.map((w) => ({ ...w, cancel: false }));
-      const got = await Promise.all(keep.map((w) => stream(d.base, w)));
-      assert.deepEqual(got, expected);
-      const m = await waitIdle(d.base);
-      assert.ok(metric(m, 'num_preemptions_total') > 0, 'no preemption happened');
+      await allAtOnceWithPreemption(d.base, work, expected, stream);
     } finally { await d.stop(); }
   });
 
