@@ -20,13 +20,13 @@
  * next, so the weights come from memory once however many rows there are.
  * The int32 sums wait in scratch between chunks. While a chunk computes,
  * its row tiles prefetch the next chunk, each tile a share, spread over its
- * k steps: prefetching it all from the first tile stalled that tile on the
- * fill buffers and left the others nothing to overlap (16 rows ran at 75%
- * of the speed). More rows than CPU_MMQ_ROWS go in equal passes, each over
- * every column tile, so a pass's activations stay in L2. With VNNI, vpdpbusd multiplies the offset activations (qx +
- * 128) by the weights and wsum takes the offset out; without, vpmaddubsw
- * multiplies |w| by qx carrying w's sign (pairs cannot saturate) and
- * vpmaddwd widens, giving the signed sums directly. */
+ * k steps (all of it from the first tile likely stalled that tile on the
+ * fill buffers and left the others nothing to overlap). More rows than
+ * CPU_MMQ_ROWS go in equal passes, each over every column tile, so a pass's
+ * activations stay in L2. With VNNI, vpdpbusd multiplies the offset
+ * activations (qx + 128) by the weights and wsum takes the offset out;
+ * without, vpmaddubsw multiplies |w| by qx carrying w's sign (pairs cannot
+ * saturate) and vpmaddwd widens, giving the signed sums directly. */
 enum { QKC = 64, QMR = 6 };
 
 ALWAYS void qchunk(const int VNNI, const int MR, const uint8_t *x, size_t ldx, const int8_t *w,
