@@ -45,10 +45,11 @@ export async function startDaemon(model, extra = []) {
   };
 }
 
-// The offline generator's greedy completion (the reference for the API).
-export function offline(model, prompt, maxTokens) {
+// The offline generator's greedy completion (the reference for the API);
+// extra: more `inferd generate` options.
+export function offline(model, prompt, maxTokens, extra = []) {
   return execFileSync(INFERD, ['generate', '--model', model, '--prompt', prompt,
-    '--max-tokens', String(maxTokens), '--quiet'], { encoding: 'utf8' });
+    '--max-tokens', String(maxTokens), '--quiet', ...extra], { encoding: 'utf8' });
 }
 
 export async function post(base, path, body, headers = {}) {
