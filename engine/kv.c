@@ -156,6 +156,15 @@ void kv_destroy(kv_pool *p)
 }
 
 int kv_block_size(const kv_pool *p) { return p->block_size; }
+int kv_pool_blocks(size_t budget, size_t block_bytes, int block_size, int seqs, int max_len)
+{
+    size_t blocks = block_bytes ? budget / block_bytes : 0;
+    size_t per_seq = ((size_t)max_len + (size_t)block_size - 1) / (size_t)block_size;
+    size_t want = (size_t)seqs * per_seq;
+    blocks = blocks < want ? blocks : want;
+    return (int)(blocks < 1 ? 1 : blocks > 0x3fffffff ? 0x3fffffff : blocks) + 1;
+}
+
 int kv_num_blocks(const kv_pool *p) { return p->num_blocks - 1; }
 int kv_num_free(const kv_pool *p) { return p->n_free; }
 

@@ -25,6 +25,12 @@ typedef struct kv_config {
 
 typedef struct kv_pool kv_pool;
 
+/* kv_config.num_blocks for a pool (null block included): what budget bytes
+ * hold at block_bytes a block, but no more than seqs sequences of max_len
+ * tokens each need (a whole number of blocks per sequence), and at least
+ * one usable block. */
+int kv_pool_blocks(size_t budget, size_t block_bytes, int block_size, int seqs, int max_len);
+
 int kv_create(const kv_config *cfg, kv_pool **out, inf_err *err);
 void kv_destroy(kv_pool *p); /* NULL-safe */
 

@@ -1,5 +1,6 @@
 #include "server/generate.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "cuda/backend.h"
 #endif
 #include "engine/gen.h"
+#include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/tok.h"
 #include "server/args.h"
@@ -166,7 +168,7 @@ static int run(const gen_opts *o, inf_err *err)
     cc.block_size = o->block_size;
     cc.max_tokens = o->batched;
     cc.max_context = max_ctx;
-    cc.num_blocks = (max_ctx + cc.block_size - 1) / cc.block_size + 1;
+    cc.num_blocks = kv_pool_blocks(SIZE_MAX, 1, cc.block_size, 1, max_ctx);
     if ((rc = make_backend(o, m, &cc, &be, err)))
         goto done;
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};

@@ -18,6 +18,7 @@
 #include "cuda/backend.h"
 #endif
 #include "engine/eng.h"
+#include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
@@ -193,17 +194,6 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
     return INF_OK;
 }
 
-/* Blocks of a KV pool (plus the null block 0): what budget bytes hold at
- * block_bytes a block, but no more than max_num_seqs sequences of max_len
- * tokens need, and at least one. */
-static int pool_blocks(size_t budget, size_t block_bytes, const serve_opts *o, int max_len)
-{
-    size_t bs = (size_t)o->block_size, blocks = budget / block_bytes;
-    size_t want = ((size_t)o->max_num_seqs * (size_t)max_len + bs - 1) / bs;
-    blocks = blocks < want ? blocks : want;
-    return (int)(blocks < 1 ? 1 : blocks > 0x3fffffff ? 0x3fffffff : blocks) + 1;
-}
-
 #ifdef INFERD_CUDA
 /* The draft's GPU backend beside the target's: the target's step shape, its
  * own context (the shorter of the two); the pool is the target's. */
@@ -215,7 +205,9 @@ static cuda_config draft_gpu_config(const app *a, const cpu_config *target_cc, i
 }
 #endif
 
-/* The proposer: the n-gram lookup, or the draft model and its backend. */
+/* The proposer: the n-gram lookup, or the draft model (loaded by load(),
+ * before the target's backend, which on CUDA budgets for it) and its
+ * backend. */
 static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *err)
 {
     const spec_opts *so = &a->so;
@@ -223,15 +215,13 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
         spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
         return spec_ngram_create(&nc, &a->spec, err);
     }
-    int rc = a->dm ? INF_OK : model_load(so->model, &a->dm, err); /* make_backend may have */
-    if (!rc)
-        rc = tok_create(so->model, &a->dtk, err);
+    int rc = tok_create(so->model, &a->dtk, err);
     if (!rc)
         rc = spec_draft_check_tokenizers(a->tk, a->dtk, so->model, err);
     if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
                       "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
-    int draft_len = a->dm ? model_context(&a->dm->cfg) : 0;
+    int draft_len = model_context(&a->dm->cfg);
     if (!rc && draft_len < max_len)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "%s: the draft's context (%d) is shorter than the served context (%d): "
@@ -277,18 +267,15 @@ static int make_backend(app *a, cpu_config *cc, inf_err *err)
     int rc = INF_OK;
     size_t per = 0, dfixed = 0, dper = 0;
     if (a->so.method == SPEC_DRAFT) { /* the draft's share comes out of the same budget */
-        if (!a->dm)
-            rc = model_load(a->so.model, &a->dm, err);
-        if (!rc) {
-            cuda_config dc = draft_gpu_config(a, cc, cc->max_context);
-            rc = cuda_backend_footprint(a->dm, &dc, &dfixed, &dper, err);
-        }
+        cuda_config dc = draft_gpu_config(a, cc, cc->max_context);
+        rc = cuda_backend_footprint(a->dm, &dc, &dfixed, &dper, err);
         gc.reserve_bytes = dfixed + ((size_t)64 << 20); /* and its library state */
         gc.extra_block_bytes = dper;
     }
     if (!rc && a->o.kv_mem && /* a byte budget: exactly that cache, as on the CPU */
         !(rc = cuda_backend_footprint(a->m, &gc, NULL, &per, err)))
-        gc.num_blocks = pool_blocks(parse_size(a->o.kv_mem), per + dper, &a->o, cc->max_context);
+        gc.num_blocks = kv_pool_blocks(parse_size(a->o.kv_mem), per + dper, a->o.block_size,
+                                       a->o.max_num_seqs, cc->max_context);
     if (!rc)
         rc = cuda_backend_create(a->m, &gc, &a->be, err);
     if (!rc) {
@@ -417,6 +404,8 @@ static void *load(void *arg)
     if (!rc && tok_vocab_size(a->tk) > c->vocab_size)
         rc = inf_fail(&a->err, INF_ERR_FORMAT, "%s: the tokenizer has %d pieces, the model %d",
                       o->model, tok_vocab_size(a->tk), c->vocab_size);
+    if (!rc && a->so.method == SPEC_DRAFT)
+        rc = model_load(a->so.model, &a->dm, &a->err);
     cpu_config cc = cpu_config_default();
     if (!rc) {
         /* KV pool: every sequence at full length, or the memory budget */
@@ -427,8 +416,8 @@ static void *load(void *arg)
         cc.block_size = o->block_size;
         cc.max_tokens = o->batched;
         cc.max_context = max_len;
-        cc.num_blocks = pool_blocks(budget, cpu_kv_bytes_per_token(a->m) * (size_t)o->block_size,
-                                    o, max_len);
+        cc.num_blocks = kv_pool_blocks(budget, cpu_kv_bytes_per_token(a->m) * (size_t)o->block_size,
+                                       o->block_size, o->max_num_seqs, max_len);
         rc = make_backend(a, &cc, &a->err); /* on CUDA it sets the pool itself */
         if (!rc && (size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
             log_msg(a->log, LOG_WARN, "loader", NULL,

@@ -310,6 +310,20 @@ static void test_kv_create_rejects_bad_config(void **state)
     assert_non_null(strstr(e.msg, "blocks"));
 }
 
+/* Pool sizing: the budget caps it, so does every sequence at full length in
+ * whole blocks, and one usable block is the floor; the null block is added. */
+static void test_kv_pool_blocks_sizing(void **state)
+{
+    (void)state;
+    /* 2 sequences of 100 tokens in 16-token blocks need 7 blocks each: 14,
+     * not ceil(200 / 16) = 13 */
+    assert_int_equal(kv_pool_blocks(SIZE_MAX, 1, 16, 2, 100), 14 + 1);
+    assert_int_equal(kv_pool_blocks(SIZE_MAX, 1, 16, 1, 96), 6 + 1);
+    assert_int_equal(kv_pool_blocks(10 * 4096, 4096, 16, 8, 512), 10 + 1); /* budget */
+    assert_int_equal(kv_pool_blocks(100, 4096, 16, 8, 512), 1 + 1);       /* floor */
+    assert_int_equal(kv_pool_blocks(SIZE_MAX, 1, 16, 4, 0), 1 + 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -323,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_kv_prefix_twin_blocks_keep_the_chain),
         cmocka_unit_test(test_kv_prefix_survives_free_until_evicted),
         cmocka_unit_test(test_kv_prefix_random_consistent),
+        cmocka_unit_test(test_kv_pool_blocks_sizing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
