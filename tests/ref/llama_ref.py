@@ -20,8 +20,10 @@ rounding, a float32 engine must produce the same ids.
 does (symmetric int8, one scale per weight row, one per activation row: q =
 round-half-even(clip(v * 127 / max|v|)), y = (qx . qw) * sx * sw); weights are
 quantized in float32 as the engine does, activations in float64; with --logits
-it prints {"near_ties": N}, the activations that fell within 2e-5 of a step of
-a rounding boundary (where a float32 engine may round one step apart).
+it prints {"near_ties": N, "first_tie": P}: the activations that fell within
+2e-5 of a step of a rounding boundary (where a float32 engine may round one
+step apart), and the first position holding one (null if none; positions
+before it cannot be moved by them, attention being causal).
 Needs only numpy, and sentencepiece for --prompt and "text" (Debian's /usr/bin/python3).
 """
 import argparse
@@ -108,15 +110,16 @@ def rope(x, pos, theta):
 
 def quantize(v):
     """Rows of v as symmetric int8 (held in float64, exact), their scales, and
-    how many values fell within 2e-5 of a step of a rounding boundary (where a
-    float32 engine may round one step the other way), in v's own precision:
+    per row how many values fell within 2e-5 of a step of a rounding boundary
+    (where a float32 engine may round one step the other way), in v's own
+    precision:
     amax = max |v|, q = rint(clip(v * (127 / amax))), scale = amax / 127; a
     zero row is all 0 with scale 0."""
     amax = np.abs(v).max(axis=-1)
     one27 = v.dtype.type(127)
     inv = np.where(amax > 0, one27 / np.where(amax > 0, amax, 1), 0).astype(v.dtype)
     t = np.clip(v * inv[:, None], -one27, one27)
-    ties = int((np.abs(t - np.floor(t) - 0.5) < 2e-5).sum())
+    ties = (np.abs(t - np.floor(t) - 0.5) < 2e-5).sum(axis=-1)
     return np.rint(t).astype(np.float64), (amax / one27).astype(np.float64), ties
 
 
@@ -134,6 +137,8 @@ class Llama:
         self.quant = quantization
         self.qw = {}
         self.near_ties = 0
+        self.first_tie = None  # position of the first activation row with one
+        self.start = 0         # position of the current forward's first row
         self.lm_head = self.w["model.embed_tokens.weight"] if self.c.tied else self.w["lm_head.weight"]
         self.reset()
 
@@ -146,7 +151,11 @@ class Llama:
             self.qw[name] = quantize(w)[:2]  # weights: quantized in float32, as the engine does
         qw, sw = self.qw[name]
         qx, sx, ties = quantize(x)
-        self.near_ties += ties
+        self.near_ties += int(ties.sum())
+        rows = np.nonzero(ties)[0]
+        if rows.size:
+            at = self.start + int(rows[0])
+            self.first_tie = at if self.first_tie is None else min(self.first_tie, at)
         return (qx @ qw.T) * sx[:, None] * sw[None, :]
 
     def reset(self):
@@ -183,7 +192,7 @@ class Llama:
     def forward(self, tokens):
         """Logits [n, vocab] for tokens appended to the cached sequence."""
         c = self.c
-        start = self.k[0].shape[1]
+        start = self.start = self.k[0].shape[1]
         pos = np.arange(start, start + len(tokens))
         x = self.w["model.embed_tokens.weight"][np.asarray(tokens, dtype=np.int64)]
         for i in range(c.layers):
@@ -264,7 +273,7 @@ def main():
     if a.logits:
         np.save(a.logits, logits)
         if a.quantization == "int8" and not a.generate:
-            print(json.dumps({"near_ties": model.near_ties}))
+            print(json.dumps({"near_ties": model.near_ties, "first_tie": model.first_tie}))
     if a.generate:
         print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
                           "text": continuation_text(sp, prompt_ids, ids) if sp else None,
