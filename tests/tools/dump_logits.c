@@ -45,6 +45,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "dump_logits: %s\n", err.msg[0] ? err.msg : "--model, --tokens, --out required");
         return 2;
     }
+    if (cpu_quant_parse(quant) < 0) {
+        fprintf(stderr, "dump_logits: --quantization %s: none or int8\n", quant);
+        return 2;
+    }
     int32_t ids[4096];
     int n = parse_ids(tokens, ids, 4096);
     if (n < 1) {
