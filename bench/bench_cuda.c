@@ -203,8 +203,9 @@ static int gemm_sweep(const model *m, cJSON *out)
     uint16_t *dx = dev_random_bf16(xn, 1.0f, 99), *dw = dev_random_bf16(wmax, 0.05f, 101);
     float *dy = NULL, *dws = NULL, *ref = malloc(cmp_n * 4), *got = malloc(cmp_n * 4);
     TRY(cudaMalloc((void **)&dy, yn * 4));
-    TRY(cudaMalloc((void **)&dws, 4 * yn * 4)); /* at most 4 K ranges */
+    TRY(cudaMalloc((void **)&dws, CUDA_GEMM_MAX_SPLITS * yn * 4));
     TRY(cuda_k_gemm_setup());
+    TRY(cuda_k_gemm_variants_setup());
     cublasHandle_t h;
     TRY(cublasCreate(&h));
     cJSON *arr = cJSON_AddArrayToObject(out, "gemm_shapes");

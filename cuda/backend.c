@@ -172,9 +172,15 @@ static int set_dev(const cuda_be *be, const cuda_rank *r, inf_err *err)
 static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
                 float *y, int ldy, int M, inf_err *err)
 {
-    if (r->d.invariant)
-        return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, cuda_plan_gemm_splits(N, K),
-                                        r->b.gws, r->st));
+    if (r->d.invariant) {
+        /* the plan sized gws for the GEMMs it lists; one it missed must not
+         * write past the arena (the fake device ignores ws, so only this says) */
+        int splits = cuda_plan_gemm_splits(N, K);
+        if (splits > 1 && (size_t)splits * M * N * sizeof(float) > r->al.total - r->al.gws)
+            return inf_fail(err, INF_ERR_INVALID, "cuda: a %d x %d x %d GEMM in %d K ranges "
+                            "does not fit the planned workspace", M, N, K, splits);
+        return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, splits, r->b.gws, r->st));
+    }
     const float one = 1.0f, zero = 0.0f;
     return CUBLAS_RC(err, cublasGemmEx(r->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w,
                                        CUDA_R_16BF, K, x, CUDA_R_16BF, ldx, &zero, y,
@@ -636,7 +642,7 @@ static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
     r->b = bufs_of(be, r);
     if ((rc = CUDA_RC(err, cuda_k_attn_setup(r->d.hd))))
         return rc;
-    return CUDA_RC(err, cuda_k_gemm_setup());
+    return r->d.invariant ? CUDA_RC(err, cuda_k_gemm_setup()) : INF_OK; /* else cuBLAS */
 }
 
 /* Blocks every rank has room for; then the caches themselves. */
@@ -728,6 +734,16 @@ static int check_config(const cuda_config *cfg, int *n_dev, inf_err *err)
         return inf_fail(err, INF_ERR_INVALID, "cuda: devices %d..%d requested (device %d, "
                         "tensor_parallel_size %d), %d visible", cfg->device,
                         cfg->device + tp - 1, cfg->device, tp, *n_dev);
+    for (int d = cfg->device; cfg->batch_invariant && d < cfg->device + tp; d++) {
+        struct cudaDeviceProp p;
+        if ((rc = CUDA_RC(err, cudaGetDeviceProperties(&p, d))))
+            return rc;
+        if (p.sharedMemPerBlockOptin < cuda_k_gemm_smem()) /* e.g. sm_86, sm_89 */
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: device %d (%s) allows %zu bytes of "
+                            "shared memory per block; the batch-invariant GEMM needs %zu "
+                            "(sm_80 and sm_90 GPUs have room)", d, p.name,
+                            (size_t)p.sharedMemPerBlockOptin, cuda_k_gemm_smem());
+    }
     return INF_OK;
 }
 

@@ -13,6 +13,7 @@
 // depend on M (tests/test_cuda.c checks).
 #include "cuda/dev.cuh"
 #include "cuda/kern.h"
+#include "cuda/plan.h"
 
 namespace {
 
@@ -265,6 +266,14 @@ extern "C" cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, co
     return variants[v].run(x, ldx, w, N, K, y, ldy, M, splits, ws, st); // set up by _setup
 }
 
+extern "C" size_t cuda_k_gemm_smem(void)
+{
+    size_t m = shape_16::SMEM;
+    m = shape_32::SMEM > m ? shape_32::SMEM : m;
+    m = shape_64::SMEM > m ? shape_64::SMEM : m;
+    return shape_128::SMEM > m ? shape_128::SMEM : m;
+}
+
 extern "C" cudaError_t cuda_k_gemm_setup(void)
 {
     cudaError_t e = allow_smem<shape_16>();
@@ -274,6 +283,12 @@ extern "C" cudaError_t cuda_k_gemm_setup(void)
         e = allow_smem<shape_64>();
     if (e == cudaSuccess)
         e = allow_smem<shape_128>();
+    return e;
+}
+
+extern "C" cudaError_t cuda_k_gemm_variants_setup(void)
+{
+    cudaError_t e = cudaSuccess;
     for (int v = 0; e == cudaSuccess && v < cuda_k_gemm_variants(); v++)
         e = variants[v].setup(); // here, not per launch: bench_cuda times the launches
     return e;
@@ -290,7 +305,7 @@ extern "C" cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w
     // 16-byte copies need every row start 16-byte aligned
     bool vec = K % 8 == 0 && ldx % 8 == 0 && ((uintptr_t)x & 15) == 0 &&
                ((uintptr_t)w & 15) == 0;
-    bool wide = N >= 16384;
+    bool wide = N >= CUDA_GEMM_WIDE_N;
     if (M <= 16)
         return launch_shape<shape_16>(vec, x, ldx, w, N, K, y, ldy, M, splits, ws, st);
     if (M <= 32 && !wide)

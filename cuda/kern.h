@@ -103,18 +103,22 @@ cudaError_t cuda_k_gemm(const uint16_t *x, int ldx, const uint16_t *w, int N, in
 
 /* Candidate tile shapes of cuda_k_gemm, for bench_cuda to time (each one
  * computes the same bits; K and ldx multiples of 8): how many, a name, and a
- * launch of candidate v (cuda_k_gemm_setup raises every candidate's
- * shared-memory limit, so the launch alone is what bench_cuda times). */
+ * launch of candidate v (cuda_k_gemm_variants_setup raises every
+ * candidate's shared-memory limit first, so the launch alone is what
+ * bench_cuda times). */
 int cuda_k_gemm_variants(void);
 const char *cuda_k_gemm_variant_name(int v);
 cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_t *w, int N,
                                 int K, float *y, int ldy, int M, int splits, float *ws,
                                 cudaStream_t st);
 
-/* Raises the shared-memory limits of cuda_k_gemm's shapes and of the
- * candidates on the current device (once per device, before any launch or
- * capture). */
+/* Raises the shared-memory limits of cuda_k_gemm's shapes on the current
+ * device (once per device, before any launch or capture); the device must
+ * allow cuda_k_gemm_smem() bytes per block. The candidates' limits: the
+ * second call, for bench_cuda only. */
+size_t cuda_k_gemm_smem(void);
 cudaError_t cuda_k_gemm_setup(void);
+cudaError_t cuda_k_gemm_variants_setup(void);
 
 /* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with
  * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row. */

@@ -193,10 +193,10 @@ void cuda_plan_meta(const cuda_dims *d, cuda_mlayout *m)
 
 int cuda_plan_gemm_splits(int N, int K)
 {
-    if (N >= 16384)
+    if (N >= CUDA_GEMM_WIDE_N)
         return 1;
     int s = K / 2048;
-    return s < 1 ? 1 : s > 4 ? 4 : s;
+    return s < 1 ? 1 : s > CUDA_GEMM_MAX_SPLITS ? CUDA_GEMM_MAX_SPLITS : s;
 }
 
 void cuda_plan_acts(const cuda_dims *d, const cuda_mlayout *m, cuda_alayout *a)

@@ -19,13 +19,15 @@
 #define CUDA_MAX_HEAD_DIM 256   /* the attention kernels' register tiles      */
 #define CUDA_ATTN_ROWS 32       /* query rows (token x head) per prefill tile */
 #define CUDA_MMA_ROWS 16        /* query rows per tensor-core attention tile  */
+#define CUDA_GEMM_WIDE_N 16384  /* a GEMM this wide has blocks enough: 1 range */
+#define CUDA_GEMM_MAX_SPLITS 4  /* most K ranges of the batch-invariant GEMM  */
 
 /* Whether the tensor-core attention (cuda_k_attn_tiles) takes head_dim hd
  * with G query heads per KV head: whole 8-wide mma steps, at most 256 wide,
  * and a KV head's queries within one tile. */
 static inline int cuda_attn_mma_fits(int hd, int G)
 {
-    return hd % 8 == 0 && hd <= 256 && G <= CUDA_MMA_ROWS;
+    return hd % 8 == 0 && hd <= CUDA_MAX_HEAD_DIM && G <= CUDA_MMA_ROWS;
 }
 #define CUDA_DEC_HEADS 8        /* query heads one decode block handles       */
 #define CUDA_SPLIT_MIN 256      /* fewest positions in one decode split       */

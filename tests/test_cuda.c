@@ -1398,6 +1398,37 @@ static void test_cuda_errors(void **state)
     model_destroy(m);
 }
 
+/* A GPU without the shared memory the batch-invariant GEMM's largest tile
+ * needs per block (sm_86 and sm_89 allow 99 KiB) is refused at create with
+ * a message that says so; batch_invariant 0 (cuBLAS) starts on it. Only on
+ * the fake device, whose limit INFERD_FAKE_SMEM sets. */
+static void test_cuda_small_shared_memory_refused(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    struct cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    if (!strstr(p.name, "fake")) {
+        print_message("skipped: needs the fake device to play a smaller GPU\n");
+        skip();
+    }
+    char dir[600];
+    model *m = load_test_model(0, dir);
+    setenv("INFERD_FAKE_SMEM", "101376", 1);
+    cuda_config c = gpu_config(MAXT, MAXS, 256, MAXB + 1, 0, 1);
+    be_backend *be = NULL;
+    inf_err err = {0};
+    int rc = cuda_backend_create(m, &c, &be, &err);
+    assert_int_equal(rc, INF_ERR_UNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "shared memory"));
+    c.batch_invariant = 0;
+    be = gpu_create(m, &c);
+    unsetenv("INFERD_FAKE_SMEM");
+    be_destroy(be);
+    model_destroy(m);
+}
+
 /* Tensor parallelism over two GPUs gives tp=1's logits (within tolerance:
  * the all-reduce sums partial products in another order). */
 static void test_cuda_tensor_parallel_matches_tp1(void **state)
@@ -1449,6 +1480,7 @@ int main(void)
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
         cmocka_unit_test(test_cuda_errors),
+        cmocka_unit_test(test_cuda_small_shared_memory_refused),
         cmocka_unit_test(test_cuda_tensor_parallel_matches_tp1),
     };
     /* e.g. "test_cuda_kern_*": a slow tool (racecheck) on the kernels alone */

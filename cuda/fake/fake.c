@@ -116,6 +116,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
     p->major = 9;
     p->minor = 0;
     p->totalGlobalMem = FAKE_TOTAL;
+    /* an H100's; INFERD_FAKE_SMEM plays a smaller GPU (tests/test_cuda.c) */
+    const char *smem = getenv("INFERD_FAKE_SMEM");
+    p->sharedMemPerBlockOptin = smem ? (size_t)atol(smem) : 227 * 1024;
     return cudaSuccess;
 }
 
