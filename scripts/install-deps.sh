@@ -6,8 +6,9 @@ set -eu
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
-libsentencepiece-dev libcmocka-dev libyaml-dev python3 python3-numpy \
-python3-sentencepiece gnuplot-nox curl systemd groff-base"
+libsentencepiece-dev libcmocka-dev libyaml-dev libpcre2-dev libutf8proc-dev \
+libcurl4-gnutls-dev clang libclang-rt-14-dev python3 python3-numpy \
+python3-sentencepiece python3-jinja2 gnuplot-nox curl openssl systemd groff-base"
 # Node.js runs the end-to-end tests with the official openai SDK; a machine
 # that already has node and npm (e.g. from NodeSource) keeps its own.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -22,9 +23,12 @@ for p in $PKGS; do
 done
 
 install_sdk() {
-    # the e2e tests' npm packages, pinned by tests/e2e/package-lock.json
-    if [ ! -d tests/e2e/node_modules/openai ]; then
-        (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error)
+    # the e2e tests' npm packages, pinned by tests/e2e/package-lock.json; the
+    # lock is copied into node_modules after a good install, so a changed lock
+    # installs again
+    if ! cmp -s tests/e2e/package-lock.json tests/e2e/node_modules/.inferd-lock; then
+        (cd tests/e2e && npm ci --no-audit --no-fund --loglevel=error &&
+         cp package-lock.json node_modules/.inferd-lock)
     fi
 }
 
