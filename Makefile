@@ -108,7 +108,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: generate all deps test unit check run bench bench-spec install clean
+.PHONY: generate all deps test unit check run bench bench-spec install clean fuzz fuzz-build fuzz-regress
 .SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
@@ -182,6 +182,53 @@ $(BUILD)/%: $(BUILD)/obj/tests/tools/%.o $(BUILD)/libinferd.a
 $(BUILD)/%: $(BUILD)/obj/bench/%.o $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# ---- fuzzing (fuzz/README.md) ----------------------------------------------
+# Each fuzz/fuzz_NAME.c links the objects of its F_fuzz_NAME line, built apart
+# with clang under build/fuzz with libFuzzer, ASan and UBSan. `make fuzz` runs
+# each for FUZZ_SECONDS on a copy of its seed corpus (new inputs stay under
+# build/fuzz/corpus); `make fuzz-regress` runs each once over its seeds and
+# fuzz/regress/NAME/ (the inputs that once failed).
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS  := -std=c11 -O1 -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
+                $(shell pkg-config --cflags libcjson 2>/dev/null) \
+                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                -fno-omit-frame-pointer
+FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
+F_fuzz_oai   := server/oai.o
+F_fuzz_st    := engine/st.o
+
+$(FUZZ_BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/fuzz/fuzz_%.o $(FUZZ_BUILD)/obj/engine/common.o \
+		$$(addprefix $(FUZZ_BUILD)/obj/,$$(F_fuzz_$$*))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BIN)
+
+fuzz: fuzz-build
+	@set -e; for b in $(FUZZ_BIN); do n=$${b##*/fuzz_}; c=$(FUZZ_BUILD)/corpus/$$n; \
+	  mkdir -p $$c; d=""; [ -f fuzz/$$n.dict ] && d="-dict=fuzz/$$n.dict"; \
+	  echo "== fuzz $$n for $(FUZZ_SECONDS) s"; \
+	  if $$b -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	       -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/$$n- $$d $$c fuzz/corpus/$$n \
+	       >$(FUZZ_BUILD)/$$n.log 2>&1; then \
+	    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|#[0-9]+ +DONE)" $(FUZZ_BUILD)/$$n.log; \
+	  else tail -40 $(FUZZ_BUILD)/$$n.log; echo "fuzz: $$n failed (log: $(FUZZ_BUILD)/$$n.log)"; exit 1; fi; \
+	done
+
+fuzz-regress: fuzz-build
+	@set -e; for b in $(FUZZ_BIN); do n=$${b##*/fuzz_}; \
+	  ins=$$(ls -d fuzz/corpus/$$n fuzz/regress/$$n 2>/dev/null || true); \
+	  echo "== fuzz-regress $$n"; $$b -runs=0 -timeout=10 $$ins >$(FUZZ_BUILD)/$$n-regress.log 2>&1 || \
+	  { tail -40 $(FUZZ_BUILD)/$$n-regress.log; exit 1; }; done
+# ---- end of fuzzing -----------------------------------------------------------
+
 # Unit tests (cmocka, one binary per module), then the end-to-end checks
 # against the numpy reference and the batch-invariance checks.
 test: deps
@@ -254,3 +301,4 @@ clean:
 	rm -rf build
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(FUZZ_BUILD)/obj -name '*.d' 2>/dev/null)

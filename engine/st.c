@@ -341,7 +341,8 @@ static int st__cmp_name(const void *a, const void *b)
  * one tensor in two shards) is ambiguous, so it is refused. */
 static int st__finish(st_set *s, inf_err *err)
 {
-    qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, st__cmp_name);
+    if (s->n_tensors > 1) /* qsort's array may not be NULL, even empty */
+        qsort(s->tensors, (size_t)s->n_tensors, sizeof *s->tensors, st__cmp_name);
     s->data_bytes = 0;
     for (int i = 0; i < s->n_tensors; i++) {
         const st_tensor *t = &s->tensors[i];
