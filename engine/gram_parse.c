@@ -492,7 +492,15 @@ static int parse_rules(parser *p)
             return -1;
         }
         set_rule(p, id, &body);
-        if (p->s < p->end && *p->s != '\n' && *p->s != '\r')
+        /* a rule ends at a newline, or where a trailing '|' let the next
+         * rule's head be reached */
+        const char *q = p->s;
+        while (q < p->end && is_word(*q))
+            q++;
+        while (q < p->end && (*q == ' ' || *q == '\t'))
+            q++;
+        int next_head = q > p->s && p->end - q >= 3 && !memcmp(q, "::=", 3);
+        if (p->s < p->end && *p->s != '\n' && *p->s != '\r' && !next_head)
             return fail_at(p, p->s, "unexpected character%s", NULL);
         space(p, 1);
     }
