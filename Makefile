@@ -39,7 +39,7 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lpcre2-8 -lstdc++ -lm -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
 # kernels are picked at run time from what the CPU reports.

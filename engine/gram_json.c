@@ -142,19 +142,53 @@ void gj__set(gj *c, const char *name, const char *body)
         }
 }
 
-/* A literal of the compact JSON text of v, then space. */
-static const char *literal(gj *c, const cJSON *v, const char *hint)
+/* The JSON value v as GBNF: scalars as their compact text, arrays and
+ * objects structurally so any whitespace the other rules allow is allowed
+ * between their tokens. */
+static void value_lit(gj *c, inf_buf *b, const cJSON *v)
 {
+    const char *sp = gj__prim(c, "space");
+    if (cJSON_IsArray(v) || cJSON_IsObject(v)) {
+        int obj = cJSON_IsObject(v), i = 0;
+        inf_buf_printf(b, "\"%c\" %s", obj ? '{' : '[', sp);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, v) {
+            if (i++)
+                inf_buf_printf(b, " %s", gj__prim(c, "comma"));
+            if (obj) {
+                cJSON *k = cJSON_CreateString(e->string);
+                char *j = k ? cJSON_PrintUnformatted(k) : NULL;
+                cJSON_Delete(k);
+                if (!j) {
+                    c->oom = 1;
+                    return;
+                }
+                inf_buf_put(b, " ", 1);
+                gram_src__lit(b, j, strlen(j));
+                inf_buf_printf(b, " %s", gj__prim(c, "colon"));
+                free(j);
+            }
+            inf_buf_put(b, " ", 1);
+            value_lit(c, b, e);
+        }
+        inf_buf_printf(b, " \"%c\" %s", obj ? '}' : ']', sp);
+        return;
+    }
     char *j = cJSON_PrintUnformatted(v);
     if (!j) {
         c->oom = 1;
-        return NULL;
+        return;
     }
-    inf_buf b = {0};
-    gram_src__lit(&b, j, strlen(j));
-    inf_buf_printf(&b, " %s", gj__prim(c, "space"));
+    gram_src__lit(b, j, strlen(j));
+    inf_buf_printf(b, " %s", sp);
     free(j);
-    const char *r = b.oom ? NULL : gj__rule(c, hint, b.p);
+}
+
+static const char *literal(gj *c, const cJSON *v, const char *hint)
+{
+    inf_buf b = {0};
+    value_lit(c, &b, v);
+    const char *r = b.oom || c->oom ? NULL : gj__rule(c, hint, b.p);
     free(b.p);
     return r;
 }
@@ -196,22 +230,12 @@ static const char *enum_rule(gj *c, const cJSON *list, const char *hint)
     int i = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, list) {
-        char *j = cJSON_PrintUnformatted(v);
-        if (!j) {
-            c->oom = 1;
-            break;
-        }
         if (i++)
             inf_buf_put(&b, " | ", 3);
-        gram_src__lit(&b, j, strlen(j));
-        free(j);
+        value_lit(c, &b, v);
     }
-    inf_buf_printf(&b, ") %s", gj__prim(c, "space"));
-    inf_buf tmp = {0};
-    inf_buf_printf(&tmp, "(%s", b.p ? b.p : "");
-    const char *r = b.oom || tmp.oom || c->oom ? NULL : gj__rule(c, hint, tmp.p);
+    const char *r = b.oom || c->oom ? NULL : gj__rule(c, hint, b.p);
     free(b.p);
-    free(tmp.p);
     return r;
 }
 

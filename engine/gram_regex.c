@@ -123,13 +123,26 @@ static int needs_escape(uint32_t c)
  * them. */
 static void cls_emit(rx *r, inf_buf *b, cls *c)
 {
+    inf_buf out = {0}, alts = {0};
+    int n_out = 0, n_alts = 0;
     if (r->json && c->neg) {
+        /* the characters a JSON string escapes, as escapes, where the
+         * negated class does not exclude them */
+        static const uint32_t esc[] = {'"', '\\', '\n', '\t', '\r', '\b', '\f'};
+        for (size_t k = 0; k < sizeof esc / sizeof esc[0]; k++) {
+            int excluded = 0;
+            for (int i = 0; i < c->n; i++)
+                excluded |= c->v[i].lo <= esc[k] && esc[k] <= c->v[i].hi;
+            if (!excluded) {
+                inf_buf_put(&alts, " | ", 3);
+                json_escape(&alts, esc[k]);
+                n_alts++;
+            }
+        }
         cls_add(c, 0, 0x1F);
         cls_add(c, '"', '"');
         cls_add(c, '\\', '\\');
     }
-    inf_buf out = {0}, alts = {0};
-    int n_out = 0, n_alts = 0;
     for (int i = 0; i < c->n; i++) {
         uint32_t lo = c->v[i].lo, hi = c->v[i].hi;
         if (r->json && !c->neg) {
@@ -176,7 +189,7 @@ static void cls_emit(rx *r, inf_buf *b, cls *c)
     } else {
         inf_buf_put(b, "(", 1);
         if (n_out)
-            inf_buf_printf(b, "[%s]", out.p);
+            inf_buf_printf(b, "[%s%s]", c->neg ? "^" : "", out.p);
         inf_buf_put(b, n_out ? alts.p : alts.p + 3, strlen(n_out ? alts.p : alts.p + 3));
         inf_buf_put(b, ")", 1);
     }
@@ -455,7 +468,7 @@ static int parse_seq(rx *r, inf_buf *b, int top, int *anch)
             r->i++;
             cls d = {0};
             d.neg = 1;
-            if (!r->json && cls_add(&d, '\n', '\n'))
+            if (cls_add(&d, '\n', '\n'))
                 return rx_fail(r, "out of memory");
             cls_emit(r, b, &d);
             free(d.v);
@@ -513,7 +526,7 @@ static int parse_seq(rx *r, inf_buf *b, int top, int *anch)
 }
 
 /* The any-JSON-safe-character run that an unanchored pattern allows. */
-#define JSON_ANY "[^\"\\\\\\x00-\\x1F]*"
+#define JSON_ANY "([^\"\\\\\\x00-\\x1F] | \"\\\\\" [\"\\\\/bfnrt])*"
 
 static int parse_alt(rx *r, inf_buf *b, int top)
 {
