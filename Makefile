@@ -157,6 +157,9 @@ T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
+GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+T_test_gram   := $(GRAM_OBJ)
 T_test_kernels := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
