@@ -231,7 +231,8 @@ static int32_t intern_state(gram_auto *a, int acc)
     size_t n = a->out.n;
     if (!n && !acc)
         return GRAM__DEAD;
-    qsort(p, n, sizeof *p, cmp_i32);
+    if (n) /* an accept-only state has no stacks (and out.p may be NULL) */
+        qsort(p, n, sizeof *p, cmp_i32);
     if (2 * ((size_t)n_states(a) + 1) > a->stab_cap && stab_grow(a))
         return GRAM__DEAD;
     size_t j = state_hash(p, n, acc) & (a->stab_cap - 1);

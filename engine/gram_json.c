@@ -458,6 +458,8 @@ static void gj_free(gj *c)
 int gram_src_json_schema(const char *schema, size_t len, int strict, char **gbnf, inf_err *err)
 {
     *gbnf = NULL;
+    if (!gram_src__utf8_ok(schema, len))
+        return inf_fail(err, INF_ERR_INVALID, "json_schema: not valid UTF-8");
     cJSON *doc = cJSON_ParseWithLength(schema, len);
     if (!doc)
         return inf_fail(err, INF_ERR_INVALID, "json_schema: not valid JSON");

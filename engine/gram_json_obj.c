@@ -519,7 +519,7 @@ const char *gj__number(gj *c, const cJSON *s, const char *hint, int integer)
         gj__fail(c, "number bounds that are not whole numbers are not supported%s", NULL);
         return NULL;
     }
-    if ((lo.set && fabs(lo.v) > MAX_MAG) || (hi.set && fabs(hi.v) > MAX_MAG)) {
+    if ((lo.set && fabs(lo.v) >= 1e16) || (hi.set && fabs(hi.v) >= 1e16)) {
         gj__fail(c, "bounds beyond 16 digits are not supported%s", NULL);
         return NULL;
     }

@@ -48,6 +48,29 @@ void gram_src__cp(inf_buf *b, uint32_t cp)
     }
 }
 
+int gram_src__utf8_ok(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        int k = c < 0x80 ? 0 : c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
+              : c >= 0xF0 && c <= 0xF4 ? 3 : -1;
+        if (k < 0 || i + (size_t)k >= n)
+            return 0;
+        uint32_t v = k ? c & (0x3F >> k) : c;
+        for (int j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80)
+                return 0;
+            v = v << 6 | (s[i + j] & 0x3F);
+        }
+        static const uint32_t min_of[4] = {0, 0x80, 0x800, 0x10000};
+        if (v < min_of[k] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+            return 0;
+        i += (size_t)k + 1;
+    }
+    return 1;
+}
+
 void gram_src__lit(inf_buf *b, const char *s, size_t n)
 {
     inf_buf_put(b, "\"", 1);
@@ -609,6 +632,9 @@ int gram_src_choice(const char *const *choices, int n, char **gbnf, inf_err *err
     *gbnf = NULL;
     if (n < 1)
         return inf_fail(err, INF_ERR_INVALID, "choice: at least one choice is needed");
+    for (int i = 0; i < n; i++)
+        if (!gram_src__utf8_ok(choices[i], strlen(choices[i])))
+            return inf_fail(err, INF_ERR_INVALID, "choice %d: not valid UTF-8", i);
     inf_buf b = {0};
     inf_buf_printf(&b, "root ::=");
     for (int i = 0; i < n; i++) {

@@ -46,6 +46,9 @@ int gram_src_choice(const char *const *choices, int n, char **gbnf, inf_err *err
 
 /* Internals shared by the converters (gram_regex.c, gram_json.c). */
 #include <stdint.h>
+/* Whether n bytes are valid UTF-8 (no overlongs, surrogates, or values
+ * past U+10FFFF). */
+int gram_src__utf8_ok(const char *s, size_t n);
 /* A GBNF string literal of n bytes of UTF-8, quoted and escaped. */
 void gram_src__lit(inf_buf *b, const char *s, size_t n);
 /* One code point as it may appear inside a GBNF literal or class. */
