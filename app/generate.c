@@ -1,4 +1,4 @@
-#include "server/generate.h"
+#include "app/generate.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -6,15 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu/backend.h"
-#ifdef INFERD_CUDA
-#include "cuda/backend.h"
-#endif
+#include "app/args.h"
+#include "app/backend.h"
 #include "engine/gen.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/tok.h"
-#include "server/args.h"
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
@@ -97,24 +94,6 @@ static void usage(FILE *f, const arg_spec *specs, int n)
     args_help(f, specs, n);
 }
 
-/* The CPU backend, or the GPU's with the same fixed pool of one sequence. */
-static int make_backend(const gen_opts *o, const model *m, const cpu_config *cc,
-                        be_backend **be, inf_err *err)
-{
-    if (!strcmp(o->device, "cpu"))
-        return cpu_backend_create(m, cc, be, err);
-#ifdef INFERD_CUDA
-    {
-        cuda_config gc = cuda_config_for(cc->block_size, cc->max_tokens, cc->max_context, 1);
-        gc.num_blocks = cc->num_blocks;
-        gc.max_logits = 1;
-        return cuda_backend_create(m, &gc, be, err);
-    }
-#endif
-    return inf_fail(err, INF_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend "
-                    "(build with make CUDA=1)", o->device);
-}
-
 static int run(const gen_opts *o, inf_err *err)
 {
     model *m = NULL;
@@ -161,17 +140,21 @@ static int run(const gen_opts *o, inf_err *err)
                       n_prompt, max_ctx);
         goto done;
     }
-    cpu_config cc = cpu_config_default();
-    cc.n_threads = o->threads;
-    cc.kernels = o->kernels;
-    cc.quant = o->quant;
-    cc.block_size = o->block_size;
-    cc.max_tokens = o->batched;
-    cc.max_context = max_ctx;
-    cc.num_blocks = kv_pool_blocks(SIZE_MAX, 1, cc.block_size, 1, max_ctx);
-    if ((rc = make_backend(o, m, &cc, &be, err)))
+    app_backend_config bc = app_backend_config_default();
+    bc.device = o->device;
+    bc.threads = o->threads;
+    bc.kernels = o->kernels;
+    bc.quant = o->quant;
+    bc.block_size = o->block_size;
+    bc.max_tokens = o->batched;
+    bc.max_context = max_ctx;
+    bc.max_seqs = 1;
+    bc.kv_bytes = SIZE_MAX; /* the pool holds the one sequence at full length */
+    app_backend ab;
+    if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;
-    kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
+    be = ab.be;
+    kv_config kc = {.num_blocks = ab.num_blocks, .block_size = o->block_size};
     if ((rc = kv_create(&kc, &kv, err)) || (rc = smp_create(c->vocab_size, &smp, err)))
         goto done;
     if (!o->output_ids && (rc = tok_stream_create(tk, prompt, n_prompt, &pr.ts, err)))
@@ -220,8 +203,7 @@ static int run(const gen_opts *o, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
                 pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
                 res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
-                strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be),
-                cc.quant == CPU_QUANT_INT8 ? " (int8 weights)" : "",
+                ab.kernels, o->quant != APP_QUANT_NONE ? " (int8 weights)" : "",
                 o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     gen_results_free(&res, 1);
@@ -283,8 +265,8 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
         return 2;
     }
-    o.quant = cpu_quant_parse(o.quantization);
-    if (o.quant < 0 || (o.quant != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
+    o.quant = app_backend_quant(o.quantization);
+    if (o.quant < 0 || (o.quant != APP_QUANT_NONE && strcmp(o.device, "cpu"))) {
         fprintf(stderr, "inferd generate: --quantization is none or int8, and int8 runs on "
                         "the CPU only\n");
         return 2;
