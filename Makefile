@@ -98,11 +98,11 @@ CUDA_TEST_BIN :=
 endif
 # ---- end of the CUDA section -------------------------------------------------
 
-LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) \
-            $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) $(wildcard server/*.c) \
+            $(filter-out app/main.c,$(wildcard app/*.c))
 LIB_CXX  := $(wildcard engine/*.cpp)
 LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o) $(CUDA_OBJ)
-MAIN_OBJ := $(BUILD)/obj/server/main.o
+MAIN_OBJ := $(BUILD)/obj/app/main.o
 TEST_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
@@ -153,7 +153,7 @@ T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_oai    := server/oai.o
-T_test_args   := server/args.o
+T_test_args   := app/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o

@@ -122,6 +122,7 @@ void eng_out_free(eng_out *o)
     free(o->lps);
     free(o->alts);
     free(o->pool);
+    free(o->ids);
     memset(o, 0, sizeof *o);
 }
 
@@ -241,6 +242,7 @@ void eng_req_take(eng_req *r, eng_out *dst)
     fresh.len = 0;
     fresh.n_lps = fresh.n_alts = 0;
     fresh.pool_len = 0;
+    fresh.n_ids = 0;
     /* counters and the finish state stay current in both */
     fresh.finish = dst->finish;
     fresh.stop_index = dst->stop_index;
@@ -494,6 +496,8 @@ static int emit_token(eng *e, eng_req *r, int32_t t, const float *row)
 
     pthread_mutex_lock(&r->mu);
     eng_out *o = &r->out;
+    if (grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids))
+        o->ids[o->n_ids++] = t;
     size_t before = o->len;
     int matched = emit(r, text, len, 0);
     if (reason != ENG_FINISH_NONE && matched < 0) { /* release what is held */
