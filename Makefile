@@ -49,6 +49,8 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
                 cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
+# The tokenizer: the generic layer and its implementations.
+TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -76,7 +78,7 @@ CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o \
-               engine/st.o engine/be.o engine/kv.o engine/smp.o engine/tok.o
+               engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
@@ -147,14 +149,14 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 # a test without a T_ line links the whole library.
 T_test_st     := engine/st.o
 T_test_model  := engine/model.o engine/mdesc.o engine/st.o
-T_test_tok    := engine/tok.o
+T_test_tok    := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_oai    := server/oai.o
 T_test_args   := app/args.o
-T_test_tmpl   := engine/tmpl.o engine/tok.o
+T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
