@@ -162,6 +162,7 @@ T_test_metrics := engine/metrics.o
 GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
                  engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
 T_test_gram   := $(GRAM_OBJ)
+T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
@@ -206,6 +207,7 @@ F_fuzz_oai   := server/oai.o
 F_fuzz_st    := engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
+F_fuzz_tcall := server/tcall.o server/reason.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
