@@ -143,6 +143,9 @@ $(BUILD)/libinferd.a: $(LIB_OBJ)
 $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
+OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o
+
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library.
 T_test_st     := engine/st.o
@@ -152,7 +155,9 @@ T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
-T_test_oai    := server/oai.o
+T_test_oai    := $(OAI_OBJ)
+T_test_oai_tok := $(OAI_OBJ)
+T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
@@ -197,7 +202,7 @@ FUZZ_CFLAGS  := -std=c11 -O1 -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread
                 -fno-omit-frame-pointer
 FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
-F_fuzz_oai   := server/oai.o
+F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
