@@ -9,6 +9,7 @@
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
 #   make install [PREFIX=/usr/local] [DESTDIR=]
+#   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -98,6 +99,15 @@ CUDA_TEST_BIN :=
 endif
 # ---- end of the CUDA section -------------------------------------------------
 
+# The version (engine/version.h): the latest vX.Y.Z tag and `git describe`
+# of the checkout; without git both fall back (INFERD_VERSION, "unknown").
+# Only engine/version.o sees them, rebuilt when the stamp's text changes.
+GIT_DESCRIBE := $(shell git describe --tags --always --dirty 2>/dev/null)
+GIT_RELEASE  := $(patsubst v%,%,$(shell git describe --tags --abbrev=0 \
+                  --match 'v[0-9]*.[0-9]*.[0-9]*' 2>/dev/null))
+VERSION_DEFS := $(if $(GIT_RELEASE),-DINFERD_GIT_VERSION='"$(GIT_RELEASE)"') \
+                $(if $(GIT_DESCRIBE),-DINFERD_GIT_DESCRIBE='"$(GIT_DESCRIBE)"')
+
 LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) $(wildcard server/*.c) \
             $(filter-out app/main.c,$(wildcard app/*.c))
 LIB_CXX  := $(wildcard engine/*.cpp)
@@ -108,7 +118,8 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: generate all deps test unit check run bench bench-spec install clean fuzz fuzz-build fuzz-regress
+.PHONY: FORCE generate all deps test unit check run bench bench-spec install clean fuzz fuzz-build fuzz-regress \
+        compile_commands.json
 .SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
@@ -135,6 +146,13 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/version.stamp: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(VERSION_DEFS)' >$@.tmp; cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/obj/engine/version.o: $(BUILD)/version.stamp
+$(BUILD)/obj/engine/version.o: CFLAGS += $(VERSION_DEFS)
+FORCE:
 
 $(BUILD)/libinferd.a: $(LIB_OBJ)
 	@rm -f $@
@@ -301,6 +319,12 @@ install: $(BUILD)/inferd
 	    echo "install: kept the existing $(DESTDIR)/etc/inferd/$$n (the new example is config/$$n)"; \
 	  else echo "install -m $${f#*:} config/$$n $(DESTDIR)/etc/inferd/$$n"; \
 	    install -m $${f#*:} config/$$n $(DESTDIR)/etc/inferd/$$n || exit 1; fi; done
+
+# Every compile line of this configuration (CUDA=1, SAN=1 and EXTRA_CFLAGS
+# included), from a dry run: nothing is built.
+compile_commands.json:
+	@$(MAKE) --no-print-directory -nB all | $(PYTHON) scripts/compile-commands >$@.tmp && mv $@.tmp $@
+	@echo "compile_commands.json: $$(grep -c '"file"' $@) files"
 
 clean:
 	rm -rf build

@@ -22,6 +22,7 @@
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
+#include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
 #include "server/srv.h"
@@ -628,8 +629,8 @@ int serve_main(int argc, char **argv)
         return 1;
     }
     api_set_server(a->api, a->srv);
-    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s listening on %s:%d, loading %s",
-            INFERD_VERSION, o->host, srv_port(a->srv), o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s:%d, loading %s",
+            inf_version(), inf_version_build(), o->host, srv_port(a->srv), o->model);
     pthread_mutex_init(&a->wd_mu, NULL);
     pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/json_esc.h"
+#include "engine/version.h"
 #include "server/gcall.h"
 
 struct api {
@@ -94,7 +96,15 @@ static void do_models(api *a, srv_conn *c)
 
 static void do_version(srv_conn *c)
 {
-    reply_json(c, 200, strdup("{\"version\":\"" INFERD_VERSION "\"}"));
+    inf_buf b = {0};
+    inf_buf_printf(&b, "{\"version\":\"%s\",\"build\":", inf_version());
+    json_esc_put(&b, inf_version_build(), strlen(inf_version_build()));
+    inf_buf_put(&b, "}", 2); /* with the NUL */
+    if (b.oom) {
+        free(b.p);
+        b.p = NULL;
+    }
+    reply_json(c, 200, b.p);
 }
 
 /* POST /tokenize (vLLM): {"prompt": "...", "add_special_tokens": true} or
