@@ -165,7 +165,8 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o
 
 # Each unit test links only its module and what that module needs (T_name);
-# a test without a T_ line links the whole library.
+# a test without a T_ line links the whole library. Every test links the
+# shared temporary-directory fixture (tests/tdir.h).
 T_test_st     := engine/st.o
 T_test_model  := engine/model.o engine/st.o
 T_test_tok    := engine/tok.o
@@ -182,7 +183,7 @@ T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
-$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
