@@ -178,6 +178,7 @@ T_test_oai    := $(OAI_OBJ)
 T_test_oai_tok := $(OAI_OBJ)
 T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
+T_test_vargs  := app/vargs.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
