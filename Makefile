@@ -164,7 +164,10 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
-OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o
+# The grammar engine (oai_gram.c compiles response_format & co. with it).
+GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GRAM_OBJ)
 
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library. Every test links the
@@ -185,8 +188,6 @@ T_test_vargs  := app/vargs.o
 T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
-GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
-                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
 T_test_gram   := $(GRAM_OBJ)
 T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)

@@ -80,6 +80,11 @@ typedef struct eng_params {
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
+    const char *grammar;  /* GBNF the output must match (gram_parse's syntax,
+                             already checked by the caller; copied), or NULL.
+                             Masks every row, advances on accepted tokens,
+                             rolls back with rejected drafts; the request
+                             stops (STOP) once nothing but EOS can follow  */
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included

@@ -14,6 +14,7 @@
 
 #include "batch.h"
 #include "eng.h"
+#include "gram.h"
 #include "kv.h"
 #include "sched.h"
 #include "stop.h"
@@ -29,7 +30,10 @@ struct eng_req {
     char **stop;
     int32_t *stop_ids, *bias_ids;
     float *bias;
+    char *grammar;            /* GBNF text, or NULL                        */
     /* engine-thread state */
+    gram_match *gm;           /* the grammar's matcher (eng_gram.c)        */
+    const char *gent_text;    /* its cache entry's key                     */
     sched_seq seq;
     int n_output;
     smp_rng rng;
@@ -98,6 +102,10 @@ struct eng {
     float *tprobs;              /* [kmax+1][vocab] target distributions     */
     int32_t *argmaxes;          /* [kmax+1]                                 */
     long step_no;
+    /* grammars (eng_gram.c) */
+    gram_vocab *gvocab;         /* token id -> bytes, built at first use    */
+    struct eng_gram_ent *gcache;
+    int n_gcache, cap_gcache;
     /* the periodic log line */
     met_snap log_prev;
     double log_at;
@@ -145,6 +153,16 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
 /* A logits row as the request samples from it, before penalties (n_out:
  * output tokens before this row's). */
 void eng__mask_row(eng *e, const eng_req *r, const float *row, int n_out, float *lg);
+
+/* ---- eng_gram.c: grammar-constrained output -------------------------------- */
+
+typedef struct eng_gram_ent eng_gram_ent;
+
+/* Gives r (with a grammar) its matcher, compiling or reusing the grammar's
+ * automaton. */
+int eng__gram_attach(eng *e, eng_req *r, inf_err *err);
+void eng__gram_detach(eng *e, eng_req *r); /* at finish; no grammar: no-op */
+void eng__gram_free(eng *e);
 
 /* ---- eng_spec.c: speculation ---------------------------------------------- */
 

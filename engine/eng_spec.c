@@ -33,8 +33,19 @@ void eng__verify(eng *e, eng_req *r, const float *rows, int m)
     int greedy = sp->temperature == 0;
     /* the distribution the request samples from at each row; penalties see
      * the drafts before it as output */
+    int g_adv = 0, g_ok = 1; /* the grammar walks along the drafts */
     for (int j = 0; j <= m; j++) {
         eng__mask_row(e, r, rows + (size_t)j * V, r->n_output + j, e->scratch);
+        if (r->gm) {
+            /* row j under the grammar after drafts 0..j-1; a draft the
+             * grammar refuses has target probability 0 at its row, so it is
+             * rejected there and the rows after it do not matter */
+            gram_match_apply(r->gm, e->scratch, V);
+            if (j < m && g_ok && gram_match_accept(r->gm, d[j]) == INF_OK)
+                g_adv++;
+            else
+                g_ok = 0;
+        }
         smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
                          .output = q->tokens + q->n_prompt, .n_output = L0 + j - q->n_prompt};
         smp_apply_penalties(e->smp, sp, &h, e->scratch);
@@ -43,6 +54,8 @@ void eng__verify(eng *e, eng_req *r, const float *rows, int m)
         else
             smp_probs(e->smp, sp, e->scratch, e->tprobs + (size_t)j * V);
     }
+    if (r->gm)
+        gram_match_rollback(r->gm, g_adv); /* emit_token advances it again */
     spec_result res;
     if (greedy) {
         res.accepted = 0;

@@ -25,6 +25,7 @@ void eng__finish(eng *e, eng_req *r, int reason, const char *error)
     }
     if (e->cfg.spec)
         e->cfg.spec->ops->release(e->cfg.spec, &r->ss);
+    eng__gram_detach(e, r);
     if (r->seq.state != SCHED_DONE)
         sched_remove(e->sch, &r->seq);
     pthread_mutex_lock(&r->mu);
@@ -99,7 +100,15 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
         return 1;
     }
     int reason = ENG_FINISH_NONE;
+    if (r->gm && gram_match_accept(r->gm, t) != INF_OK) { /* the mask makes this a bug */
+        char msg[96];
+        snprintf(msg, sizeof msg, "the grammar refused token %d", (int)t);
+        eng__finish(e, r, ENG_FINISH_ERROR, msg);
+        return 1;
+    }
     if (stopped)
+        reason = ENG_FINISH_STOP;
+    else if (r->gm && gram_match_must_end(r->gm)) /* only EOS can follow */
         reason = ENG_FINISH_STOP;
     else if (r->n_output >= r->p.max_tokens || q->n_tokens >= e->cfg.max_model_len)
         reason = ENG_FINISH_LENGTH;
@@ -147,6 +156,8 @@ static void advance(eng *e, eng_req *r, const float *row)
 {
     sched_seq *q = &r->seq;
     eng__mask_row(e, r, row, r->n_output, e->scratch);
+    if (r->gm)
+        gram_match_apply(r->gm, e->scratch, e->vocab);
     smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
                      .output = q->tokens + q->n_prompt, .n_output = r->n_output};
     eng__emit_token(e, r, smp_sample(e->smp, &r->p.sampling, &h, &r->rng, e->scratch), row);

@@ -345,8 +345,12 @@ static int viable(gram_auto *a, int32_t sid, uint32_t pkey, uint32_t lo, uint32_
     if (imap_get(&a->trans, key, &v))
         return v;
     v = 0;
-    for (int32_t i = a->off.p[sid]; i < a->off.p[sid + 1] && !v; i++)
-        v = gram__class_hits(a->g->e + a->npos.p[a->pool.p[i]], lo, hi);
+    /* surrogates are never characters: test the range around them */
+    uint32_t lo2 = lo < 0xE000 ? 0xE000 : lo, hi1 = hi > 0xD7FF ? 0xD7FF : hi;
+    for (int32_t i = a->off.p[sid]; i < a->off.p[sid + 1] && !v; i++) {
+        const gram_elem *e = a->g->e + a->npos.p[a->pool.p[i]];
+        v = (lo <= hi1 && gram__class_hits(e, lo, hi1)) || (lo2 <= hi && gram__class_hits(e, lo2, hi));
+    }
     if (imap_put(&a->trans, key, v))
         a->overflow = 1;
     return v;

@@ -14,7 +14,9 @@
 static const struct prim {
     const char *name, *body, *deps[4];
 } prims[] = {
-    {"space", "| \" \" | \"\\n\" [ \\t]{0,20}", {0}},
+    /* one line, at most one space between tokens (json.dumps' two styles):
+     * free whitespace lets a weak model spend its tokens on indentation */
+    {"space", "\" \"?", {0}},
     {"boolean", "(\"true\" | \"false\") space", {"space"}},
     {"null", "\"null\" space", {"space"}},
     {"integral-part", "[0] | [1-9] [0-9]{0,15}", {0}},
@@ -24,8 +26,9 @@ static const struct prim {
     {"integer", "(\"-\"? integral-part) space", {"integral-part", "space"}},
     {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})", {0}},
     /* one code point per item: no \u escapes, whose surrogate pairs would
-     * count twice against minLength/maxLength */
-    {"char1", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] [\"\\\\/bfnrt]", {0}},
+     * count twice against minLength/maxLength, and no characters past
+     * U+FFFF, which JavaScript (zod) counts as two */
+    {"char1", "[^\"\\\\\\x7F\\x00-\\x1F\\U00010000-\\U0010FFFF] | [\\\\] [\"\\\\/bfnrt]", {0}},
     {"string", "\"\\\"\" char* \"\\\"\" space", {"char", "space"}},
     {"value", "object | array | string | number | boolean | null",
      {"object", "array", "string", "number"}},

@@ -378,6 +378,7 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     p.bias = r->bias_values;
     p.n_bias = r->n_bias;
     p.logprobs = r->logprobs;
+    p.grammar = r->grammar;
     p.cache_salt = r->cache_salt;
     p.no_speculation = !r->speculative;
     return p;

@@ -67,6 +67,9 @@ typedef struct oai_request {
     char *user;                  /* OpenAI's end-user id; accepted, ignored     */
     char *cache_salt;            /* vLLM extension (prefix cache isolation)     */
     int speculative;             /* inferd extension: false opts out; default 1 */
+    char *grammar;               /* GBNF the output must match, compiled from
+                                    response_format, structured_outputs or
+                                    guided_* (oai_gram.c); NULL: none          */
 } oai_request;
 
 /* Limits that come from server flags. */

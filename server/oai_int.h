@@ -4,6 +4,7 @@
  *   oai_req.c     completions and chat bodies: the fields, oai_parse
  *   oai_prompt.c  prompts and chat messages
  *   oai_tok.c     /tokenize and /detokenize bodies
+ *   oai_gram.c    response_format, structured_outputs, guided_*: grammars
  *   oai_enc.c     response bodies and stream chunks
  * Every string a response carries goes through json_esc (engine/json_esc.h). */
 #ifndef INFERD_OAI_INT_H
@@ -68,6 +69,9 @@ int oai__want_id(const cJSON *v, const char *param, const char *what, int32_t *o
 /* Completions' "prompt" and chat's "messages" into r. */
 int oai__parse_prompt(const cJSON *o, const oai_limits *lim, oai_request *r, oai_error *err);
 int oai__parse_messages(const cJSON *o, oai_request *r, oai_error *err);
+
+/* response_format, structured_outputs and guided_* into r->grammar. */
+int oai__parse_grammar(const cJSON *root, oai_request *r, oai_error *err);
 
 /* Fills r with the defaults of a kind of request. */
 void oai__request_init(oai_request *r, oai_kind kind);

@@ -383,6 +383,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim
         (rc = parse_stop(root, lim, &r, err)) ||
         (rc = parse_stop_ids(root, &r, err)) ||
         (rc = parse_bias(root, &r, err)) ||
+        (rc = oai__parse_grammar(root, &r, err)) ||
         (rc = oai__want_str(oai__get(root, "user"), "user", &r.user, err)) ||
         (rc = oai__want_str(oai__get(root, "cache_salt"), "cache_salt", &r.cache_salt, err)))
         goto fail;
@@ -423,5 +424,6 @@ void oai_request_free(oai_request *r)
     free(r->bias_values);
     free(r->user);
     free(r->cache_salt);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }

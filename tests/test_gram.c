@@ -135,6 +135,9 @@ static void check_mask(gram_match *m, const vocab *v, int eos)
     }
     assert_int_equal(count, brute);
     assert_int_equal(bit(mask, eos), gram_match_can_end(m));
+    /* no dead ends: a position the matcher reached always has a way on
+     * (a surrogate's or a too-large code point's first bytes must not) */
+    assert_true(count > 0);
     free(mask);
 }
 
@@ -200,12 +203,21 @@ static void test_gram_mask_matches_brute_force_random_vocab(void **state)
     (void)state;
     static const char *alpha[] = {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "a", "b", "i", "d",
                                   "e", "1", "0", "-", ".", "t", "r", "u", "n", "l", "\\", "\xC3",
-                                  "\xA9", "\xE6\x97", "\xA5", "日本", "é"};
+                                  "\xA9", "\xE6\x97", "\xA5", "日本", "é", "\xED", "\xA0\x80",
+                                  "\xF4", "\x90"};
     int na = (int)(sizeof alpha / sizeof alpha[0]);
-    vocab v = {600, calloc(600, sizeof(char *)), calloc(600, sizeof(int))};
+    vocab v = {700, calloc(700, sizeof(char *)), calloc(700, sizeof(int))};
     uint64_t seed = 7;
     for (int i = 0; i < v.n - 1; i++) {
         char buf[64] = {0};
+        if (i >= na && i < na + 64 + 95) { /* every continuation byte and
+                                              printable ASCII alone, as real
+                                              vocabularies have */
+            buf[0] = (char)(i - na < 64 ? 0x80 + i - na : 0x20 + i - na - 64);
+            v.bytes[i] = strdup(buf);
+            v.len[i] = 1;
+            continue;
+        }
         int parts = i < na ? 1 : 1 + (int)(rng(&seed) % 4);
         for (int k = 0; k < parts; k++)
             strcat(buf, alpha[i < na ? i : (int)(rng(&seed) % (uint64_t)na)]);
