@@ -56,6 +56,15 @@ static int from_schema(oai_request *r, const cJSON *schema, int strict, const ch
     return finish(r, gbnf, rc, &e, param, err);
 }
 
+int oai__grammar_from_schema(oai_request *r, const char *schema, const char *param,
+                             oai_error *err)
+{
+    char *gbnf = NULL;
+    inf_err e = {0};
+    int rc = gram_src_json_schema(schema, strlen(schema), 0, &gbnf, &e);
+    return finish(r, gbnf, rc, &e, param, err);
+}
+
 static int from_regex(oai_request *r, const cJSON *v, const char *param, oai_error *err)
 {
     if (!cJSON_IsString(v))
