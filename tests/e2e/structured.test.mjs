@@ -123,3 +123,103 @@ describe('structured outputs with speculative decoding', () => {
     await checks(d, 8);
   });
 });
+
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    parameters: {
+      type: 'object', additionalProperties: false, required: ['city', 'unit'],
+      properties: { city: { type: 'string', maxLength: 8 }, unit: { type: 'string', enum: ['c', 'f'] } },
+    },
+  },
+};
+const clock = { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {}, additionalProperties: false } } };
+
+function checkArgs(call) {
+  const args = JSON.parse(call.function.arguments);
+  if (call.function.name === 'get_weather') {
+    assert.deepEqual(Object.keys(args), ['city', 'unit']);
+    assert.ok(args.city.length <= 8 && ['c', 'f'].includes(args.unit), call.function.arguments);
+  } else {
+    assert.equal(call.function.name, 'now');
+    assert.deepEqual(args, {});
+  }
+}
+
+// The tool calls of a streamed chat, put together as OpenAI's clients do.
+function collectCalls(events) {
+  const calls = [];
+  for (const e of events) {
+    for (const t of e.choices?.[0]?.delta?.tool_calls ?? []) {
+      if (t.id) calls[t.index] = { id: t.id, function: { name: t.function.name, arguments: '' } };
+      calls[t.index].function.arguments += t.function.arguments ?? '';
+    }
+  }
+  return calls;
+}
+
+describe('tool calls', () => {
+  let d;
+  before(async () => { d = await startDaemon(model, ['--tool-call-parser', 'hermes', '--enable-auto-tool-choice']); });
+  after(async () => { await d?.stop(); });
+
+  test('named and required tool_choice give valid calls, streamed and not', async () => {
+    const client = new OpenAI({ baseURL: `${d.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    for (let i = 0; i < 6; i++) {
+      for (const choice of [{ type: 'function', function: { name: 'get_weather' } }, 'required']) {
+        const body = { model, messages: [{ role: 'user', content: 'weather?' }], temperature: 1, seed: i,
+          max_tokens: 240, tools: [weather, clock], tool_choice: choice,
+          // a random model rarely closes a list it may extend: one call each
+          parallel_tool_calls: false };
+        const r = await client.chat.completions.create(body);
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c));
+        assert.equal(c.message.content, null);
+        assert.equal(c.message.tool_calls.length, 1);
+        if (choice !== 'required') assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
+        c.message.tool_calls.forEach(checkArgs);
+        const ids = new Set(c.message.tool_calls.map((t) => t.id));
+        assert.equal(ids.size, c.message.tool_calls.length);
+
+        const stream = await client.chat.completions.create({ ...body, stream: true });
+        const events = [];
+        for await (const e of stream) events.push(e);
+        const calls = collectCalls(events);
+        assert.equal(events.at(-1).choices[0].finish_reason, 'tool_calls');
+        assert.deepEqual(calls.map((t) => [t.function.name, t.function.arguments]),
+          c.message.tool_calls.map((t) => [t.function.name, JSON.stringify(JSON.parse(t.function.arguments))]).map(
+            ([n, a], k) => [n, choice === 'required' ? a : c.message.tool_calls[k].function.arguments]));
+      }
+    }
+  });
+
+  test('bad tool requests are 400s naming the field', async () => {
+    const cases = [
+      [{ tools: [weather], tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice', 'not in tools'],
+      [{ tools: [{ type: 'function', function: { name: 'bad name' } }] }, 'tools', 'letters'],
+      [{ tools: [weather], tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', 'cannot be combined'],
+      [{ tool_choice: 'required' }, 'tool_choice', 'needs tools'],
+    ];
+    for (const [extra, param, needle] of cases) {
+      const r = await post(d.base, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, ...extra });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.json.error.param, param, r.text);
+      assert.ok(r.json.error.message.includes(needle), r.json.error.message);
+    }
+  });
+});
+
+describe('tool-call flags', () => {
+  test('"auto" without --enable-auto-tool-choice is a 400; an unknown parser stops start-up', async () => {
+    const d = await startDaemon(model);
+    try {
+      const r = await post(d.base, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, tools: [weather] });
+      assert.equal(r.status, 400, r.text);
+      assert.match(r.json.error.message, /--enable-auto-tool-choice/);
+    } finally {
+      await d.stop();
+    }
+    await assert.rejects(startDaemon(model, ['--tool-call-parser', 'hermes2']), /unknown tool-call parser 'hermes2'/);
+  });
+});
