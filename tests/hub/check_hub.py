@@ -9,9 +9,12 @@ import argparse
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -87,6 +90,34 @@ def main():
             if len(m.requests()) != n:
                 fail(f"the second use made requests: {m.requests()[n:]}")
             ok("generate --model org/tiny: the directory's text, from the cache, no request")
+        # the server by id, positionally as `vllm serve ORG/NAME`: from the cache
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        env.update(HF_HOME=home, HF_ENDPOINT="http://127.0.0.1:9")
+        srv = subprocess.Popen([inferd, "serve", "org/tiny", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            for _ in range(100):
+                try:
+                    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models").read()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                fail("inferd serve org/tiny did not answer /v1/models")
+            if b'"id":"org/tiny"' not in body:
+                fail(f"inferd serve org/tiny: /v1/models says {body!r}")
+        finally:
+            srv.terminate()
+            srv.wait(timeout=30)
+        ok("inferd serve org/tiny serves it from the cache as model org/tiny")
+        r = subprocess.run([inferd, "serve", "org/absent", "--port", str(port)], env=env,
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 2 or "cannot reach the Hub" not in r.stderr:
+            fail(f"serve org/absent without a network: exit {r.returncode}: {r.stderr[-300:]}")
+        ok("inferd serve of an id it cannot fetch: one line, exit 2")
         # a cache laid out by hand as huggingface_hub does; no hub reachable
         other = os.path.join(home, "hub", "models--org--other")
         c2 = "1" * 40
