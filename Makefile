@@ -40,7 +40,8 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lcurl -lnettle -lstdc++ -lm \
+           -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
 # kernels are picked at run time from what the CPU reports.
@@ -182,6 +183,7 @@ T_test_oai_tok := $(OAI_OBJ)
 T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
 T_test_vargs  := app/vargs.o
+T_test_hub    := app/hub.o
 T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
@@ -238,6 +240,7 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
+F_fuzz_hub   := app/hub.o
 F_fuzz_config := engine/model.o engine/mdesc.o engine/st.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
