@@ -39,7 +39,8 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lpcre2-8 -lutf8proc -lstdc++ -lm \
+           -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
 # kernels are picked at run time from what the CPU reports.
@@ -50,7 +51,9 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
                 cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
 # The tokenizer: the generic layer and its implementations.
-TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o
+TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
+           engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
+           engine/tok_hf_bpe.o engine/tok_hf_dec.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
