@@ -204,10 +204,20 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := server/oai.o
 F_fuzz_st    := engine/st.o
+F_fuzz_tok   := $(TOK_OBJ)
+# The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
+# harnesses link with clang).
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \
+                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
+                -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC)++ $(FUZZ_CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/fuzz/fuzz_%.o $(FUZZ_BUILD)/obj/engine/common.o \
 		$$(addprefix $(FUZZ_BUILD)/obj/,$$(F_fuzz_$$*))

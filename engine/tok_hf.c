@@ -343,10 +343,12 @@ static int hf_post(const tok *t, int32_t **ids, size_t *n, inf_err *err)
     int32_t *o = malloc(total * sizeof *o);
     if (!o)
         return inf_fail(err, INF_ERR_NOMEM, "tok_encode: out of memory");
-    memcpy(o, h->pre_ids, (size_t)h->n_pre_ids * sizeof *o);
+    if (h->n_pre_ids)
+        memcpy(o, h->pre_ids, (size_t)h->n_pre_ids * sizeof *o);
     if (*n)
         memcpy(o + h->n_pre_ids, *ids, *n * sizeof *o);
-    memcpy(o + h->n_pre_ids + *n, h->post_ids, (size_t)h->n_post_ids * sizeof *o);
+    if (h->n_post_ids)
+        memcpy(o + h->n_pre_ids + *n, h->post_ids, (size_t)h->n_post_ids * sizeof *o);
     free(*ids);
     *ids = o;
     *n = total;

@@ -223,7 +223,8 @@ static int ids_append(int32_t **v, int *n, const int32_t *add, int k)
     int32_t *p = realloc(*v, (size_t)(*n + k + 1) * sizeof *p);
     if (!p)
         return INF_ERR_NOMEM;
-    memcpy(p + *n, add, (size_t)k * sizeof *p);
+    if (k)
+        memcpy(p + *n, add, (size_t)k * sizeof *p);
     *v = p;
     *n += k;
     return INF_OK;
