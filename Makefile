@@ -153,6 +153,7 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 T_test_st     := engine/st.o
 T_test_model  := engine/model.o engine/st.o
 T_test_tok    := $(TOK_OBJ)
+T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
