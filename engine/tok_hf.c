@@ -235,6 +235,17 @@ static int split_added(const hf_impl *h, const hf_trie *tr, const char *s, size_
 
 /* ---- encode -------------------------------------------------------------------------- */
 
+/* A cache of one encode call's words (as the tokenizers library keeps one
+ * per model; per call here, so a shared tok stays read-only): a word seen
+ * again copies its ids instead of running BPE. */
+#define HF_CACHE_WORD 64      /* longer words are not cached        */
+#define HF_CACHE_MAX (1 << 15) /* entries, at most half the slots    */
+
+typedef struct hf_cache_ent {
+    uint64_t hash;
+    uint32_t key, key_len, ids, n_ids; /* offsets into keys / pool; key_len 0: empty */
+} hf_cache_ent;
+
 typedef struct hf_enc {
     const hf_impl *h;
     hf_splits words, tmp;
@@ -242,7 +253,20 @@ typedef struct hf_enc {
     hf_bpe_work *work;
     int32_t *ids;
     size_t n_ids, cap;
+    hf_cache_ent *cache;    /* [2 * HF_CACHE_MAX], allocated at first use */
+    size_t n_cache;
+    inf_buf keys;
+    int32_t *pool;
+    size_t n_pool, cap_pool;
 } hf_enc;
+
+static uint64_t word_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
 
 static int enc_push(hf_enc *e, int32_t id)
 {
@@ -258,6 +282,51 @@ static int enc_push(hf_enc *e, int32_t id)
     return INF_OK;
 }
 
+/* Appends the ids of one word, from the cache or through BPE. */
+static int enc_word(hf_enc *e, const char *w, size_t n)
+{
+    if (n == 0 || n > HF_CACHE_WORD)
+        return hf_bpe_word(e->h->bpe, e->work, w, n, &e->ids, &e->n_ids, &e->cap);
+    if (!e->cache && !(e->cache = calloc(2 * HF_CACHE_MAX, sizeof *e->cache)))
+        return INF_ERR_NOMEM;
+    uint64_t h = word_hash(w, n);
+    size_t m = 2 * HF_CACHE_MAX - 1, i = (size_t)h & m;
+    for (; e->cache[i].key_len; i = (i + 1) & m) {
+        hf_cache_ent *c = &e->cache[i];
+        if (c->hash == h && c->key_len == n && memcmp(e->keys.p + c->key, w, n) == 0) {
+            for (uint32_t k = 0; k < c->n_ids; k++)
+                if (enc_push(e, e->pool[c->ids + k]))
+                    return INF_ERR_NOMEM;
+            return INF_OK;
+        }
+    }
+    size_t before = e->n_ids;
+    int rc = hf_bpe_word(e->h->bpe, e->work, w, n, &e->ids, &e->n_ids, &e->cap);
+    size_t k = e->n_ids - before;
+    if (rc || e->n_cache >= HF_CACHE_MAX || e->keys.len + n > UINT32_MAX ||
+        e->n_pool + k > UINT32_MAX)
+        return rc;
+    if (e->n_pool + k > e->cap_pool) {
+        size_t c = e->cap_pool ? 2 * e->cap_pool : 1024;
+        while (c < e->n_pool + k)
+            c *= 2;
+        int32_t *p = realloc(e->pool, c * sizeof *p);
+        if (!p)
+            return INF_OK; /* the cache is an optimisation: skip it */
+        e->pool = p;
+        e->cap_pool = c;
+    }
+    size_t key = e->keys.len;
+    inf_buf_put(&e->keys, w, n);
+    if (e->keys.oom)
+        return INF_ERR_NOMEM;
+    memcpy(e->pool + e->n_pool, e->ids + before, k * sizeof *e->pool);
+    e->cache[i] = (hf_cache_ent){h, (uint32_t)key, (uint32_t)n, (uint32_t)e->n_pool, (uint32_t)k};
+    e->n_pool += k;
+    e->n_cache++;
+    return INF_OK;
+}
+
 /* Normalized text with no added tokens left in it: pre-tokenize, then BPE. */
 static int enc_words(hf_enc *e, const char *s, size_t n, int first)
 {
@@ -267,8 +336,7 @@ static int enc_words(hf_enc *e, const char *s, size_t n, int first)
         return INF_ERR_NOMEM;
     int rc = e->h->pre ? hf_pre_apply(e->h->pre, &e->words, &e->tmp) : INF_OK;
     for (size_t i = 0; i < e->words.n && !rc; i++)
-        rc = hf_bpe_word(e->h->bpe, e->work, e->words.buf.p + e->words.v[i].off,
-                         e->words.v[i].len, &e->ids, &e->n_ids, &e->cap);
+        rc = enc_word(e, e->words.buf.p + e->words.v[i].off, e->words.v[i].len);
     return rc;
 }
 
@@ -322,6 +390,9 @@ static int hf_encode(const tok *t, const char *text, size_t len, int flags, int3
     hf_splits_free(&e.words);
     hf_splits_free(&e.tmp);
     free(e.norm.p);
+    free(e.cache);
+    free(e.keys.p);
+    free(e.pool);
     hf_bpe_work_destroy(e.work);
     if (rc) {
         free(e.ids);

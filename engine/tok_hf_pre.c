@@ -136,32 +136,27 @@ static void segs_emit(hf_segs *s, hf_behavior b, int invert, const char *t, int 
 
 /* ---- the byte-level alphabet ---------------------------------------------------- */
 
-static int hf_byte_printable(unsigned b)
-{
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-}
-
+/* GPT-2's bytes_to_unicode in closed form: printable bytes stand for
+ * themselves; the others (0x00-0x20, 0x7F-0xA0, 0xAD) take 256, 257, ...
+ * in byte order. */
 int32_t hf_byte_char(unsigned char b)
 {
-    if (hf_byte_printable(b))
-        return b;
-    int n = 0; /* the others take 256, 257, ... in byte order */
-    for (unsigned i = 0; i < b; i++)
-        n += !hf_byte_printable(i);
-    return 256 + n;
+    if (b <= 0x20)
+        return 256 + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 256 + 33 + (b - 0x7F);
+    if (b == 0xAD)
+        return 256 + 33 + 34;
+    return b;
 }
 
 int hf_char_byte(int32_t cp)
 {
     if (cp < 0 || cp > 323)
         return -1;
-    if (cp < 256)
-        return hf_byte_printable((unsigned)cp) ? cp : -1;
-    int n = cp - 256;
-    for (unsigned i = 0; i < 256; i++)
-        if (!hf_byte_printable(i) && n-- == 0)
-            return (int)i;
-    return -1;
+    if (cp >= 256)
+        return cp <= 288 ? cp - 256 : cp <= 322 ? cp - 289 + 0x7F : 0xAD;
+    return hf_byte_char((unsigned char)cp) == cp ? cp : -1;
 }
 
 /* ---- one pre-tokenizer over one piece -------------------------------------------- */
@@ -171,8 +166,36 @@ static int is_ws_pred(int32_t c)
     return hf_is_white(c);
 }
 
+/* Adds s[0:n] with each byte as its character of the byte-level alphabet
+ * (all below U+0800: one or two bytes of UTF-8). */
+static int bytelevel_add(hf_splits *out, const char *s, size_t n, int first, inf_buf *mapped)
+{
+    if (n == 0)
+        return INF_OK;
+    if (mapped->cap < 2 * n + 1) {
+        char *p = realloc(mapped->p, 2 * n + 1);
+        if (!p)
+            return INF_ERR_NOMEM;
+        mapped->p = p;
+        mapped->cap = 2 * n + 1;
+    }
+    unsigned char *o = (unsigned char *)mapped->p;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t c = hf_byte_char((unsigned char)s[i]);
+        if (c < 0x80) {
+            o[k++] = (unsigned char)c;
+        } else {
+            o[k++] = (unsigned char)(0xC0 | (c >> 6));
+            o[k++] = (unsigned char)(0x80 | (c & 0x3F));
+        }
+    }
+    hf_splits_add(out, mapped->p, k, first);
+    return out->oom ? INF_ERR_NOMEM : INF_OK;
+}
+
 static int hf_pre_piece(const hf_pre *p, const char *t, size_t n, int first, hf_segs *sg,
-                        inf_buf *scratch, hf_splits *out)
+                        inf_buf *scratch, inf_buf *mapped, hf_splits *out)
 {
     int rc = INF_OK;
     switch (p->kind) {
@@ -197,33 +220,24 @@ static int hf_pre_piece(const hf_pre *p, const char *t, size_t n, int first, hf_
             segs_emit(sg, HF_B_REMOVED, 0, t, first, out);
         return rc;
     case HF_P_BYTELEVEL: {
-        scratch->len = 0;
-        if (p->add_prefix_space && (n == 0 || t[0] != ' '))
+        const char *src = t;
+        size_t len = n;
+        if (p->add_prefix_space && (n == 0 || t[0] != ' ')) {
+            scratch->len = 0;
             inf_buf_put(scratch, " ", 1);
-        inf_buf_put(scratch, t, n);
-        if (scratch->oom)
-            return INF_ERR_NOMEM;
-        hf_splits parts = {0};
-        if (p->has_pat) {
-            if (!(rc = segs_pattern(sg, &p->pat, scratch->p, scratch->len)))
-                segs_emit(sg, HF_B_ISOLATED, 0, scratch->p, first, &parts);
-        } else {
-            hf_splits_add(&parts, scratch->p, scratch->len, first);
+            inf_buf_put(scratch, t, n);
+            if (scratch->oom)
+                return INF_ERR_NOMEM;
+            src = scratch->p;
+            len = scratch->len;
         }
-        /* Each byte becomes its character of the byte-level alphabet. */
-        inf_buf mapped = {0};
-        for (size_t i = 0; !rc && i < parts.n; i++) {
-            mapped.len = 0;
-            const unsigned char *b = (const unsigned char *)parts.buf.p + parts.v[i].off;
-            for (size_t j = 0; j < parts.v[i].len; j++) {
-                char u[4];
-                inf_buf_put(&mapped, u, hf_utf8_put(hf_byte_char(b[j]), u));
-            }
-            hf_splits_add(out, mapped.p, mapped.len, parts.v[i].first);
-        }
-        rc = rc ? rc : (parts.oom || mapped.oom) ? INF_ERR_NOMEM : INF_OK;
-        free(mapped.p);
-        hf_splits_free(&parts);
+        if (!p->has_pat)
+            return bytelevel_add(out, src, len, first, mapped);
+        if ((rc = segs_pattern(sg, &p->pat, src, len)))
+            return rc;
+        for (size_t i = 0; i < sg->n && !rc; i++)
+            rc = bytelevel_add(out, src + sg->v[i].st, sg->v[i].en - sg->v[i].st,
+                               first && sg->v[i].st == 0, mapped);
         return rc;
     }
     case HF_P_METASPACE: {
@@ -268,14 +282,15 @@ int hf_pre_apply(const hf_pre *p, hf_splits *s, hf_splits *tmp)
         return INF_OK;
     }
     hf_segs sg = {0};
-    inf_buf scratch = {0};
+    inf_buf scratch = {0}, mapped = {0};
     hf_splits_clear(tmp);
     int rc = INF_OK;
     for (size_t i = 0; i < s->n && !rc; i++)
         rc = hf_pre_piece(p, s->buf.p + s->v[i].off, s->v[i].len, s->v[i].first, &sg, &scratch,
-                          tmp);
+                          &mapped, tmp);
     free(sg.v);
     free(scratch.p);
+    free(mapped.p);
     if (!rc && tmp->oom)
         rc = INF_ERR_NOMEM;
     hf_splits t = *s;
