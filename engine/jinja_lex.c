@@ -262,7 +262,8 @@ static int lx_number(lx *l, size_t *p)
         uint64_t v = 0;
         while (end < l->n) {
             char ch = s[end];
-            int d = lx_digit(ch) ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+            int d = lx_digit(ch) ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                  : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
             if (ch == '_') { end++; continue; }
             if (d < 0 || d >= base)
                 break;

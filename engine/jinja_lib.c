@@ -323,9 +323,10 @@ static int f_select_impl(jctx *c, jv in, const jargs *a, jv *out, int want, int 
     const char *test = a->n > first && a->v[first].t == JV_STR ? a->v[first].u.s->b : NULL;
     jargs targs = {.n = a->n > first + 1 ? a->n - first - 1 : 0, .v = a->v + first + 1,
                    .nk = a->nk, .kname = a->kname, .kv = a->kv};
-    if (list_of(c, in, &l) || jv_list_new(c, 0, out))
+    /* Jinja's select_or_reject: a falsy input selects nothing */
+    if (jv_list_new(c, 0, out) || (jv_truthy(in) && list_of(c, in, &l)))
         return -1;
-    for (int i = 0; i < l->n; i++) {
+    for (int i = 0; jv_truthy(in) && i < l->n; i++) {
         jv v = l->v[i];
         int ok;
         if (jx_step(c) || (attr && attr_get(c, v, attr, &v)))
@@ -350,6 +351,8 @@ static int f_map(jctx *c, jv in, const jargs *a, jv *out)
 {
     jlist *l;
     const jstr *attr;
+    if (!jv_truthy(in)) /* sync_do_map: a falsy input maps to nothing */
+        return jv_list_new(c, 0, out);
     if (attr_arg(c, a, -1, &attr) || list_of(c, in, &l) || jv_list_new(c, l->n, out))
         return -1;
     const jv *dflt = jx_arg(a, -1, "default");
@@ -433,6 +436,11 @@ static int parse_int(const jstr *s, int base, int64_t *out)
     int neg = 0;
     if (b < e && (s->b[b] == '+' || s->b[b] == '-'))
         neg = s->b[b++] == '-';
+    if (e - b > 2 && s->b[b] == '0') { /* int("0x1f", 16): the base's prefix is allowed */
+        char p = (char)(s->b[b + 1] | 0x20);
+        if ((p == 'x' && base == 16) || (p == 'o' && base == 8) || (p == 'b' && base == 2))
+            b += 2;
+    }
     if (b == e)
         return -1;
     uint64_t v = 0;
@@ -925,8 +933,8 @@ static int run_test(jctx *c, const char *n, jv in, const jargs *a, int *out)
             jx_call(c, fn, &none, &r))
             return -1;
         *out = r.u.b;
-    } else if (!strcmp(n, "filter")) *out = x && x->t == JV_STR && jx_find_filter(x->u.s->b);
-    else if (!strcmp(n, "test")) *out = x && x->t == JV_STR && jx_find_test(x->u.s->b);
+    } else if (!strcmp(n, "filter")) *out = t == JV_STR && jx_find_filter(in.u.s->b);
+    else if (!strcmp(n, "test")) *out = t == JV_STR && jx_find_test(in.u.s->b);
     else {
         if (!x)
             return jx_fail(c, "test '%s' needs an argument", n);

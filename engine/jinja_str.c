@@ -92,6 +92,13 @@ int jx_case(jctx *c, const jstr *s, int mode, jv *out)
             continue;
         }
         int up = mode == 1 || (mode == 2 && first) || (mode == 3 && !prev_cased);
+        if (cp == 0xDF && up && mode == 1) { /* Python: "ß".upper() is "SS" */
+            rc = jb_put(c, &b, "SS", 2);
+            prev_cased = 1;
+            first = 0;
+            i += l;
+            continue;
+        }
         utf8proc_int32_t m = up ? utf8proc_toupper((utf8proc_int32_t)cp)
                                 : utf8proc_tolower((utf8proc_int32_t)cp);
         if ((mode == 3 || mode == 2) && up)

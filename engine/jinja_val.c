@@ -486,7 +486,10 @@ int jb_str(jctx *c, jbuf *b, jv v)
     case JV_STR: return jb_put(c, b, v.u.s->b, v.u.s->len);
     case JV_LIST: case JV_DICT: case JV_NS: return jb_seq(c, b, v, 1);
     case JV_FUNC:
-        snprintf(tmp, sizeof tmp, "<function %s>", v.u.fn->name ? v.u.fn->name : "?");
+        if (v.u.fn->kind == JF_MACRO)
+            snprintf(tmp, sizeof tmp, "<Macro '%.40s'>", v.u.fn->name);
+        else
+            snprintf(tmp, sizeof tmp, "<function %.40s>", v.u.fn->name ? v.u.fn->name : "?");
         return jb_cstr(c, b, tmp);
     case JV_LOOP: return jb_cstr(c, b, "<LoopContext>");
     }

@@ -50,8 +50,11 @@ int main(int argc, char **argv)
     char *out = NULL;
     size_t len = 0;
     int rc = jinja_parse(src, strlen(src), &t, &err);
+    jinja_opts o = jinja_opts_default();
+    if (getenv("JINJA_NOW")) /* strftime_now's clock, for comparisons */
+        o.now = (time_t)atoll(getenv("JINJA_NOW"));
     if (!rc)
-        rc = jinja_render(t, vars, NULL, &out, &len, &err);
+        rc = jinja_render(t, vars, &o, &out, &len, &err);
     if (rc)
         fprintf(stderr, "error: %s\n", err.msg);
     else
