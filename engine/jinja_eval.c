@@ -916,18 +916,16 @@ static int run_for(jctx *c, const jnode *n, jscope *s, jlist *items, int depth0)
     lp->depth0 = depth0;
     lp->node = n;
     lp->scope = s;
+    /* one scope for the body, emptied each iteration (Jinja's body sees a
+     * fresh scope per iteration: names set in one do not reach the next) */
+    jscope *is = scope_new(c, s);
+    if (!is)
+        return EX_ERR;
     for (int i = 0; i < items->n; i++) {
-        /* each iteration its own loop record: loop.index as seen by a
-         * macro or a nested loop stays right */
-        jloop *it = jx_alloc(&c->arena, sizeof *it);
-        jscope *is = scope_new(c, s);
-        if (!it || !is || jx_step(c))
-            return jx_fail(c, "the template used more than %zu bytes of memory",
-                           c->o->max_memory);
-        *it = *lp;
-        it->index0 = i;
-        if (bind(c, is, n->names, n->nn, items->v[i]) ||
-            scope_set(c, is, "loop", (jv){.t = JV_LOOP, .u.lp = it}))
+        is->n = 0;
+        lp->index0 = i;
+        if (jx_step(c) || bind(c, is, n->names, n->nn, items->v[i]) ||
+            scope_set(c, is, "loop", (jv){.t = JV_LOOP, .u.lp = lp}))
             return EX_ERR;
         int rc = ex_body(c, n->list, n->n, is);
         if (rc == EX_ERR)
@@ -1051,15 +1049,17 @@ int jinja_parse(const char *src, size_t len, jinja_tmpl **out, inf_err *err)
     *out = NULL;
     jinja_tmpl *t = calloc(1, sizeof *t);
     jtoks toks = {0};
+    inf_err e = {0};
     if (!t)
         return inf_fail(err, INF_ERR_NOMEM, "chat template: out of memory");
-    int rc = jx_lex(src, len, &t->arena, &toks, err);
+    int rc = jx_lex(src, len, &t->arena, &toks, &e);
     if (rc == INF_OK)
-        rc = jx_parse(&toks, &t->arena, &t->root, &t->iterates_content, err);
+        rc = jx_parse(&toks, &t->arena, &t->root, &t->iterates_content, &e);
     free(toks.v);
     if (rc) {
         jinja_destroy(t);
-        return rc < 0 ? rc : INF_ERR_FORMAT;
+        rc = e.code ? e.code : INF_ERR_FORMAT;
+        return inf_fail(err, rc, "%s", e.msg);
     }
     *out = t;
     return INF_OK;

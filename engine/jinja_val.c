@@ -324,9 +324,9 @@ size_t ju_offset(const char *s, size_t n, size_t cp)
 
 int jb_put(jctx *c, jbuf *b, const char *s, size_t n)
 {
+    if (b->len + n > c->o->max_output)
+        return jx_fail(c, "the template's output exceeded %zu bytes", c->o->max_output);
     if (b->len + n + 1 > b->cap) {
-        if (b->len + n > c->o->max_output)
-            return jx_fail(c, "the template's output exceeded %zu bytes", c->o->max_output);
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1)
             cap *= 2;
