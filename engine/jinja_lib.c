@@ -321,7 +321,7 @@ static int f_select_impl(jctx *c, jv in, const jargs *a, jv *out, int want, int 
         first = 1;
     }
     const char *test = a->n > first && a->v[first].t == JV_STR ? a->v[first].u.s->b : NULL;
-    jargs targs = {.n = a->n > first + 1 ? a->n - first - 1 : 0, .v = a->v + first + 1,
+    jargs targs = {.n = a->n > first + 1 ? a->n - first - 1 : 0, .v = a->n > first + 1 ? a->v + first + 1 : NULL,
                    .nk = a->nk, .kname = a->kname, .kv = a->kv};
     /* Jinja's select_or_reject: a falsy input selects nothing */
     if (jv_list_new(c, 0, out) || (jv_truthy(in) && list_of(c, in, &l)))
@@ -358,7 +358,7 @@ static int f_map(jctx *c, jv in, const jargs *a, jv *out)
     const jv *dflt = jx_arg(a, -1, "default");
     if (!attr && (a->n < 1 || a->v[0].t != JV_STR))
         return jx_fail(c, "map needs a filter name or attribute=");
-    jargs fargs = {.n = a->n ? a->n - 1 : 0, .v = a->v + 1, .nk = a->nk, .kname = a->kname,
+    jargs fargs = {.n = a->n ? a->n - 1 : 0, .v = a->n ? a->v + 1 : NULL, .nk = a->nk, .kname = a->kname,
                    .kv = a->kv};
     for (int i = 0; i < l->n; i++) {
         jv v = l->v[i];
@@ -383,7 +383,8 @@ static int f_list(jctx *c, jv in, const jargs *a, jv *out)
     jlist *l;
     if (list_of(c, in, &l) || jv_list_new(c, l->n, out))
         return -1;
-    memcpy(out->u.l->v, l->v, (size_t)l->n * sizeof *l->v);
+    if (l->n)
+        memcpy(out->u.l->v, l->v, (size_t)l->n * sizeof *l->v);
     out->u.l->n = l->n;
     return 0;
 }
@@ -808,7 +809,8 @@ static int f_format(jctx *c, jv in, const jargs *a, jv *out)
     if (as_str(c, in, &in) || jv_list_new(c, a->n, &args))
         return -1;
     args.tuple = 1;
-    memcpy(args.u.l->v, a->v, (size_t)a->n * sizeof *a->v);
+    if (a->n)
+        memcpy(args.u.l->v, a->v, (size_t)a->n * sizeof *a->v);
     args.u.l->n = a->n;
     return jx_binop(c, JO_MOD, in, args, out);
 }
