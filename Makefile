@@ -156,7 +156,7 @@ T_test_oai    := server/oai.o
 T_test_args   := server/args.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
                  engine/jinja_str.o engine/jinja_lib.o
-T_test_tmpl   := engine/tmpl.o engine/tok.o $(JINJA_OBJ)
+T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o engine/tok.o $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
