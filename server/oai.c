@@ -340,6 +340,7 @@ static const struct {
     {"stream", offsetof(oai_request, stream), K_ANY},
     {"echo", offsetof(oai_request, echo), K_CMPL},
     {"add_generation_prompt", offsetof(oai_request, add_generation_prompt), K_CHAT},
+    {"continue_final_message", offsetof(oai_request, continue_final_message), K_CHAT},
     {"ignore_eos", offsetof(oai_request, ignore_eos), K_ANY},
     {"skip_special_tokens", offsetof(oai_request, skip_special_tokens), K_ANY},
     {"speculative", offsetof(oai_request, speculative), K_ANY},
@@ -795,17 +796,25 @@ static int parse_message(const cJSON *m, int i, oai_message *out, oai_error *err
     snprintf(param, sizeof param, "messages.[%d].role", i);
     if (!cJSON_IsString(rv))
         return oai_fail(err, 400, OAI_INVALID, param,
-                        "messages[%d].role must be one of \"system\", \"user\", "
-                        "\"assistant\", got %s", i, rv ? json_type(rv) : "nothing");
+                        "messages[%d].role must be one of \"system\", \"developer\", "
+                        "\"user\", \"assistant\", \"tool\", got %s", i,
+                        rv ? json_type(rv) : "nothing");
     role = rv->valuestring;
     if (!strcmp(role, "developer"))
         role = "system"; /* OpenAI's newer name for the system role */
-    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+        strcmp(role, "tool")) {
         char got[96];
         echo_str(role, got, sizeof got);
         return oai_fail(err, 400, OAI_INVALID, param,
-                        "messages[%d].role must be one of \"system\", \"user\", "
-                        "\"assistant\", got %s", i, got);
+                        "messages[%d].role must be one of \"system\", \"developer\", "
+                        "\"user\", \"assistant\", \"tool\", got %s", i, got);
+    }
+    const cJSON *tc = get(m, "tool_calls");
+    if (tc && (!cJSON_IsArray(tc) || strcmp(role, "assistant"))) {
+        snprintf(param, sizeof param, "messages.[%d].tool_calls", i);
+        return oai_fail(err, 400, OAI_INVALID, param,
+                        "messages[%d].tool_calls must be a list, on an assistant message", i);
     }
     out->role = strdup(role);
     if (!out->role)
@@ -845,7 +854,7 @@ static int parse_messages(const cJSON *o, oai_request *r, oai_error *err)
         return oai_fail(err, 400, OAI_INVALID, "messages",
                         "messages must be a non-empty list of messages, got []");
     r->messages = calloc((size_t)n, sizeof *r->messages);
-    if (!r->messages)
+    if (!r->messages || !(r->messages_json = cJSON_PrintUnformatted(v)))
         return no_memory(err);
     cJSON_ArrayForEach(it, v) {
         r->n_messages = i + 1; /* so a failure frees what this one holds */
@@ -854,6 +863,36 @@ static int parse_messages(const cJSON *o, oai_request *r, oai_error *err)
             return rc;
         i++;
     }
+    return 0;
+}
+
+/* The chat template's extra inputs: tools and documents (lists),
+ * chat_template_kwargs (an object), kept as JSON text. */
+static int parse_template_inputs(const cJSON *o, oai_request *r, oai_error *err)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        int object;
+    } f[] = {
+        {"tools", offsetof(oai_request, tools_json), 0},
+        {"documents", offsetof(oai_request, documents_json), 0},
+        {"chat_template_kwargs", offsetof(oai_request, chat_template_kwargs_json), 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        const cJSON *v = get(o, f[i].key);
+        if (!v)
+            continue;
+        if (f[i].object ? !cJSON_IsObject(v) : !cJSON_IsArray(v))
+            return bad_type(err, f[i].key, f[i].object ? "an object" : "a list", v);
+        char **dst = (char **)((char *)r + f[i].off);
+        if (!(*dst = cJSON_PrintUnformatted(v)))
+            return no_memory(err);
+    }
+    if (r->continue_final_message && r->add_generation_prompt)
+        return oai_fail(err, 400, OAI_INVALID, "continue_final_message",
+                        "Cannot set both `continue_final_message` and `add_generation_prompt` "
+                        "to True.");
     return 0;
 }
 
@@ -1142,6 +1181,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim
         goto fail;
     }
     if ((rc = parse_simple(root, kind, &r, err)) ||
+        (kind == OAI_CHAT && (rc = parse_template_inputs(root, &r, err))) ||
         (rc = parse_stream_options(root, &r, err)) ||
         (rc = parse_counts(root, lim, &r, err)) ||
         (rc = parse_logprobs(root, kind, lim, &r, err)) ||
@@ -1180,6 +1220,10 @@ void oai_request_free(oai_request *r)
         free(r->messages[i].content);
     }
     free(r->messages);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->documents_json);
+    free(r->chat_template_kwargs_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
