@@ -54,7 +54,7 @@ static jscope *scope_new(jctx *c, jscope *parent)
 static int scope_set(jctx *c, jscope *s, const char *name, jv v)
 {
     for (int i = 0; i < s->n; i++)
-        if (strcmp(s->names[i], name) == 0) {
+        if (s->names[i][0] == name[0] && strcmp(s->names[i], name) == 0) {
             s->vals[i] = v;
             return 0;
         }
@@ -81,16 +81,52 @@ static jv *scope_get(jscope *s, const char *name)
 {
     for (; s; s = s->parent)
         for (int i = s->n - 1; i >= 0; i--)
-            if (strcmp(s->names[i], name) == 0)
+            if (s->names[i][0] == name[0] && strcmp(s->names[i], name) == 0)
                 return &s->vals[i];
     return NULL;
 }
 
 /* ------------------------------------------------------ attribute, item */
 
+static const char *hint_repr(jctx *c, jv k, char *buf, size_t cap);
+
 static int undef_error(jctx *c, jv u)
 {
-    return jx_fail(c, "%s", u.u.s ? u.u.s->b : "undefined value");
+    char r[200];
+    if (!u.tuple)
+        return jx_fail(c, "%s", u.u.s ? u.u.s->b : "undefined value");
+    const jundef *d = u.u.ud;
+    if (d->kind == 1)
+        return jx_fail(c, "'%s' is undefined", d->name);
+    if (d->kind == 2) {
+        jv k;
+        if (jv_cstr(c, d->name, &k))
+            return -1;
+        return jx_fail(c, "'%s' has no attribute %s", d->obj, hint_repr(c, k, r, sizeof r));
+    }
+    return jx_fail(c, "'%s' has no element %s", d->obj, hint_repr(c, *d->key, r, sizeof r));
+}
+
+int jx_undef_error(jctx *c, jv u)
+{
+    return undef_error(c, u);
+}
+
+/* An undefined value that says why only when asked. */
+static int lazy_undef(jctx *c, int kind, const char *obj, const char *name, const jv *key, jv *out)
+{
+    jundef *d = jx_alloc(&c->arena, sizeof *d + (key ? sizeof *key : 0));
+    if (!d)
+        return jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
+    d->kind = kind;
+    d->obj = obj;
+    d->name = name;
+    if (key) {
+        d->key = (jv *)(d + 1);
+        *d->key = *key;
+    }
+    *out = (jv){.t = JV_UNDEF, .tuple = 1, .u.ud = d};
+    return 0;
 }
 
 /* Python's repr of a name or key, for hints. */
@@ -172,12 +208,7 @@ int jx_getattr(jctx *c, jv obj, const char *name, jv *out)
             }
         }
     }
-    char r[200];
-    jv k;
-    if (jv_cstr(c, name, &k))
-        return -1;
-    return jv_undef_hint(c, out, "'%s' has no attribute %s", obj_type(obj),
-                         hint_repr(c, k, r, sizeof r));
+    return lazy_undef(c, 2, obj_type(obj), name, NULL, out);
 }
 
 static int norm_index(int64_t i, int64_t n, int64_t *out)
@@ -190,7 +221,6 @@ static int norm_index(int64_t i, int64_t n, int64_t *out)
 
 int jx_getitem(jctx *c, jv obj, jv key, jv *out)
 {
-    char r[200];
     if (obj.t == JV_UNDEF)
         return undef_error(c, obj);
     if (obj.t == JV_DICT || obj.t == JV_NS) {
@@ -219,8 +249,7 @@ int jx_getitem(jctx *c, jv obj, jv key, jv *out)
         if (out->t != JV_UNDEF)
             return 0;
     }
-    return jv_undef_hint(c, out, "'%s' has no element %s", obj_type(obj),
-                         hint_repr(c, key, r, sizeof r));
+    return lazy_undef(c, 3, obj_type(obj), NULL, &key, out);
 }
 
 /* a[start:stop:step] on a list or str (Python's slice rules). */
@@ -404,13 +433,8 @@ static int binop(jctx *c, int op, jv a, jv b, jv *out)
         case JO_POW: *out = jv_float(pow(x, y)); return 0;
         }
     }
-    if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR) {
-        jbuf s = {0};
-        int rc = jb_put(c, &s, a.u.s->b, a.u.s->len) || jb_put(c, &s, b.u.s->b, b.u.s->len) ||
-                 jv_str(c, s.p, s.len, out);
-        free(s.p);
-        return rc ? -1 : 0;
-    }
+    if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR)
+        return jv_str2(c, a.u.s, b.u.s, out);
     if (op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
         if (jv_list_new(c, a.u.l->n + b.u.l->n, out))
             return -1;
@@ -641,7 +665,7 @@ static int apply_chain(jctx *c, const jnode *f, jscope *s, jv v, jv *out)
     if (ev_args(c, f, s, 0, &a))
         return -1;
     c->line = f->line;
-    return jx_filter(c, f->name, in, &a, out);
+    return jx_filter_fn(c, f->filter, in, &a, out);
 }
 
 static int call_macro(jctx *c, jfunc *fn, const jargs *a, jv *out)
@@ -731,7 +755,7 @@ static int ev_name(jctx *c, const jnode *n, jscope *s, jv *out)
         *out = *v;
         return 0;
     }
-    return jv_undef_hint(c, out, "'%s' is undefined", n->name);
+    return lazy_undef(c, 1, NULL, n->name, NULL, out);
 }
 
 static int ev_seq(jctx *c, const jnode *n, jscope *s, jv *out)
@@ -815,7 +839,7 @@ static int ev(jctx *c, const jnode *n, jscope *s, jv *out)
         rc = ev(c, n->a, s, &a) || ev_args(c, n, s, 0, &args);
         if (!rc) {
             c->line = n->line;
-            rc = jx_filter(c, n->name, a, &args, out);
+            rc = jx_filter_fn(c, n->filter, a, &args, out);
         }
         break;
     }
@@ -869,12 +893,12 @@ static int ev(jctx *c, const jnode *n, jscope *s, jv *out)
                                "and no else section was defined.", n->line);
         break;
     case JN_CONCAT: {
-        jbuf buf = {0};
-        rc = jb_put(c, &buf, "", 0);
-        for (int i = 0; i < n->n && !rc; i++)
-            rc = ev(c, n->list[i], s, &a) || jb_str(c, &buf, a);
-        rc = rc || jv_str(c, buf.p, buf.len, out);
-        free(buf.p);
+        jv acc;
+        rc = ev(c, n->list[0], s, &a) || jv_to_str(c, a, &acc);
+        for (int i = 1; i < n->n && !rc; i++)
+            rc = ev(c, n->list[i], s, &a) || jv_to_str(c, a, &b) ||
+                 jv_str2(c, acc.u.s, b.u.s, &acc);
+        *out = acc;
         break;
     }
     case JN_COMPARE: rc = ev_compare(c, n, s, out); break;

@@ -39,9 +39,19 @@ typedef struct jdict jdict;
 typedef struct jfunc jfunc;
 typedef struct jloop jloop;
 
+/* Why a value is undefined, kept unformatted until an error needs it
+ * (templates test for missing keys all the time). */
+typedef struct jundef {
+    int kind;            /* 1 "'name' is undefined", 2 no attribute, 3 no element */
+    const char *obj;     /* kinds 2, 3: Jinja's name of the object's type      */
+    const char *name;    /* kinds 1, 2                                         */
+    struct jv *key;      /* kind 3                                             */
+} jundef;
+
 struct jv {
     jv_type t;
-    int tuple;           /* JV_LIST: a tuple (repr with parentheses)        */
+    int tuple;           /* JV_LIST: a tuple (repr with parentheses);
+                            JV_UNDEF: u.ud (lazy hint) rather than u.s         */
     union {
         int b;
         int64_t i;
@@ -51,6 +61,7 @@ struct jv {
         jdict *d;        /* JV_DICT, JV_NS                                  */
         jfunc *fn;
         jloop *lp;
+        jundef *ud;
     } u;
 };
 
@@ -69,6 +80,7 @@ typedef struct jargs {
 } jargs;
 
 typedef int (*jbuiltin)(jctx *c, jv self, const jargs *a, jv *out);
+typedef int (*jfilter_fn)(jctx *c, jv in, const jargs *a, jv *out);
 
 typedef enum jfunc_kind { JF_BUILTIN, JF_MACRO, JF_CALLER } jfunc_kind;
 struct jfunc {
@@ -98,10 +110,12 @@ static inline jv jv_float(double f) { jv v = {0}; v.t = JV_FLOAT; v.u.f = f; ret
 /* Each returns 0, or -1 with the error recorded in c. */
 int jv_str(jctx *c, const char *s, size_t n, jv *out);
 int jv_cstr(jctx *c, const char *s, jv *out);
+int jv_str2(jctx *c, const jstr *a, const jstr *b, jv *out); /* a + b */
 int jv_list_new(jctx *c, int cap, jv *out);
 int jv_list_push(jctx *c, jv list, jv item);
 int jv_dict_new(jctx *c, jv *out);
 int jv_dict_set(jctx *c, jv dict, jv key, jv val);
+int jv_dict_add(jctx *c, jv dict, jv key, jv val); /* key known absent */
 jv *jv_dict_get(jv dict, const char *key, size_t klen); /* NULL if absent  */
 jv *jv_dict_find(jctx *c, jv dict, jv key);           /* by == ; NULL    */
 int jv_undef_hint(jctx *c, jv *out, const char *fmt, ...)
@@ -179,6 +193,7 @@ struct jnode {
     const char **names; int nn; /* keyword names, targets, parameters      */
     int *ops;                   /* JN_COMPARE: n operators                  */
     const char *name;           /* JN_NAME, JN_ATTR, filters, tests, macros */
+    jfilter_fn filter;          /* JN_FILTER: resolved at parse time        */
     jv lit;                     /* JN_LIT, JN_TEXT                          */
     int recursive;              /* JN_FOR                                   */
 };
@@ -217,12 +232,14 @@ struct jctx {
 };
 
 int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int jx_undef_error(jctx *c, jv u); /* fails with why u is undefined        */
 int jx_step(jctx *c);           /* counts a step; -1 past the limit         */
 
 /* Evaluator entry points the library needs (map/select use filters and
  * tests; macros are called). */
 int jx_call(jctx *c, jv fn, const jargs *a, jv *out);
 int jx_filter(jctx *c, const char *name, jv in, const jargs *a, jv *out);
+int jx_filter_fn(jctx *c, jfilter_fn f, jv in, const jargs *a, jv *out);
 int jx_test(jctx *c, const char *name, jv in, const jargs *a, int *out);
 int jx_getattr(jctx *c, jv obj, const char *name, jv *out);
 int jx_getitem(jctx *c, jv obj, jv key, jv *out);
@@ -234,7 +251,6 @@ int jx_scope_set(jctx *c, jscope *s, const char *name, jv v);
 
 /* The library: lookup of a filter / test by name (NULL if unknown), a
  * method of a str/dict/list (0 with out undefined if none), globals. */
-typedef int (*jfilter_fn)(jctx *c, jv in, const jargs *a, jv *out);
 jfilter_fn jx_find_filter(const char *name);
 int jx_find_test(const char *name);   /* 1 if known */
 int jx_method(jctx *c, jv self, const char *name, jv *out);

@@ -874,6 +874,11 @@ int jx_filter(jctx *c, const char *name, jv in, const jargs *a, jv *out)
     jfilter_fn f = jx_find_filter(name);
     if (!f)
         return jx_fail(c, "No filter named '%s'.", name);
+    return jx_filter_fn(c, f, in, a, out);
+}
+
+int jx_filter_fn(jctx *c, jfilter_fn f, jv in, const jargs *a, jv *out)
+{
     if (jx_step(c))
         return -1;
     /* Most filters need a value: an undefined input raises, as in Jinja,
@@ -884,7 +889,7 @@ int jx_filter(jctx *c, const char *name, jv in, const jargs *a, jv *out)
         f != f_select && f != f_reject && f != f_selectattr && f != f_rejectattr && f != f_map &&
         f != f_unique && f != f_sort && f != f_reverse && f != f_safe && f != f_escape &&
         f != f_capitalize && f != f_title && f != f_wordcount && f != f_replace && f != f_indent)
-        return jx_fail(c, "%s", in.u.s ? in.u.s->b : "undefined value");
+        return jx_undef_error(c, in);
     return f(c, in, a, out);
 }
 

@@ -206,7 +206,7 @@ static jnode *filter(ps *p, jnode *in, int start_inline)
             return NULL;
         f->a = in;
         f->name = expect_name(p);
-        if (f->name && !jx_find_filter(f->name))
+        if (f->name && !(f->filter = jx_find_filter(f->name)))
             return fail(p, "No filter named '%s'.", f->name);
         while (!p->failed && is_op(cur(p), ".") && peek(p, 1)->t == JT_NAME) {
             p->i++;

@@ -544,7 +544,7 @@ static const char *const LIST_UNSAFE[] = {"append", "clear", "extend", "insert",
 static int listed(const char *const *l, const char *name)
 {
     for (; *l; l++)
-        if (!strcmp(*l, name))
+        if ((*l)[0] == name[0] && !strcmp(*l, name))
             return 1;
     return 0;
 }
@@ -559,7 +559,7 @@ int jx_method(jctx *c, jv self, const char *name, jv *out)
         return jv_undef_hint(c, out, "access to attribute '%s' of '%s' object is unsafe.", name,
                              jv_type_name(self));
     for (; m && m->name; m++)
-        if (!strcmp(m->name, name)) {
+        if (m->name[0] == name[0] && !strcmp(m->name, name)) {
             jfunc *f = jx_alloc(&c->arena, sizeof *f);
             if (!f)
                 return jx_fail(c, "the template used more than %zu bytes of memory",

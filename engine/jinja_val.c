@@ -87,6 +87,18 @@ int jv_str(jctx *c, const char *s, size_t n, jv *out)
     return 0;
 }
 
+int jv_str2(jctx *c, const jstr *a, const jstr *b, jv *out)
+{
+    jstr *p = ctx_alloc(c, sizeof *p + a->len + b->len + 1);
+    if (!p)
+        return -1;
+    memcpy(p->b, a->b, a->len);
+    memcpy(p->b + a->len, b->b, b->len);
+    p->len = a->len + b->len;
+    *out = (jv){.t = JV_STR, .u.s = p};
+    return 0;
+}
+
 int jv_cstr(jctx *c, const char *s, jv *out)
 {
     return jv_str(c, s, strlen(s), out);
@@ -157,6 +169,11 @@ int jv_dict_set(jctx *c, jv dict, jv key, jv val)
         *old = val;
         return 0;
     }
+    return jv_dict_add(c, dict, key, val);
+}
+
+int jv_dict_add(jctx *c, jv dict, jv key, jv val)
+{
     jdict *d = dict.u.d;
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 4;
@@ -216,7 +233,7 @@ int jv_from_json(jctx *c, const cJSON *j, jv *out)
             jv v, k;
             if (jv_from_json(c, it, &v))
                 return -1;
-            if (obj ? jv_cstr(c, it->string ? it->string : "", &k) || jv_dict_set(c, *out, k, v)
+            if (obj ? jv_cstr(c, it->string ? it->string : "", &k) || jv_dict_add(c, *out, k, v)
                     : jv_list_push(c, *out, v))
                 return -1;
         }
@@ -511,6 +528,13 @@ int jv_to_str(jctx *c, jv v, jv *out)
         *out = v;
         return 0;
     }
+    if (v.t == JV_INT) {
+        char tmp[24];
+        int n = snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i);
+        return jv_str(c, tmp, (size_t)n, out);
+    }
+    if (v.t == JV_UNDEF)
+        return jv_str(c, "", 0, out);
     jbuf b = {0};
     int rc = jb_str(c, &b, v) || jv_str(c, b.p ? b.p : "", b.len, out);
     free(b.p);

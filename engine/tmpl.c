@@ -440,8 +440,15 @@ int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_p
 static int tmpl__split(const tmpl *t, const char *text, size_t n, tmpl_out *o, inf_err *err)
 {
     size_t nb = t->split_bos ? strlen(t->bos_text) : 0, ne = t->split_eos ? strlen(t->eos_text) : 0;
-    size_t run = 0;
-    for (size_t i = 0; i < n;) {
+    size_t run = 0, i = 0;
+    while (i < n) {
+        /* the next place either token could start */
+        const char *pb = nb ? memchr(text + i, t->bos_text[0], n - i) : NULL;
+        const char *pe = ne ? memchr(text + i, t->eos_text[0], n - i) : NULL;
+        const char *p = pb && (!pe || pb < pe) ? pb : pe;
+        if (!p)
+            break;
+        i = (size_t)(p - text);
         tmpl_seg_kind k = TMPL_SEG_TEXT;
         size_t l = 0;
         if (nb && n - i >= nb && memcmp(text + i, t->bos_text, nb) == 0)

@@ -178,16 +178,13 @@ static int content_for(const cJSON *c, int openai, int i, cJSON **out, inf_err *
     return *out ? INF_OK : nomem(err);
 }
 
-/* tool_calls with each function.arguments a mapping (vLLM's
+/* Each tool call's function.arguments a mapping (vLLM's
  * _postprocess_messages: json.loads of the string). */
-static int tool_calls_for(const cJSON *calls, int i, cJSON **out, inf_err *err)
+static int tool_calls_in_place(cJSON *calls, int i, inf_err *err)
 {
-    *out = cJSON_Duplicate(calls, 1);
-    if (!*out)
-        return nomem(err);
     cJSON *call;
     int k = 0;
-    cJSON_ArrayForEach(call, *out) {
+    cJSON_ArrayForEach(call, calls) {
         cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
         cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
         if (cJSON_IsString(args)) {
@@ -203,39 +200,47 @@ static int tool_calls_for(const cJSON *calls, int i, cJSON **out, inf_err *err)
     return INF_OK;
 }
 
-static int conversation(const cJSON *msgs, int openai, cJSON *out, inf_err *err)
+/* Keys a message keeps (vLLM rebuilds each message from these). */
+static int kept_key(const char *k, const char *role)
 {
-    const cJSON *m;
+    return !strcmp(k, "role") || !strcmp(k, "content") || !strcmp(k, "name") ||
+           !strcmp(k, "reasoning_content") ||
+           (!strcmp(k, "tool_calls") && !strcmp(role, "assistant")) ||
+           (!strcmp(k, "tool_call_id") && !strcmp(role, "tool"));
+}
+
+/* Rewrites the parsed messages in place into what vLLM hands the
+ * template (no copies of the texts that stay as they are). */
+static int conversation(cJSON *msgs, int openai, inf_err *err)
+{
+    cJSON *m;
     int i = 0, rc = INF_OK;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role))
             return inf_fail(err, INF_ERR_INVALID, "chat template: messages[%d] needs a role", i);
-        cJSON *o = cJSON_CreateObject(), *content = NULL, *calls = NULL;
-        if (!o)
-            return nomem(err);
-        cJSON_AddItemToArray(out, o);
-        cJSON_AddStringToObject(o, "role", role->valuestring);
-        if ((rc = content_for(cJSON_GetObjectItemCaseSensitive(m, "content"), openai, i, &content,
-                              err)))
-            return rc;
-        cJSON_AddItemToObject(o, "content", content);
-        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-        if (!strcmp(role->valuestring, "assistant") && cJSON_IsArray(tc)) {
-            rc = tool_calls_for(tc, i, &calls, err);
-            cJSON_AddItemToObject(o, "tool_calls", calls);
-            if (rc)
-                return rc;
+        for (cJSON *k = m->child, *next; k; k = next) {
+            next = k->next;
+            if (!kept_key(k->string, role->valuestring) ||
+                (!strcmp(k->string, "name") && !cJSON_IsString(k)) ||
+                (!strcmp(k->string, "reasoning_content") && !cJSON_IsString(k)) ||
+                (!strcmp(k->string, "tool_call_id") && !cJSON_IsString(k)) ||
+                (!strcmp(k->string, "tool_calls") && !cJSON_IsArray(k)))
+                cJSON_Delete(cJSON_DetachItemViaPointer(m, k));
         }
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
-        if (!strcmp(role->valuestring, "tool") && cJSON_IsString(id))
-            cJSON_AddStringToObject(o, "tool_call_id", id->valuestring);
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(m, "name");
-        if (cJSON_IsString(name))
-            cJSON_AddStringToObject(o, "name", name->valuestring);
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-        if (cJSON_IsString(rs))
-            cJSON_AddStringToObject(o, "reasoning_content", rs->valuestring);
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (openai || !cJSON_IsString(c)) {
+            cJSON *nc;
+            if ((rc = content_for(c, openai, i, &nc, err)))
+                return rc;
+            if (c)
+                cJSON_ReplaceItemInObjectCaseSensitive(m, "content", nc);
+            else
+                cJSON_AddItemToObject(m, "content", nc);
+        }
+        cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+        if (tc && (rc = tool_calls_in_place(tc, i, err)))
+            return rc;
         i++;
     }
     return INF_OK;
@@ -317,11 +322,13 @@ int tmpl_jx_render(const tmpl_jx *j, const tmpl_chat *chat, char **text, size_t 
     }
     const jinja_tmpl *t = tools && !cJSON_IsNull(tools) && j->tools_t ? j->tools_t : j->t;
     rc = INF_ERR_NOMEM;
-    if (!(vars = cJSON_CreateObject()) || !(conv = cJSON_CreateArray()))
+    if (!(vars = cJSON_CreateObject()))
         goto nomem;
-    cJSON_AddItemToObject(vars, "messages", conv);
-    if ((rc = conversation(msgs, jinja_iterates_content(t), conv, err)))
+    if ((rc = conversation(msgs, jinja_iterates_content(t), err)))
         goto done;
+    conv = msgs; /* vars owns them from here */
+    msgs = NULL;
+    cJSON_AddItemToObject(vars, "messages", conv);
     cJSON_AddItemToObject(vars, "tools", tools ? tools : cJSON_CreateNull());
     cJSON_AddItemToObject(vars, "documents", docs ? docs : cJSON_CreateNull());
     tools = docs = NULL;
@@ -345,7 +352,7 @@ int tmpl_jx_render(const tmpl_jx *j, const tmpl_chat *chat, char **text, size_t 
         inf_fail(err, rc, "%s", e.msg);
         goto done;
     }
-    if (chat->continue_final_message && (rc = cut_final(msgs, *text, len, err))) {
+    if (chat->continue_final_message && (rc = cut_final(conv, *text, len, err))) {
         free(*text);
         *text = NULL;
     }
