@@ -236,6 +236,7 @@ static void test_jinja_matches_python(void **state)
             cJSON_AddItemToArray(cases, c);
         }
     const char *tmp = getenv("INFERD_TEST_TMP") ? getenv("INFERD_TEST_TMP") : "/tmp";
+    mkdir(tmp, 0755); /* make unit makes it; by hand it may be absent */
     char in_path[512], out_path[512], cmd[1500];
     snprintf(in_path, sizeof in_path, "%s/jinja_cases.%d.json", tmp, (int)getpid());
     snprintf(out_path, sizeof out_path, "%s/jinja_ref.%d.json", tmp, (int)getpid());
