@@ -188,7 +188,10 @@ T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
 T_test_vargs  := app/vargs.o
 T_test_hub    := app/hub.o
-T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
+JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
+                 engine/jinja_str.o engine/jinja_lib.o
+T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
+T_test_jinja  := $(JINJA_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
@@ -245,6 +248,7 @@ FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
+F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_config := engine/model.o engine/mdesc.o engine/st.o
 F_fuzz_tok   := $(TOK_OBJ)
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
