@@ -152,6 +152,9 @@ T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
+T_test_step   := engine/eng.o engine/eng_req.o engine/eng_step.o engine/eng_spec.o engine/batch.o \
+                 engine/be.o engine/kv.o engine/sched.o engine/smp.o engine/stop.o engine/tok.o \
+                 engine/metrics.o engine/log.o engine/spec.o
 T_test_oai    := server/oai.o
 T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o
