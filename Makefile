@@ -154,7 +154,8 @@ T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_step   := engine/eng.o engine/eng_req.o engine/eng_step.o engine/eng_spec.o engine/batch.o \
                  engine/be.o engine/kv.o engine/sched.o engine/smp.o engine/stop.o engine/tok.o \
-                 engine/metrics.o engine/log.o engine/spec.o
+                 engine/metrics.o engine/log.o engine/spec.o engine/lp.o
+T_test_lp     := engine/lp.o engine/smp.o
 T_test_oai    := server/oai.o
 T_test_args   := server/args.o
 T_test_tmpl   := engine/tmpl.o engine/tok.o

@@ -284,7 +284,8 @@ static int teardown(void **state)
     if (!x)
         return 0;
     eng_destroy(x->e);
-    be_destroy(&x->be->base);
+    if (x->be)
+        be_destroy(&x->be->base);
     tok_destroy(x->tk);
     pthread_mutex_destroy(&x->w.mu);
     pthread_cond_destroy(&x->w.cv);
@@ -603,6 +604,48 @@ static void test_step_cancel(void **state)
     assert_no_blocks_held(x);
 }
 
+/* Logits processors under speculation: with penalties, logit_bias and
+ * min_tokens (the EOS the fake predicts at position 16 falls before
+ * min_tokens and is suppressed), the output with drafting equals the
+ * output without: the chain advanced over drafts and stepped back over the
+ * rejected ones. */
+static void test_step_processors_same_with_drafts(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    int32_t prompt[12], got[2][MAXLEN];
+    make_prompt(x, 21, 12, prompt);
+    int32_t bias_ids[] = {5, 6, 7};
+    float bias[] = {3.0f, 2.0f, -50.0f};
+    eng_params p = greedy(30);
+    p.sampling.repetition_penalty = 1.5f;
+    p.sampling.frequency_penalty = 1.0f;
+    p.sampling.presence_penalty = 0.5f;
+    p.bias_ids = bias_ids;
+    p.bias = bias;
+    p.n_bias = 3;
+    p.min_tokens = 8;
+    int n[2];
+    for (int run = 0; run < 2; run++) {
+        start(x, 16, run ? 4 : 0, 16);
+        eng_req *r = submit(x, prompt, 12, &p);
+        wait_done(x, r);
+        wait_idle(x);
+        n[run] = out_tokens(r, got[run]);
+        eng_req_unref(r);
+        if (run)
+            assert_true(x->be->multi_row_seqs > 0);
+        eng_destroy(x->e);
+        be_destroy(&x->be->base);
+        x->e = NULL;
+        x->be = NULL;
+    }
+    assert_true(n[0] >= 8);
+    for (int i = 0; i < 7; i++) /* min_tokens: no EOS among the first 7 */
+        assert_int_not_equal(got[0][i], x->m.cfg.eos_token_ids[0]);
+    assert_tokens(got[0], n[0], got[1], n[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -612,6 +655,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_step_eos_stops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_stop_string, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_processors_same_with_drafts, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
