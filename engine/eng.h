@@ -8,6 +8,7 @@
 
 #include "be.h"
 #include "log.h"
+#include "lp.h"
 #include "metrics.h"
 #include "model.h"
 #include "smp.h"
@@ -82,9 +83,16 @@ typedef struct eng_params {
     int no_speculation;   /* the request opted out of speculative decoding  */
     const char *grammar;  /* GBNF the output must match (gram_parse's syntax,
                              already checked by the caller; copied), or NULL.
-                             Masks every row, advances on accepted tokens,
-                             rolls back with rejected drafts; the request
-                             stops (STOP) once nothing but EOS can follow  */
+                             The engine adds its mask to the request's logits
+                             processors (after the caller's), sharing the
+                             compiled automaton between requests with the
+                             same grammar; the request stops (STOP) once only
+                             EOS can follow                                */
+    /* Logits processors of the caller's (a grammar mask), applied after the
+     * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
+     * owns them from eng_req_create on, also when it fails. */
+    lp_proc *const *procs;
+    int n_procs;
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included

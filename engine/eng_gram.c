@@ -82,6 +82,46 @@ static eng_gram_ent *lookup(eng *e, const char *text, inf_err *err)
     return &e->gcache[e->n_gcache++];
 }
 
+/* The grammar as a logits processor. accept counts tokens the grammar
+ * refuses (drafts past a refused one, which the verifier rejects anyway)
+ * without moving the matcher, so rollback takes back exactly what accept
+ * gave. After detach (the request finished) it does nothing. */
+typedef struct eng_gram_proc {
+    lp_proc base;
+    gram_match *m;
+    int dead;     /* tokens accepted since the first refused one */
+} eng_gram_proc;
+
+static void gp_apply(lp_proc *p, float *logits, int n)
+{
+    eng_gram_proc *g = (eng_gram_proc *)p;
+    if (g->m)
+        gram_match_apply(g->m, logits, n);
+}
+
+static void gp_accept(lp_proc *p, int32_t token)
+{
+    eng_gram_proc *g = (eng_gram_proc *)p;
+    if (g->m && (g->dead || gram_match_accept(g->m, token) != INF_OK))
+        g->dead++;
+}
+
+static void gp_rollback(lp_proc *p, int n)
+{
+    eng_gram_proc *g = (eng_gram_proc *)p;
+    int d = n < g->dead ? n : g->dead;
+    g->dead -= d;
+    if (g->m && n > d)
+        gram_match_rollback(g->m, n - d);
+}
+
+static void gp_destroy(lp_proc *p)
+{
+    free(p); /* the matcher went at detach, on the engine thread */
+}
+
+static const lp_ops gram_ops = {"grammar", gp_apply, gp_accept, gp_rollback, gp_destroy};
+
 int eng__gram_attach(eng *e, eng_req *r, inf_err *err)
 {
     if (!r->grammar)
@@ -89,12 +129,20 @@ int eng__gram_attach(eng *e, eng_req *r, inf_err *err)
     if (!e->gvocab && build_vocab(e, err))
         return INF_ERR_NOMEM;
     eng_gram_ent *x = lookup(e, r->grammar, err);
-    if (!x || gram_match_create(x->a, &r->gm, err))
+    eng_gram_proc *g = calloc(1, sizeof *g);
+    if (!g)
+        return inf_fail(err, INF_ERR_NOMEM, "grammar: out of memory");
+    if (!x || gram_match_create(x->a, &g->m, err)) {
+        free(g);
         return INF_ERR_INVALID;
+    }
+    g->base.ops = &gram_ops;
     x->users++;
     x->used = e->step_no;
     r->gent_text = x->text;
-    return INF_OK;
+    r->gm = g->m;
+    r->gproc = g;
+    return lp_chain_add(&r->lp, &g->base, err); /* the chain owns g either way */
 }
 
 void eng__gram_detach(eng *e, eng_req *r)
@@ -103,10 +151,21 @@ void eng__gram_detach(eng *e, eng_req *r)
         return;
     gram_match_destroy(r->gm);
     r->gm = NULL;
+    r->gproc->m = NULL;
     for (int i = 0; i < e->n_gcache; i++)
         if (e->gcache[i].text == r->gent_text)
             e->gcache[i].users--;
     r->gent_text = NULL;
+}
+
+int eng__gram_refused(const eng_req *r)
+{
+    return r->gm && r->gproc->dead > 0;
+}
+
+int eng__gram_must_end(const eng_req *r)
+{
+    return r->gm && !r->gproc->dead && gram_match_must_end(r->gm);
 }
 
 void eng__gram_free(eng *e)

@@ -16,6 +16,7 @@
 #include "eng.h"
 #include "gram.h"
 #include "kv.h"
+#include "lp.h"
 #include "sched.h"
 #include "stop.h"
 
@@ -31,9 +32,13 @@ struct eng_req {
     int32_t *stop_ids, *bias_ids;
     float *bias;
     char *grammar;            /* GBNF text, or NULL                        */
-    /* engine-thread state */
-    gram_match *gm;           /* the grammar's matcher (eng_gram.c)        */
+    gram_match *gm;           /* its matcher, inside the grammar processor
+                                 of lp (eng_gram.c); engine thread only     */
+    struct eng_gram_proc *gproc;
     const char *gent_text;    /* its cache entry's key                     */
+    /* engine-thread state */
+    lp_chain lp;              /* its logits processors (the caller's until
+                                 admission, then built-ins first)           */
     sched_seq seq;
     int n_output;
     smp_rng rng;
@@ -126,6 +131,11 @@ int eng__emit(eng_req *r, const char *text, size_t len, int final);
 void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
                           int32_t tokid, const char *text, size_t text_len);
 
+/* Builds r's logits-processor chain at admission: logit_bias, min_tokens
+ * (EOS of c unless ignore_eos, and the stop ids), penalties (scratch: the
+ * engine's sampler context), then the caller's processors. */
+int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_err *err);
+
 /* ---- eng_step.c: the step ------------------------------------------------- */
 
 int eng__step_init(eng *e, inf_err *err);   /* step and speculation buffers */
@@ -147,21 +157,29 @@ void eng__finish(eng *e, eng_req *r, int reason, const char *error);
 
 /* Appends token t (sampled from raw logits row) to r and its output:
  * detokenized, through stop strings, EOS / stop ids / max_tokens checked.
- * Returns 1 when r finished. */
+ * The caller has told r's logits processors (lp_chain_accept). Returns 1
+ * when r finished. */
 int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
 
-/* A logits row as the request samples from it, before penalties (n_out:
- * output tokens before this row's). */
-void eng__mask_row(eng *e, const eng_req *r, const float *row, int n_out, float *lg);
+/* The raw row through r's logits processors, into lg: what r samples its
+ * next token from (temperature and filters still to come). */
+void eng__process_row(eng *e, eng_req *r, const float *row, float *lg);
 
 /* ---- eng_gram.c: grammar-constrained output -------------------------------- */
 
 typedef struct eng_gram_ent eng_gram_ent;
 
 /* Gives r (with a grammar) its matcher, compiling or reusing the grammar's
- * automaton. */
+ * automaton, as the last processor of r->lp. */
 int eng__gram_attach(eng *e, eng_req *r, inf_err *err);
-void eng__gram_detach(eng *e, eng_req *r); /* at finish; no grammar: no-op */
+/* At finish (engine thread): the matcher goes and the processor becomes a
+ * no-op, so freeing the request later (any thread) touches no engine state.
+ * No grammar: nothing. */
+void eng__gram_detach(eng *e, eng_req *r);
+/* The grammar refused an accepted token (then the request fails), or only
+ * EOS can follow (then it stops). */
+int eng__gram_refused(const eng_req *r);
+int eng__gram_must_end(const eng_req *r);
 void eng__gram_free(eng *e);
 
 /* ---- eng_spec.c: speculation ---------------------------------------------- */

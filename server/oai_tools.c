@@ -125,6 +125,8 @@ int oai__parse_tools(const cJSON *root, const oai_limits *lim, oai_request *r, o
         return rc;
     if (r->tool_choice != OAI_TOOL_NONE && !r->n_tools)
         return oai_fail(err, 400, OAI_INVALID, "tool_choice", "tool_choice needs tools");
+    if (r->tool_choice == OAI_TOOL_AUTO && !lim->auto_tools && !tc)
+        r->tool_choice = OAI_TOOL_NONE; /* tools only for the template to render */
     if (r->tool_choice == OAI_TOOL_AUTO && !lim->auto_tools)
         return oai_fail(err, 400, OAI_INVALID, "tool_choice",
                         "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set");

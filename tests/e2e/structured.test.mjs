@@ -211,12 +211,15 @@ describe('tool calls', () => {
 });
 
 describe('tool-call flags', () => {
-  test('"auto" without --enable-auto-tool-choice is a 400; an unknown parser stops start-up', async () => {
+  test('"auto" without --enable-auto-tool-choice is a 400 (tools alone are only rendered); an unknown parser stops start-up', async () => {
     const d = await startDaemon(model);
     try {
-      const r = await post(d.base, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, tools: [weather] });
+      const r = await post(d.base, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, tools: [weather], tool_choice: 'auto' });
       assert.equal(r.status, 400, r.text);
       assert.match(r.json.error.message, /--enable-auto-tool-choice/);
+      const plain = await post(d.base, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 5, tools: [weather] });
+      assert.equal(plain.status, 200, plain.text);
+      assert.equal(plain.json.choices[0].message.tool_calls, undefined);
     } finally {
       await d.stop();
     }
