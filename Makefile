@@ -82,7 +82,7 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o \
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o engine/mdesc_rope.o \
                engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -177,8 +177,8 @@ OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GR
 # a test without a T_ line links the whole library. Every test links the
 # shared temporary-directory fixture (tests/tdir.h).
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/mdesc.o engine/st.o
-T_test_mdesc  := engine/model.o engine/mdesc.o engine/st.o
+T_test_model  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+T_test_mdesc  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
 T_test_tok    := $(TOK_OBJ)
 T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
@@ -255,7 +255,7 @@ F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
-F_fuzz_config := engine/model.o engine/mdesc.o engine/st.o
+F_fuzz_config := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o
