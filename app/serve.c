@@ -527,8 +527,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                             "CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
-        {"chat-template", ARG_STR, &o->chat_template, "NAME", "llama-2, mistral, chatml, zephyr, "
-                                                              "llama-3 or plain"},
+        {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
+         "a Jinja file, an inline Jinja template, or llama-2, mistral, chatml, zephyr, "
+         "llama-3, plain (default: the model's own)"},
         {"max-waiting", ARG_INT, &o->max_waiting, "N", "queued requests before 503 (default "
                                                        "1024)"},
         {"max-connections", ARG_INT, &o->max_connections, "N", "concurrent connections "
