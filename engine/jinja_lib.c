@@ -881,14 +881,10 @@ int jx_filter_fn(jctx *c, jfilter_fn f, jv in, const jargs *a, jv *out)
 {
     if (jx_step(c))
         return -1;
-    /* Most filters need a value: an undefined input raises, as in Jinja,
-     * except where the filter itself handles it. */
-    if (in.t == JV_UNDEF && f != f_default && f != f_length && f != f_list && f != f_join &&
-        f != f_string && f != f_items && f != f_first && f != f_last && f != f_trim &&
-        f != f_upper && f != f_lower && f != f_int && f != f_float && f != f_tojson &&
-        f != f_select && f != f_reject && f != f_selectattr && f != f_rejectattr && f != f_map &&
-        f != f_unique && f != f_sort && f != f_reverse && f != f_safe && f != f_escape &&
-        f != f_capitalize && f != f_title && f != f_wordcount && f != f_replace && f != f_indent)
+    /* Undefined reads as empty in most filters (Jinja's Undefined iterates
+     * as nothing and prints as ""); these need a real value and raise. */
+    if (in.t == JV_UNDEF && (f == f_int || f == f_float || f == f_indent || f == f_dictsort ||
+                             f == f_abs || f == f_round))
         return jx_undef_error(c, in);
     return f(c, in, a, out);
 }
