@@ -25,7 +25,7 @@ FROM debian:12 AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config \
-        libcjson-dev libuv1-dev libmicrohttpd-dev libsentencepiece-dev libyaml-dev \
+        libcjson-dev libuv1-dev libmicrohttpd-dev libsentencepiece-dev libyaml-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps a host build/ out: make would take it as up to date.
@@ -39,7 +39,7 @@ RUN make -j"$(nproc)" build/inferd \
 FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libcjson1 libuv1 libmicrohttpd12 libsentencepiece0 libyaml-0-2 \
+        libcjson1 libuv1 libmicrohttpd12 libsentencepiece0 libyaml-0-2 libutf8proc2 \
         libstdc++6 libgcc-s1 \
         curl \
  && rm -rf /var/lib/apt/lists/*
