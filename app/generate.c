@@ -9,12 +9,14 @@
 
 #include "app/args.h"
 #include "app/backend.h"
+#include "app/hub.h"
 #include "engine/eng.h"
 #include "engine/model.h"
 #include "engine/tok.h"
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
+    const char *revision, *download_dir; /* a model by Hub id (app/hub.h) */
     int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
@@ -107,16 +109,28 @@ static int run(const gen_opts *o, inf_err *err)
     eng_req *r = NULL;
     eng_out out = {0};
     int32_t *prompt = NULL;
+    char *model_dir = NULL;
     int n_prompt = 0, rc, printed = 0;
     waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     double t0 = inf_now(), t1 = 0;
 
-    if ((rc = model_load(o->model, &m, err)))
+    const char *dir = o->model;
+    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
+        hub_config hc;
+        hub_config_from_env(&hc);
+        hc.revision = o->revision ? o->revision : "main";
+        if (o->download_dir)
+            hc.cache = o->download_dir;
+        if ((rc = hub_resolve(&hc, o->model, &model_dir, err)))
+            goto done;
+        dir = model_dir;
+    }
+    if ((rc = model_load(dir, &m, err)))
         goto done;
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
-    if ((rc = tok_create(o->model, &tk, err)))
+    if ((rc = tok_create(dir, &tk, err)))
         goto done;
     if (tok_vocab_size(tk) > c->vocab_size) {
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model only %d",
@@ -221,6 +235,7 @@ done:
     eng_req_unref(r);
     eng_out_free(&out);
     free(prompt);
+    free(model_dir);
     be_destroy(be);
     tok_destroy(tk);
     model_destroy(m);
@@ -234,7 +249,12 @@ int generate_main(int argc, char **argv)
     gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
                   .block_size = 16, .kernels = "auto", .device = "cpu"};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory (required)"},
+        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, or a Hub id ORG/NAME "
+                                            "(required)"},
+        {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
+        {"download-dir", ARG_STR, &o.download_dir, "DIR", "the Hub cache (default: "
+                                                          "$HF_HUB_CACHE, $HF_HOME/hub or "
+                                                          "~/.cache/huggingface/hub)"},
         {"prompt", ARG_STR, &o.prompt, "TEXT", "prompt text (BOS added as tokenizer_config.json says)"},
         {"prompt-ids", ARG_STR, &o.prompt_ids, "IDS", "prompt as token ids, e.g. 1,9038,2501 (no BOS added)"},
         {"max-tokens", ARG_INT, &o.max_tokens, "N", "tokens to generate at most (default 128)"},
