@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import { corpus } from './tok_corpus.mjs';
 
@@ -125,4 +125,38 @@ describe('tokenizer.json against @lenml/tokenizers', { skip: !present }, () => {
     assert.deepEqual(pieces(js.ids),
       ['a', '\u0120', '\u00c2', '\u0127', '\u00c2', '\u0127', '\u0120b']);
   });
+});
+
+// A tokenizer.json inferd cannot read stops start-up with one line naming the
+// file and the JSON path, exit 2 (a usage problem, as an unknown Hub id).
+const FIXTURES = process.env.INFERD_TEST_FIXTURES || 'build/fixtures';
+const INFERD = `${BUILD}/inferd`;
+const haveTiny = fs.existsSync(`${FIXTURES}/tiny/config.json`) && fs.existsSync(INFERD);
+if (!haveTiny) console.log(`# skipped: ${FIXTURES}/tiny or ${INFERD} absent (tokenizer.json start-up errors)`);
+test('a bad tokenizer.json: one line naming file and JSON path, exit 2', { skip: !haveTiny }, () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'inferd-badtok-'));
+  for (const f of fs.readdirSync(`${FIXTURES}/tiny`)) fs.copyFileSync(`${FIXTURES}/tiny/${f}`, path.join(dir, f));
+  const cases = [
+    ['{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Nope"}]}}',
+      'pre_tokenizer.pretokenizers[0].type: unknown pre-tokenizer type "Nope"'],
+    ['{"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"normalizer":{"type":"Replace","pattern":{"Regex":"(a"},"content":""}}',
+      'normalizer.pattern: PCRE2 rejects the regex'],
+    ['{"model":{"type":"Unigram","vocab":[]}}', 'model.type: unknown model type "Unigram"'],
+    ['{"model":', 'not a JSON object'],
+  ];
+  try {
+    for (const [json, want] of cases) {
+      fs.writeFileSync(path.join(dir, 'tokenizer.json'), json);
+      const g = spawnSync(INFERD, ['generate', '--model', dir, '--prompt', 'hi', '--max-tokens', '1'], { encoding: 'utf8', timeout: 60000 });
+      assert.equal(g.status, 2, g.stderr);
+      const lines = g.stderr.trim().split('\n');
+      assert.equal(lines.length, 1, g.stderr);
+      assert.ok(lines[0].includes(`${dir}/tokenizer.json: ${want}`), lines[0]);
+      const s = spawnSync(INFERD, ['--model', dir, '--host', '127.0.0.1', '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+      assert.equal(s.status, 2, s.stderr);
+      assert.ok(s.stderr.includes(`${dir}/tokenizer.json: ${want}`), s.stderr);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true });
+  }
 });
