@@ -81,6 +81,8 @@ typedef struct eng_params {
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
+    int keep_special;     /* special tokens in the text (skip_special_tokens
+                             false; tok.h's TOK_KEEP_SPECIAL)               */
     /* Logits processors of the caller's (a grammar mask), applied after the
      * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
      * owns them from eng_req_create on, also when it fails. */
