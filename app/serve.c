@@ -381,8 +381,9 @@ static void *load(void *arg)
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
     }
-    if (!rc)
-        rc = tok_create(dir, &a->tk, &a->err);
+    int bad_tok = 0; /* a malformed or unsupported tokenizer file: exit 2 */
+    if (!rc && (rc = tok_create(dir, &a->tk, &a->err)))
+        bad_tok = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
     if (!rc) {
         char note[256] = "";
         rc = tmpl_from_config(dir, o->chat_template, &a->t, note, sizeof note, &a->err);
@@ -446,7 +447,7 @@ static void *load(void *arg)
         pthread_mutex_unlock(&a->wd_mu);
     }
     if (rc) {
-        a->failed = 1;
+        a->failed = bad_tok ? 2 : 1;
         srv_post(a->srv, on_failed, a);
         return NULL;
     }

@@ -386,6 +386,7 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     p.max_tokens = max_tokens;
     p.min_tokens = r->min_tokens;
     p.ignore_eos = r->ignore_eos;
+    p.keep_special = !r->skip_special_tokens;
     p.stop = (const char *const *)r->stop;
     p.n_stop = r->n_stop;
     p.stop_ids = r->stop_token_ids;

@@ -353,6 +353,35 @@ static void test_tok_hf_stream_bytelevel(void **state)
     tok_destroy(t);
 }
 
+/* skip_special_tokens false: special tokens stay, in decode and stream. */
+static void test_tok_hf_keep_special(void **state)
+{
+    (void)state;
+    tok *t = open_json(BYTELEVEL_JSON);
+    const int32_t ids[] = {10, 5, 10};
+    char *s = NULL;
+    size_t n = 0;
+    inf_err e = {0};
+    assert_int_equal(tok_decode_ex(t, ids, 3, TOK_KEEP_SPECIAL, &s, &n, &e), INF_OK);
+    assert_string_equal(s, "<|eot|>ab<|eot|>");
+    free(s);
+    expect_decode(t, ids, 3, "ab");
+    tok_stream *st = NULL;
+    assert_int_equal(tok_stream_create_ex(t, NULL, 0, TOK_KEEP_SPECIAL, &st, &e), INF_OK);
+    inf_buf all = {0};
+    for (int i = 0; i <= 3; i++) {
+        const char *c;
+        size_t cl;
+        assert_int_equal(i < 3 ? tok_stream_push(st, ids[i], &c, &cl, &e)
+                               : tok_stream_flush(st, &c, &cl, &e), INF_OK);
+        inf_buf_put(&all, c, cl);
+    }
+    assert_string_equal(all.p, "<|eot|>ab<|eot|>");
+    free(all.p);
+    tok_stream_destroy(st);
+    tok_destroy(t);
+}
+
 /* Metaspace with prepend_scheme "first": only the start of the input gets
  * the marker, so text after a special token (TOK_AFTER_SPECIAL, or split
  * off one) does not. */
@@ -459,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_tok_hf_bpe_fallback),
         cmocka_unit_test(test_tok_hf_bytelevel_added),
         cmocka_unit_test(test_tok_hf_stream_bytelevel),
+        cmocka_unit_test(test_tok_hf_keep_special),
         cmocka_unit_test(test_tok_hf_metaspace_first),
         cmocka_unit_test(test_tok_hf_errors_name_the_path),
         cmocka_unit_test_setup_teardown(test_tok_hf_dir_prefers_json, tdir_setup, tdir_teardown),
