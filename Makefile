@@ -48,7 +48,8 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
+                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -158,6 +159,7 @@ T_test_tmpl   := engine/tmpl.o engine/tok.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
+T_test_q4     := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)

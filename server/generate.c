@@ -257,7 +257,7 @@ int generate_main(int argc, char **argv)
         {"threads", ARG_INT, &o.threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
         {"device", ARG_STR, &o.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
-        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default) or int8 (CPU only)"},
+        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 or int4 (CPU only)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
         {"max-num-batched-tokens", ARG_INT, &o.batched, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
@@ -285,8 +285,8 @@ int generate_main(int argc, char **argv)
     }
     o.quant = cpu_quant_parse(o.quantization);
     if (o.quant < 0 || (o.quant != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
-        fprintf(stderr, "inferd generate: --quantization is none or int8, and int8 runs on "
-                        "the CPU only\n");
+        fprintf(stderr, "inferd generate: --quantization is none, int8 or int4, and the "
+                        "quantized ones run on the CPU only\n");
         return 2;
     }
     if (o.batched < 1 || o.block_size < 1 || o.max_tokens < 0) {

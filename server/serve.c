@@ -527,9 +527,9 @@ int serve_main(int argc, char **argv)
                                                                 "to use (default 0.9)"},
         {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
-        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default) or int8: the "
-                                                            "layers' weights as int8 (W8A8), "
-                                                            "CPU only"},
+        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
+                                                            "or int4 (W4A8, groups of 32): "
+                                                            "the layers' weights, CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "NAME", "llama-2, mistral, chatml, zephyr, "
@@ -609,9 +609,9 @@ int serve_main(int argc, char **argv)
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
-                      : o->quant < 0 ? "--quantization is none or int8"
+                      : o->quant < 0 ? "--quantization is none, int8 or int4"
                       : (o->quant != CPU_QUANT_NONE && strcmp(o->device, "cpu"))
-                          ? "--quantization int8 runs on the CPU only (--device cpu)"
+                          ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
