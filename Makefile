@@ -50,6 +50,8 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
                 cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
                 cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
+# The tokenizer: the generic layer and its implementations.
+TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -76,8 +78,8 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o \
-               engine/st.o engine/be.o engine/kv.o engine/smp.o engine/tok.o
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o \
+               engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
@@ -99,11 +101,11 @@ CUDA_TEST_BIN :=
 endif
 # ---- end of the CUDA section -------------------------------------------------
 
-LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) \
-            $(filter-out server/main.c,$(wildcard server/*.c))
+LIB_C    := $(wildcard engine/*.c) $(wildcard cpu/*.c) $(wildcard server/*.c) \
+            $(filter-out app/main.c,$(wildcard app/*.c))
 LIB_CXX  := $(wildcard engine/*.cpp)
 LIB_OBJ  := $(LIB_C:%.c=$(BUILD)/obj/%.o) $(LIB_CXX:%.cpp=$(BUILD)/obj/%.o) $(CUDA_OBJ)
-MAIN_OBJ := $(BUILD)/obj/server/main.o
+MAIN_OBJ := $(BUILD)/obj/app/main.o
 TEST_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/test_*.c))
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
@@ -147,15 +149,15 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library.
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/st.o
-T_test_tok    := engine/tok.o
+T_test_model  := engine/model.o engine/mdesc.o engine/st.o
+T_test_tok    := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_oai    := server/oai.o
-T_test_args   := server/args.o
-T_test_tmpl   := engine/tmpl.o engine/tok.o
+T_test_args   := app/args.o
+T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)

@@ -590,6 +590,11 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8 &&
         cfg->quant != CPU_QUANT_INT4)
         return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);
+    int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
+    int w = mdesc_min_window(&c->desc), rc;
+    /* a window no context reaches computes as whole-context attention */
+    if ((rc = mdesc_require(&c->desc, w >= max_ctx ? MD_F_WINDOW : 0, "cpu", err)))
+        return rc;
     if (cfg->max_tokens < 1 || cfg->block_size < 1 || cfg->num_blocks < 2)
         return inf_fail(err, INF_ERR_INVALID, "cpu: bad sizes (max_tokens %d, block_size %d, "
                         "num_blocks %d)", cfg->max_tokens, cfg->block_size, cfg->num_blocks);
@@ -615,8 +620,8 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->group = be->H / be->KV;
     be->eps = (float)c->rms_norm_eps;
     be->max_tokens = cfg->max_tokens;
-    be->max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
-    int rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
+    be->max_ctx = max_ctx;
+    rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
     if (rc) {
         cpu_destroy(&be->base);
         return rc;
@@ -664,8 +669,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
                   be->norms + (size_t)l * 2 * D + D, be->D);
     }
     k->to_f32(m->norm.data, m->norm.dtype, be->norms + (size_t)be->L * 2 * D, be->D);
-    for (int i = 0; i < be->hd / 2; i++)
-        be->inv_freq[i] = pow(c->rope_theta, -2.0 * i / be->hd);
+    memcpy(be->inv_freq, c->desc.rope[0].inv_freq, (size_t)(be->hd / 2) * sizeof(double));
     if (cfg->quant != CPU_QUANT_NONE && (rc = quantize_layers(be, cfg->quant, err))) {
         cpu_destroy(&be->base);
         return rc;

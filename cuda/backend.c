@@ -540,9 +540,7 @@ static int upload(cuda_be *be, cuda_rank *r, inf_err *err)
     if (!rc)
         rc = up_f32(&u, r->w + r->wl.norm, &m->norm, err);
     if (!rc && !(rc = up_begin(&u, err))) {
-        double *f = (double *)u.buf[u.k];
-        for (int i = 0; i < c->head_dim / 2; i++)
-            f[i] = pow(c->rope_theta, -2.0 * i / c->head_dim);
+        memcpy(u.buf[u.k], c->desc.rope[0].inv_freq, (size_t)(c->head_dim / 2) * sizeof(double));
         rc = up_end(&u, r->w + r->wl.rope, (size_t)(c->head_dim / 2) * sizeof(double), err);
     }
     for (int l = 0; l < c->n_layers && !rc; l++) {
@@ -693,7 +691,10 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
                        .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
                        .block_size = cfg->block_size, .max_logits = cfg->max_logits,
                        .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
-    int rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
+    int w = mdesc_min_window(&c->desc);
+    int rc = mdesc_require(&c->desc, w >= lim.max_ctx ? MD_F_WINDOW : 0, "cuda", err);
+    if (!rc)
+        rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
     if (!rc)
         rc = cuda_plan_dims(c, sh, &lim, d, err);
     if (!rc)

@@ -776,18 +776,15 @@ int tmpl_tokens(const tmpl *t, const tmpl_out *o, const tok *tk, int32_t **ids, 
             continue;
         }
         /* Text follows a marker unless it is first (adjacent text is one
-         * segment); mistral's always follows one. */
-        const char *s = o->text + g->off;
-        size_t len = g->len;
-        if (t->kind == TMPL_MISTRAL && i > 0 && s[0] == ' ') {
-            s++;
-            len--;
-        }
+         * segment); the tokenizer knows what that means for its spaces.
+         * plain's only marker is the BOS a completion prompt gets, which is
+         * not text the prompt continues (its tokens equal the completion's). */
         int32_t *part = NULL;
         int n_part = 0;
-        if (len == 0)
+        if (g->len == 0)
             continue;
-        rc = tok_encode(tk, s, len, 0, &part, &n_part, err);
+        unsigned fl = i > 0 && t->kind != TMPL_PLAIN ? TOK_AFTER_SPECIAL : 0;
+        rc = tok_encode_ex(tk, o->text + g->off, g->len, fl, &part, &n_part, err);
         if (!rc)
             rc = tmpl__append_ids(&all, &n_all, &cap, part, n_part, err);
         free(part);

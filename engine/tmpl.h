@@ -146,10 +146,9 @@ int tmpl_out_string(const tmpl *t, const tmpl_out *o, char **s, size_t *len, inf
 
 /* The rendered prompt as token ids: each text segment through
  * tok_encode(..., add_special = 0), BOS/EOS markers as tok_bos_id /
- * tok_eos_id (left out when the tokenizer has none). mistral: a text segment
- * right after a marker loses one leading space before encoding, so
- * "<s> [INST]" gives <s> "▁[INST]" as Mistral's tokenizer does instead of
- * SentencePiece's dummy prefix plus the space ("▁▁[INST]"). *ids is
+ * tok_eos_id (left out when the tokenizer has none). A text segment right
+ * after a marker is encoded with TOK_AFTER_SPECIAL, so "<s> [INST]" gives
+ * <s> "[INST]" with one word start, as Mistral's tokenizer does. *ids is
  * malloc'd (caller frees), *n its length. */
 int tmpl_tokens(const tmpl *t, const tmpl_out *o, const tok *tk, int32_t **ids, int *n,
                 inf_err *err);

@@ -376,29 +376,37 @@ static void test_model_config_unsupported_arch(void **state)
 {
     fx *f = *state;
     expect_config_fail(f->dir, "{\"architectures\": [\"GPT2LMHeadModel\"], " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported", "Llama family");
+                       INF_ERR_UNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported", "Qwen3");
     expect_config_fail(f->dir, "{\"model_type\": \"gpt2\", " MINIMAL_KEYS "}", INF_ERR_UNSUPPORTED, "'gpt2'",
                        NULL);
     expect_config_fail(f->dir, "{" MINIMAL_KEYS "}", INF_ERR_FORMAT, "architectures", NULL);
 }
 
-/* rope_scaling is refused, naming its type; {"rope_type": "default"} is plain RoPE. */
+/* An unknown rope_scaling type is refused by name, a known one missing a
+ * key it needs is a format error naming the key; {"rope_type": "default"}
+ * is plain RoPE. */
 static void test_model_config_rope_scaling_refused(void **state)
 {
     fx *f = *state;
     expect_config_fail(f->dir,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
-                       "{\"rope_type\": \"llama3\", \"factor\": 8.0}, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "rope_scaling (type 'llama3') is not supported", NULL);
+                       "{\"rope_type\": \"ntk-by-parts\", \"factor\": 8.0}, " MINIMAL_KEYS "}",
+                       INF_ERR_UNSUPPORTED, "rope_scaling type 'ntk-by-parts' is not supported", NULL);
     expect_config_fail(f->dir,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
-                       "{\"type\": \"linear\", \"factor\": 2.0}, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "rope_scaling (type 'linear')", NULL);
+                       "{\"rope_type\": \"llama3\", \"factor\": 8.0}, " MINIMAL_KEYS "}",
+                       INF_ERR_FORMAT, "original_max_position_embeddings", NULL);
     model_config c;
     inf_err err = {0, ""};
     assert_int_equal(load_config_text(f->dir,
                                       "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
                                       "{\"rope_type\": \"default\"}, " MINIMAL_KEYS "}", &c, &err), INF_OK);
+    assert_int_equal(mdesc_features(&c.desc), 0);
+    assert_int_equal(load_config_text(f->dir,
+                                      "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
+                                      "{\"type\": \"linear\", \"factor\": 2.0}, " MINIMAL_KEYS "}", &c, &err),
+                     INF_OK);
+    assert_int_equal(c.desc.rope[0].kind, MD_ROPE_LINEAR);
 }
 
 /* hidden_act other than silu is refused, naming it. */
@@ -410,18 +418,19 @@ static void test_model_config_hidden_act_refused(void **state)
                        INF_ERR_UNSUPPORTED, "hidden_act 'gelu'", NULL);
 }
 
-/* attention_bias / mlp_bias true are refused by key. */
+/* mlp_bias true is refused by key; attention_bias true is the q, k, v and
+ * o biases. */
 static void test_model_config_bias_refused(void **state)
 {
     fx *f = *state;
-    expect_config_fail(f->dir,
-                       "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": true, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "attention_bias", NULL);
+    model_config c;
+    inf_err err = {0, ""};
+    assert_int_equal(load_config_text(f->dir, "{\"architectures\": [\"LlamaForCausalLM\"], "
+                                      "\"attention_bias\": true, " MINIMAL_KEYS "}", &c, &err), INF_OK);
+    assert_true(c.desc.bias_qkv && c.desc.bias_o);
     expect_config_fail(f->dir,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"mlp_bias\": true, " MINIMAL_KEYS "}",
                        INF_ERR_UNSUPPORTED, "mlp_bias", NULL);
-    model_config c;
-    inf_err err = {0, ""};
     assert_int_equal(load_config_text(f->dir,
                                       "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
                                       "\"mlp_bias\": false, " MINIMAL_KEYS "}", &c, &err), INF_OK);
@@ -718,8 +727,8 @@ static void test_model_load_unsupported_arch(void **state)
 {
     fx *f = *state;
     write_text(f->dir, "config.json",
-               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", " MINIMAL_KEYS "}");
-    expect_load_fail(f->dir, INF_ERR_UNSUPPORTED, "config.json: architecture 'Qwen2ForCausalLM'", NULL);
+               "{\"architectures\": [\"GPTNeoXForCausalLM\"], \"model_type\": \"gpt_neox\", " MINIMAL_KEYS "}");
+    expect_load_fail(f->dir, INF_ERR_UNSUPPORTED, "config.json: architecture 'GPTNeoXForCausalLM'", NULL);
 }
 
 /* A missing layer tensor: the message names the file and the tensor. */

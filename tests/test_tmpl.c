@@ -852,8 +852,8 @@ static void test_tmpl_tokens_plain_equals_completion(void **state)
 }
 
 /* Markers become the tokenizer's BOS/EOS ids, text segments are encoded
- * one by one without specials; mistral's text after a marker drops one
- * leading space. */
+ * one by one without specials; text after a marker is encoded as following
+ * a special token, so mistral's " [INST]" after <s> has one word start. */
 static void test_tmpl_tokens_markers(void **state)
 {
     (void)state;

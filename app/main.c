@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "engine/common.h"
-#include "server/generate.h"
-#include "server/serve.h"
+#include "app/generate.h"
+#include "app/serve.h"
 
 static void usage(FILE *f)
 {

@@ -1,4 +1,4 @@
-#include "server/args.h"
+#include "app/args.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-#include "server/cfg.h"
+#include "app/cfg.h"
 #include "engine/common.h"
 
 #include <stdlib.h>

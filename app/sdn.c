@@ -1,4 +1,4 @@
-#include "server/sdn.h"
+#include "app/sdn.h"
 
 #include <stdarg.h>
 #include <stdio.h>

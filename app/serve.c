@@ -2,7 +2,7 @@
  * vLLM's names; each can also come from INFERD_<NAME> (flags override the
  * environment). The HTTP server listens at once and answers 503 until the
  * loader thread has the model ready. */
-#include "server/serve.h"
+#include "app/serve.h"
 
 #include <cJSON.h>
 #include <pthread.h>
@@ -13,20 +13,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cpu/backend.h"
-#ifdef INFERD_CUDA
-#include "cuda/backend.h"
-#endif
+#include "app/args.h"
+#include "app/backend.h"
+#include "app/cfg.h"
+#include "app/sdn.h"
 #include "engine/eng.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
 #include "server/api.h"
-#include "server/args.h"
-#include "server/cfg.h"
 #include "server/gcall.h"
-#include "server/sdn.h"
 #include "server/srv.h"
 
 typedef struct serve_opts {
@@ -194,21 +191,32 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
     return INF_OK;
 }
 
-#ifdef INFERD_CUDA
-/* The draft's GPU backend beside the target's: the target's step shape, its
- * own context (the shorter of the two); the pool is the target's. */
-static cuda_config draft_gpu_config(const app *a, const cpu_config *target_cc, int max_len)
+/* The backend settings a target of these options gets (the draft's are
+ * derived from them). */
+static app_backend_config backend_config(const app *a, int max_len)
 {
-    int draft_len = model_context(&a->dm->cfg);
-    return cuda_config_for(target_cc->block_size, target_cc->max_tokens,
-                           draft_len < max_len ? draft_len : max_len, a->o.max_num_seqs);
+    const serve_opts *o = &a->o;
+    app_backend_config bc = app_backend_config_default();
+    bc.device = o->device;
+    bc.threads = o->threads;
+    bc.kernels = o->kernels;
+    bc.quant = o->quant;
+    bc.block_size = o->block_size;
+    bc.max_tokens = o->batched;
+    bc.max_context = max_len;
+    bc.max_seqs = o->max_num_seqs;
+    bc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
+    bc.kv_bytes = o->kv_mem ? parse_size(o->kv_mem) : 0;
+    bc.gpu_mem = o->gpu_mem;
+    bc.tp = o->tp;
+    bc.draft = a->so.method == SPEC_DRAFT ? a->dm : NULL;
+    return bc;
 }
-#endif
 
 /* The proposer: the n-gram lookup, or the draft model (loaded by load(),
  * before the target's backend, which on CUDA budgets for it) and its
- * backend. */
-static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *err)
+ * backend, which shares the target's KV block count. */
+static int spec_load(app *a, int max_len, int num_blocks, inf_err *err)
 {
     const spec_opts *so = &a->so;
     if (so->method == SPEC_NGRAM) {
@@ -227,72 +235,22 @@ static int spec_load(app *a, int max_len, const cpu_config *target_cc, inf_err *
                 "%s: the draft's context (%d) is shorter than the served context (%d): "
                 "sequences past %d tokens are not speculated",
                 so->model, draft_len, max_len, draft_len);
-    cpu_config dc = *target_cc;
-    dc.quant = CPU_QUANT_NONE; /* --quantization is the target's */
-    if (draft_len < max_len)
-        dc.max_context = draft_len;
-    dc.n_threads = 1; /* a small draft: its steps are too short to split */
-#ifdef INFERD_CUDA
-    if (!rc && !strcmp(a->o.device, "cuda")) { /* the draft next to the target */
-        cuda_config gc = draft_gpu_config(a, target_cc, max_len);
-        gc.num_blocks = target_cc->num_blocks;
-        rc = cuda_backend_create(a->dm, &gc, &a->dbe, err);
-    } else
-#endif
+    app_backend_config dc = backend_config(a, max_len);
+    dc.is_draft = 1;
+    dc.draft = NULL;
+    dc.num_blocks = num_blocks;
+    app_backend db = {0};
     if (!rc)
-        rc = cpu_backend_create(a->dm, &dc, &a->dbe, err);
+        rc = app_backend_open(a->dm, &dc, &db, err);
+    a->dbe = db.be;
     if (!rc) {
-        spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = dc.num_blocks,
-                                .block_size = dc.block_size, .max_tokens = dc.max_tokens,
+        spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = num_blocks,
+                                .block_size = a->o.block_size, .max_tokens = a->o.batched,
                                 .max_seqs = a->o.max_num_seqs, .max_len = max_len,
                                 .draft_len = draft_len, .vocab = a->m->cfg.vocab_size};
         rc = spec_draft_create(&sc, &a->spec, err);
     }
     return rc;
-}
-
-/* The target's backend: the CPU, or (in a CUDA build) the GPU. cc comes
- * sized for the CPU; on the GPU the KV pool follows gpu_memory_utilization
- * and cc.num_blocks is updated to what the backend holds. */
-static int make_backend(app *a, cpu_config *cc, inf_err *err)
-{
-    if (!strcmp(a->o.device, "cpu"))
-        return cpu_backend_create(a->m, cc, &a->be, err);
-#ifdef INFERD_CUDA
-    cuda_config gc = cuda_config_for(cc->block_size, cc->max_tokens, cc->max_context,
-                                     a->o.max_num_seqs);
-    gc.gpu_memory_utilization = a->o.gpu_mem;
-    gc.max_logits = a->o.max_num_seqs * ((a->so.method != SPEC_OFF ? a->so.k : 0) + 1);
-    gc.tensor_parallel_size = a->o.tp;
-    int rc = INF_OK;
-    size_t per = 0, dfixed = 0, dper = 0;
-    if (a->so.method == SPEC_DRAFT) { /* the draft's share comes out of the same budget */
-        cuda_config dc = draft_gpu_config(a, cc, cc->max_context);
-        rc = cuda_backend_footprint(a->dm, &dc, &dfixed, &dper, err);
-        gc.reserve_bytes = dfixed + ((size_t)64 << 20); /* and its library state */
-        gc.extra_block_bytes = dper;
-    }
-    if (!rc && a->o.kv_mem && /* a byte budget: exactly that cache, as on the CPU */
-        !(rc = cuda_backend_footprint(a->m, &gc, NULL, &per, err)))
-        gc.num_blocks = kv_pool_blocks(parse_size(a->o.kv_mem), per + dper, a->o.block_size,
-                                       a->o.max_num_seqs, cc->max_context);
-    if (!rc)
-        rc = cuda_backend_create(a->m, &gc, &a->be, err);
-    if (!rc) {
-        cuda_info ci;
-        cuda_backend_info(a->be, &ci);
-        cc->num_blocks = ci.num_blocks;
-        log_msg(a->log, LOG_INFO, "loader", NULL,
-                "cuda: %s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB per GPU",
-                ci.device, ci.tp, ci.weights / 1073741824.0, ci.acts / 1073741824.0,
-                ci.kv / 1073741824.0);
-    }
-    return rc;
-#else
-    return inf_fail(err, INF_ERR_UNSUPPORTED,
-                    "--device %s: this build has no CUDA backend (build with make CUDA=1)",
-                    a->o.device);
-#endif
 }
 
 static void on_ready(void *user)
@@ -406,27 +364,21 @@ static void *load(void *arg)
                       o->model, tok_vocab_size(a->tk), c->vocab_size);
     if (!rc && a->so.method == SPEC_DRAFT)
         rc = model_load(a->so.model, &a->dm, &a->err);
-    cpu_config cc = cpu_config_default();
+    app_backend tb = {0};
     if (!rc) {
-        /* KV pool: every sequence at full length, or the memory budget */
-        size_t budget = o->kv_mem ? parse_size(o->kv_mem) : (size_t)4 << 30;
-        cc.n_threads = o->threads;
-        cc.kernels = o->kernels;
-        cc.quant = o->quant;
-        cc.block_size = o->block_size;
-        cc.max_tokens = o->batched;
-        cc.max_context = max_len;
-        cc.num_blocks = kv_pool_blocks(budget, cpu_kv_bytes_per_token(a->m) * (size_t)o->block_size,
-                                       o->block_size, o->max_num_seqs, max_len);
-        rc = make_backend(a, &cc, &a->err); /* on CUDA it sets the pool itself */
-        if (!rc && (size_t)(cc.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
+        app_backend_config bc = backend_config(a, max_len);
+        rc = app_backend_open(a->m, &bc, &tb, &a->err);
+        a->be = tb.be;
+        if (!rc && tb.note[0])
+            log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);
+        if (!rc && (size_t)(tb.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
             log_msg(a->log, LOG_WARN, "loader", NULL,
                     "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
                     "requests will be refused",
-                    cc.num_blocks - 1, max_len);
+                    tb.num_blocks - 1, max_len);
     }
     if (!rc && a->so.method != SPEC_OFF)
-        rc = spec_load(a, max_len, &cc, &a->err);
+        rc = spec_load(a, max_len, tb.num_blocks, &a->err);
     if (!rc) {
         met_config mc = met_config_default();
         mc.model_name = o->served_name ? o->served_name : o->model;
@@ -438,7 +390,7 @@ static void *load(void *arg)
         eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
                          .max_prefill_while_decoding = o->prefill_decoding,
                          .max_model_len = max_len, .block_size = o->block_size,
-                         .num_blocks = cc.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                         .num_blocks = tb.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = o->prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
                          .notify = gcall_on_engine_output,
@@ -456,15 +408,15 @@ static void *load(void *arg)
         srv_post(a->srv, on_failed, a);
         return NULL;
     }
-    int on_cpu = !strcmp(o->device, "cpu");
     log_msg(a->log, LOG_INFO, "loader", NULL,
             "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights%s; context %d, KV "
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype),
-            cc.quant == CPU_QUANT_INT8 ? " (layers quantized to int8)" : "", max_len,
-            cc.num_blocks - 1, cc.block_size, o->device,
-            on_cpu ? cpu_backend_kernels(a->be) : "cuda");
+            o->quant == APP_QUANT_NONE ? ""
+            : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
+                                              : " (layers quantized to int4)", max_len,
+            tb.num_blocks - 1, o->block_size, o->device, tb.kernels);
     if (a->spec)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "speculative decoding: %s, %d tokens per step, off at %d or more running, "
@@ -595,22 +547,16 @@ int serve_main(int argc, char **argv)
         free(a);
         return 0;
     }
-    if (!o->device) {
-#ifdef INFERD_CUDA
-        char why[256];
-        o->device = cuda_available(why, sizeof why) ? "cuda" : "cpu";
-#else
-        o->device = "cpu";
-#endif
-    }
-    o->quant = cpu_quant_parse(o->quantization);
+    if (!o->device)
+        o->device = app_backend_default_device();
+    o->quant = app_backend_quant(o->quantization);
     const char *bad = !o->model ? "--model is required (see --help)"
                       : (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
                       : o->quant < 0 ? "--quantization is none, int8 or int4"
-                      : (o->quant != CPU_QUANT_NONE && strcmp(o->device, "cpu"))
+                      : (o->quant != APP_QUANT_NONE && strcmp(o->device, "cpu"))
                           ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"

@@ -1,20 +1,17 @@
-#include "server/generate.h"
+#include "app/generate.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu/backend.h"
-#ifdef INFERD_CUDA
-#include "cuda/backend.h"
-#endif
-#include "engine/gen.h"
-#include "engine/kv.h"
+#include "app/args.h"
+#include "app/backend.h"
+#include "engine/eng.h"
 #include "engine/model.h"
 #include "engine/tok.h"
-#include "server/args.h"
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
@@ -24,34 +21,36 @@ typedef struct gen_opts {
     float temperature, top_p, min_p, presence, frequency, repetition;
 } gen_opts;
 
-/* Streams detokenized text to stdout as tokens arrive. */
-typedef struct printer {
-    tok_stream *ts;
-    int ids; /* print ids instead of text */
-    int n;
-    double t_first, t_last; /* when the first and the latest token came */
-    int failed;
-    inf_err err;
-} printer;
+/* The one request's wake-ups: the engine's notify hook (on its thread)
+ * raises a flag; the main thread waits for it and takes the output. */
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+    double t_last; /* when the engine last had news (the latest token) */
+} waiter;
 
-static void on_token(void *user, int seq, int32_t t)
+static void on_output(void *user, eng_req *r)
 {
-    printer *p = user;
-    (void)seq;
-    p->t_last = inf_now();
-    if (p->t_first == 0)
-        p->t_first = p->t_last;
-    if (p->ids) {
-        printf(p->n++ ? " %d" : "%d", t);
-        return;
+    waiter *w = user;
+    (void)r;
+    pthread_mutex_lock(&w->mu);
+    w->pending = 1;
+    w->t_last = inf_now();
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Prints out's new part: its ids, or its text (whole UTF-8 characters, as
+ * the engine detokenizes for the server). n: ids printed so far. */
+static void print_new(const eng_out *out, int ids, int *n)
+{
+    if (ids) {
+        for (int i = 0; i < out->n_ids; i++)
+            printf((*n)++ ? " %d" : "%d", out->ids[i]);
+    } else if (out->len) {
+        fwrite(out->text, 1, out->len, stdout);
     }
-    const char *text;
-    size_t len;
-    if (p->failed || tok_stream_push(p->ts, t, &text, &len, &p->err)) {
-        p->failed = 1;
-        return;
-    }
-    fwrite(text, 1, len, stdout);
     fflush(stdout);
 }
 
@@ -97,48 +96,32 @@ static void usage(FILE *f, const arg_spec *specs, int n)
     args_help(f, specs, n);
 }
 
-/* The CPU backend, or the GPU's with the same fixed pool of one sequence. */
-static int make_backend(const gen_opts *o, const model *m, const cpu_config *cc,
-                        be_backend **be, inf_err *err)
-{
-    if (!strcmp(o->device, "cpu"))
-        return cpu_backend_create(m, cc, be, err);
-#ifdef INFERD_CUDA
-    {
-        cuda_config gc = cuda_config_for(cc->block_size, cc->max_tokens, cc->max_context, 1);
-        gc.num_blocks = cc->num_blocks;
-        gc.max_logits = 1;
-        return cuda_backend_create(m, &gc, be, err);
-    }
-#endif
-    return inf_fail(err, INF_ERR_UNSUPPORTED, "--device %s: this build has no CUDA backend "
-                    "(build with make CUDA=1)", o->device);
-}
-
+/* Runs the prompt through the engine the server uses, as its only request:
+ * offline and served output are one path. */
 static int run(const gen_opts *o, inf_err *err)
 {
     model *m = NULL;
     tok *tk = NULL;
     be_backend *be = NULL;
-    kv_pool *kv = NULL;
-    smp_ctx *smp = NULL;
+    eng *e = NULL;
+    eng_req *r = NULL;
+    eng_out out = {0};
     int32_t *prompt = NULL;
-    int n_prompt = 0, rc;
-    printer pr = {.ids = o->output_ids};
-    gen_result res = {0};
-    double t0 = inf_now();
+    int n_prompt = 0, rc, printed = 0;
+    waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    double t0 = inf_now(), t1 = 0;
 
     if ((rc = model_load(o->model, &m, err)))
         goto done;
     const model_config *c = &m->cfg;
-    if (!o->output_ids || !o->prompt_ids) {
-        if ((rc = tok_create(o->model, &tk, err)))
-            goto done;
-        if (tok_vocab_size(tk) > c->vocab_size) {
-            rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model "
-                          "only %d", o->model, tok_vocab_size(tk), c->vocab_size);
-            goto done;
-        }
+    /* the engine detokenizes (stop checks, text out), so even ids in and out
+     * need the tokenizer */
+    if ((rc = tok_create(o->model, &tk, err)))
+        goto done;
+    if (tok_vocab_size(tk) > c->vocab_size) {
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model only %d",
+                      o->model, tok_vocab_size(tk), c->vocab_size);
+        goto done;
     }
     if (o->prompt_ids)
         rc = parse_ids(o->prompt_ids, &prompt, &n_prompt, err);
@@ -161,77 +144,89 @@ static int run(const gen_opts *o, inf_err *err)
                       n_prompt, max_ctx);
         goto done;
     }
-    cpu_config cc = cpu_config_default();
-    cc.n_threads = o->threads;
-    cc.kernels = o->kernels;
-    cc.quant = o->quant;
-    cc.block_size = o->block_size;
-    cc.max_tokens = o->batched;
-    cc.max_context = max_ctx;
-    cc.num_blocks = kv_pool_blocks(SIZE_MAX, 1, cc.block_size, 1, max_ctx);
-    if ((rc = make_backend(o, m, &cc, &be, err)))
+    app_backend_config bc = app_backend_config_default();
+    bc.device = o->device;
+    bc.threads = o->threads;
+    bc.kernels = o->kernels;
+    bc.quant = o->quant;
+    bc.block_size = o->block_size;
+    bc.max_tokens = o->batched;
+    bc.max_context = max_ctx;
+    bc.max_seqs = 1;
+    bc.kv_bytes = SIZE_MAX; /* the pool holds the one sequence at full length */
+    app_backend ab;
+    if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;
-    kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
-    if ((rc = kv_create(&kc, &kv, err)) || (rc = smp_create(c->vocab_size, &smp, err)))
-        goto done;
-    if (!o->output_ids && (rc = tok_stream_create(tk, prompt, n_prompt, &pr.ts, err)))
-        goto done;
+    be = ab.be;
 
-    smp_params sp = smp_params_default();
-    sp.temperature = o->temperature;
-    sp.top_k = o->top_k;
-    sp.top_p = o->top_p;
-    sp.min_p = o->min_p;
-    sp.presence_penalty = o->presence;
-    sp.frequency_penalty = o->frequency;
-    sp.repetition_penalty = o->repetition;
-    sp.seed = (uint64_t)(int64_t)o->seed;
-    if ((rc = smp_params_check(&sp, err)))
+    eng_params p = {.sampling = smp_params_default(), .has_seed = 1,
+                    .max_tokens = o->max_tokens, .ignore_eos = o->ignore_eos, .logprobs = -1};
+    smp_params *sp = &p.sampling;
+    sp->temperature = o->temperature;
+    sp->top_k = o->top_k;
+    sp->top_p = o->top_p;
+    sp->min_p = o->min_p;
+    sp->presence_penalty = o->presence;
+    sp->frequency_penalty = o->frequency;
+    sp->repetition_penalty = o->repetition;
+    sp->seed = (uint64_t)(int64_t)o->seed;
+    if ((rc = smp_params_check(sp, err)))
         goto done;
-    gen_request req = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = o->max_tokens,
-                       .sampling = sp, .ignore_eos = o->ignore_eos};
-    gen_config gc = {.max_step_tokens = o->batched, .chunk = o->chunk, .eos = c->eos_token_ids,
-                     .n_eos = c->n_eos, .vocab = c->vocab_size, .max_context = max_ctx,
-                     .on_token = on_token, .user = &pr};
-    double t1 = inf_now();
-    if ((rc = gen_run(be, kv, smp, &gc, &req, 1, &res, err)))
+    /* --prefill-chunk: with one sequence the step budget is its chunk */
+    int step = o->chunk > 0 && o->chunk < o->batched ? o->chunk : o->batched;
+    eng_config ec = {.max_num_seqs = 1, .max_num_batched_tokens = step,
+                     .max_model_len = max_ctx, .block_size = o->block_size,
+                     .num_blocks = ab.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                     .notify = on_output, .notify_user = &w};
+    if ((rc = eng_create(&ec, m, tk, be, &e, err)))
         goto done;
-    if (pr.failed) {
-        rc = pr.err.code ? pr.err.code : INF_ERR_INVALID;
-        *err = pr.err;
-        goto done;
-    }
-    if (!o->output_ids) {
-        const char *text;
-        size_t len;
-        if ((rc = tok_stream_flush(pr.ts, &text, &len, err)))
+    t1 = inf_now();
+    if (o->max_tokens > 0) { /* --max-tokens 0: the prompt is checked, nothing runs */
+        if ((rc = eng_req_create(prompt, n_prompt, &p, &r, err)) ||
+            (rc = eng_submit(e, r, 0, err)))
             goto done;
-        fwrite(text, 1, len, stdout);
+        for (;;) {
+            pthread_mutex_lock(&w.mu);
+            while (!w.pending)
+                pthread_cond_wait(&w.cv, &w.mu);
+            w.pending = 0;
+            pthread_mutex_unlock(&w.mu);
+            eng_req_take(r, &out);
+            print_new(&out, o->output_ids, &printed);
+            if (out.finish != ENG_FINISH_NONE)
+                break;
+        }
+        if (out.finish == ENG_FINISH_ERROR || out.finish == ENG_FINISH_ABORT) {
+            rc = inf_fail(err, INF_ERR_IO, "%s", out.error[0] ? out.error : "generation stopped");
+            goto done;
+        }
     }
     if (o->output_ids || isatty(STDOUT_FILENO))
         putchar('\n');
     fflush(stdout);
     double t2 = inf_now();
+    int n = out.n_output;
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
                 "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s, "
                 "%d threads\n",
-                o->model, n_prompt, res.n, res.finish == GEN_FINISH_EOS ? "eos" : "length",
-                t1 - t0, t2 - t1, (t2 - t1) > 0 ? res.n / (t2 - t1) : 0.0,
-                pr.t_first > 0 ? (pr.t_first - t1) * 1e3 : 0.0,
-                res.n > 1 ? (pr.t_last - pr.t_first) * 1e3 / (res.n - 1) : 0.0,
-                strcmp(o->device, "cpu") ? o->device : cpu_backend_kernels(be),
-                cc.quant == CPU_QUANT_INT8 ? " (int8 weights)" : "",
+                o->model, n_prompt, n, out.finish == ENG_FINISH_STOP ? "eos" : "length",
+                t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
+                out.t_first > 0 ? (out.t_first - t1) * 1e3 : 0.0,
+                n > 1 ? (w.t_last - out.t_first) * 1e3 / (n - 1) : 0.0,
+                ab.kernels, o->quant == APP_QUANT_NONE ? ""
+                : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
                 o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
-    gen_results_free(&res, 1);
-    tok_stream_destroy(pr.ts);
+    eng_destroy(e); /* before r: it may still hold its reference */
+    eng_req_unref(r);
+    eng_out_free(&out);
     free(prompt);
-    smp_destroy(smp);
-    kv_destroy(kv);
     be_destroy(be);
     tok_destroy(tk);
     model_destroy(m);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
     return rc;
 }
 
@@ -283,8 +278,8 @@ int generate_main(int argc, char **argv)
         fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
         return 2;
     }
-    o.quant = cpu_quant_parse(o.quantization);
-    if (o.quant < 0 || (o.quant != CPU_QUANT_NONE && strcmp(o.device, "cpu"))) {
+    o.quant = app_backend_quant(o.quantization);
+    if (o.quant < 0 || (o.quant != APP_QUANT_NONE && strcmp(o.device, "cpu"))) {
         fprintf(stderr, "inferd generate: --quantization is none, int8 or int4, and the "
                         "quantized ones run on the CPU only\n");
         return 2;

@@ -8,7 +8,7 @@
 #ifndef INFERD_CFG_H
 #define INFERD_CFG_H
 
-#include "server/args.h"
+#include "app/args.h"
 
 typedef struct cfg_file cfg_file;
 
