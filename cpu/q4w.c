@@ -60,11 +60,12 @@ static uint16_t *q4_scale(const cpu_q4w *q, int n, int g)
 
 void cpu_q4w_set_group(cpu_q4w *q, int n, int g, const uint8_t u[CPU_Q4_GROUP], uint16_t d)
 {
-    for (int k = 0; k < CPU_Q4_GROUP; k++) {
-        int sh;
-        uint8_t *b = q4_at(q, n, g, k, &sh);
-        *b = (uint8_t)((*b & ~(0x0f << sh)) | (u[k] & 0x0f) << sh);
-    }
+    /* both nibbles of a byte are this row's: no other row's bits to keep */
+    int sh;
+    uint8_t *b = q4_at(q, n, g, 0, &sh);
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 4; i++)
+            b[p * 64 + i] = (uint8_t)((u[4 * p + i] & 0x0f) | (u[4 * (p + 4) + i] & 0x0f) << 4);
     *q4_scale(q, n, g) = d;
 }
 
