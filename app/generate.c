@@ -11,10 +11,11 @@
 #include "app/backend.h"
 #include "engine/eng.h"
 #include "engine/model.h"
+#include "engine/gguf_model.h"
 #include "engine/tok.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
+    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization, *tokenizer;
     int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
@@ -116,7 +117,9 @@ static int run(const gen_opts *o, inf_err *err)
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
-    if ((rc = tok_create(o->model, &tk, err)))
+    const char *tok_dir;
+    if ((rc = gguf_model_tokenizer_dir(o->model, o->tokenizer, &tok_dir, err)) ||
+        (rc = tok_create(tok_dir, &tk, err)))
         goto done;
     if (tok_vocab_size(tk) > c->vocab_size) {
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model only %d",
@@ -235,7 +238,9 @@ int generate_main(int argc, char **argv)
     gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
                   .block_size = 16, .kernels = "auto", .device = "cpu"};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory (required)"},
+        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory or GGUF file (required)"},
+        {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory (default: --model; "
+                                                    "required with a GGUF file)"},
         {"prompt", ARG_STR, &o.prompt, "TEXT", "prompt text (BOS added as tokenizer_config.json says)"},
         {"prompt-ids", ARG_STR, &o.prompt_ids, "IDS", "prompt as token ids, e.g. 1,9038,2501 (no BOS added)"},
         {"max-tokens", ARG_INT, &o.max_tokens, "N", "tokens to generate at most (default 128)"},

@@ -18,6 +18,7 @@
 #include "app/cfg.h"
 #include "app/sdn.h"
 #include "engine/eng.h"
+#include "engine/gguf_model.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
@@ -28,7 +29,7 @@
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
-    const char *quantization;
+    const char *quantization, *tokenizer;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
     float gpu_mem;
@@ -334,16 +335,19 @@ static void *load(void *arg)
     const serve_opts *o = &a->o;
     double t0 = inf_now();
     sdn_send(a->notify, "STATUS=loading %s", o->model);
+    const char *tok_dir = NULL;
     int rc = model_load(o->model, &a->m, &a->err);
     if (!rc) {
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
     }
     if (!rc)
-        rc = tok_create(o->model, &a->tk, &a->err);
+        rc = gguf_model_tokenizer_dir(o->model, o->tokenizer, &tok_dir, &a->err);
+    if (!rc)
+        rc = tok_create(tok_dir, &a->tk, &a->err);
     if (!rc) {
         char note[256] = "";
-        rc = tmpl_from_config(o->model, o->chat_template, &a->t, note, sizeof note, &a->err);
+        rc = tmpl_from_config(tok_dir, o->chat_template, &a->t, note, sizeof note, &a->err);
         if (!rc)
             log_msg(a->log, tmpl_get_origin(a->t) == TMPL_FROM_FALLBACK ? LOG_WARN : LOG_INFO,
                     "loader", NULL, "%s", note);
@@ -453,7 +457,11 @@ int serve_main(int argc, char **argv)
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory (required)"},
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory or GGUF file "
+                                             "(required)"},
+        {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
+                                                     "(default: --model; required with a GGUF "
+                                                     "file)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
         {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
         {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "

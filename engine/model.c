@@ -4,6 +4,8 @@
  * error naming its key. */
 #include "model_int.h"
 
+#include "gguf_model.h"
+
 #include <math.h>
 #include <errno.h>
 #include <limits.h>
@@ -186,18 +188,24 @@ static int model__sizes(const cJSON *root, model_config *c, int default_hd, cons
 
 int model_config_load(const char *path, model_config *cfg, inf_err *err)
 {
+    cJSON *root = NULL;
+    int rc = model__read_json(path, &root, err);
+    if (rc)
+        return rc;
+    rc = model__config_parse(root, path, cfg, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int model__config_parse(const cJSON *root, const char *path, model_config *cfg, inf_err *err)
+{
     model_config c;
     memset(&c, 0, sizeof c);
     c.max_position_embeddings = 2048;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-6;
     c.bos_token_id = -1;
-
-    cJSON *root = NULL;
-    int rc = model__read_json(path, &root, err);
-    if (rc)
-        return rc;
-    int default_hd = 0;
+    int rc, default_hd = 0;
     if ((rc = mdesc__family(root, &c, &default_hd, path, err)) ||
         (rc = model__sizes(root, &c, default_hd, path, err)))
         goto done;
@@ -224,7 +232,6 @@ int model_config_load(const char *path, model_config *cfg, inf_err *err)
         goto done;
     *cfg = c;
 done:
-    cJSON_Delete(root);
     return rc;
 }
 
@@ -483,6 +490,8 @@ static int model__bind_all(model *m, inf_err *err)
 int model_load(const char *dir, model **out, inf_err *err)
 {
     *out = NULL;
+    if (gguf_model_path(dir)) /* one file: GGUF */
+        return gguf_model_load(dir, out, err);
     char *path = NULL;
     model *m = calloc(1, sizeof *m);
     int rc;
@@ -522,6 +531,7 @@ void model_destroy(model *m)
     if (!m)
         return;
     st_destroy(m->st);
+    gguf_weights_free(m->gguf);
     free(m->layers);
     free(m->dir);
     free(m);
@@ -554,6 +564,10 @@ size_t model_weight_bytes(const model *m)
 void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
                     void *user)
 {
+    if (m->gguf) {
+        gguf_weights_prefetch(m->gguf, progress, user);
+        return;
+    }
     size_t total = st_data_bytes(m->st), done = 0, next_report = 0;
     volatile unsigned char sink = 0;
     for (int i = 0; i < st_count(m->st); i++) {
