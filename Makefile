@@ -204,6 +204,8 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := server/oai.o
 F_fuzz_st    := engine/st.o
+F_fuzz_gguf  := engine/gguf.o engine/gguf_dq.o engine/gguf_model.o engine/model.o engine/mdesc.o \
+                engine/st.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
