@@ -162,7 +162,7 @@ T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
-T_test_q4     := $(CPU_KERN_OBJ)
+T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)

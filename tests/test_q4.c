@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "cpu/q4.h"
+#include "engine/gguf.h"
 
 static uint64_t rng_state = 7;
 
@@ -193,12 +194,52 @@ static void test_q4_pack_roundtrip(void **state)
     cpu_q4w_destroy(q);
 }
 
+/* A GGUF Q4_0 matrix as ggml writes it (each group's largest |value| at
+ * q = -8: d is that value / -8), dequantized and quantized again, gives the
+ * file's own nibbles and scales: Q4_0 files lose nothing more in int4. */
+static void test_q4_from_q4_0_is_lossless(void **state)
+{
+    (void)state;
+    enum { N = 70, K = 96, G = K / 32 };
+    uint8_t blocks[N * G * 18];
+    for (int b = 0; b < N * G; b++) {
+        uint16_t d = inf_f32_to_f16(frand() * 0.1f + (frand() > 0 ? 1e-3f : -1e-3f));
+        blocks[18 * b] = (uint8_t)d, blocks[18 * b + 1] = (uint8_t)(d >> 8);
+        for (int i = 0; i < 16; i++) {
+            frand();
+            blocks[18 * b + 2 + i] = (uint8_t)(rng_state >> 40);
+        }
+        blocks[18 * b + 2 + b % 16] &= (uint8_t)(b % 3 ? 0xf0 : 0x0f); /* one q = -8 */
+    }
+    float *w = malloc(sizeof(float) * N * K);
+    gguf_dequant(GGUF_Q4_0, blocks, w, (int64_t)N * K);
+    model_tensor t = {.dtype = INF_F32, .data = w, .rows = N, .cols = K, .name = "q4_0"};
+    cpu_q4w *q;
+    inf_err err;
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &q, &err), 0);
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const uint8_t *blk = blocks + 18 * (n * G + g);
+            uint8_t u[32];
+            uint16_t d;
+            cpu_q4w_get_group(q, n, g, u, &d);
+            assert_int_equal(d, blk[0] | blk[1] << 8);
+            for (int i = 0; i < 16; i++) {
+                assert_int_equal(u[i], blk[2 + i] & 15);
+                assert_int_equal(u[i + 16], blk[2 + i] >> 4);
+            }
+        }
+    cpu_q4w_destroy(q);
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_tables_match_oracle_all_shapes),
         cmocka_unit_test(test_q4_row_and_split_invariant),
         cmocka_unit_test(test_q4_pack_roundtrip),
+        cmocka_unit_test(test_q4_from_q4_0_is_lossless),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -171,6 +171,21 @@ def check_quantized(build, tmp, label, model, tname, failures, override=None):
         failures.append(f"{label} as GGUF {tname}: logits differ from numpy's dequantized weights'")
     if greedy(build, deq, tokens, model) != greedy(build, path, tokens, model):
         failures.append(f"{label} as GGUF {tname}: greedy tokens differ from the dequantized model")
+    # weight conversion error of int8 / int4 on the file's own values (the
+    # reference's quantizers), energy-weighted over the layer matrices
+    import llama_ref  # noqa: E402
+    e8 = e4 = tot = 0.0
+    for g, (_, v, _) in held.items():
+        if v.ndim != 2 or not g.startswith("blk."):
+            continue
+        q, sc = llama_ref.quantize(v.astype(np.float32))[:2]
+        q4, d4 = llama_ref.quantize4(v.astype(np.float32))
+        w4 = (q4 * d4[..., None]).reshape(v.shape[0], -1)[:, :v.shape[1]]
+        e8 += float(((q * sc[:, None] - v) ** 2).sum())
+        e4 += float(((w4 - v) ** 2).sum())
+        tot += float((v.astype(np.float64) ** 2).sum())
+    if tname == "Q4_0" and e4 != 0.0:
+        failures.append(f"{label} as GGUF Q4_0: int4 should hold its values exactly (error {e4 / tot:.1e})")
     b2 = b.reshape(len(tokens.split(",")), -1).astype(np.float64)
     errs = []
     for q in ("int8", "int4"):
@@ -178,7 +193,8 @@ def check_quantized(build, tmp, label, model, tname, failures, override=None):
         c = c.reshape(b2.shape).astype(np.float64)
         errs.append(f"{q} {float((np.abs(c - b2).max(1) / np.abs(b2).max(1)).max()):.1e}")
     print(f"  {label + ' as GGUF ' + tname:36s} logits {'bit-identical' if same else 'DIFFER'} to "
-          f"numpy's dequantized weights; requantized at load: {', '.join(errs)} (logits rel err)")
+          f"numpy's dequantized weights; requantized: weights int8 {e8 / tot:.1e}, int4 "
+          f"{e4 / tot:.1e} (squared error / energy); logits with W8A8 / W4A8: {', '.join(errs)}")
 
 
 def corrupt_cases(good):
