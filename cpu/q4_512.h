@@ -50,12 +50,16 @@ ALWAYS void q4_tile(const int VNNI, const int MR, const cpu_mm4 *a, int m0, int 
                 __m512i s = _mm512_setzero_si512();
 #ifdef __AVX512VNNI__
                 if (VNNI) {
-#pragma GCC unroll 8
-                    for (int p = 0; p < 8; p++) {
-                        int32_t x4;
-                        memcpy(&x4, x + 4 * p, 4);
-                        s = _mm512_dpbusd_epi32(s, wu[p], _mm512_set1_epi32(x4));
-                    }
+                    /* the activations as a broadcast memory operand: GCC
+                     * otherwise keeps every token's 8 broadcasts in
+                     * registers across the 4 blocks and spills them */
+#define Q4DP(p)                                                          \
+    __asm__("vpdpbusd " #p "*4(%2)%{1to16%}, %1, %0"                     \
+            : "+v"(s)                                                    \
+            : "v"(wu[p]), "r"(x), "m"(*(const int8_t(*)[32])x))
+                    Q4DP(0); Q4DP(1); Q4DP(2); Q4DP(3);
+                    Q4DP(4); Q4DP(5); Q4DP(6); Q4DP(7);
+#undef Q4DP
                 } else
 #endif
                 {
