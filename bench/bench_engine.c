@@ -480,8 +480,10 @@ int main(int argc, char **argv)
     double rss_budget = (file_bytes + kv_bytes) * 1.10;
     double rss_engine = rss_kb * 1024.0 - triad_bytes; /* the triad arrays are the bench's */
 
+    char prefill_label[32]; /* the prompt length is an option */
+    snprintf(prefill_label, sizeof prefill_label, "prefill, %d-token prompt", pre);
     const char *labels[N_FIG] = {"memory bandwidth (triad)", "peak FLOP/s (FMA loop)",
-                                 "decode, 1 sequence", "prefill, 512-token prompt",
+                                 "decode, 1 sequence", prefill_label,
                                  "decode, batch 8", "decode, batch 32"};
     const char *units[N_FIG] = {"GB/s", "GFLOP/s", "tok/s", "tok/s", "tok/s", "tok/s"};
     char cpu[256];
