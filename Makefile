@@ -79,7 +79,7 @@ CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o \
-               engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_model.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
+               engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_model.o engine/hfq.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
@@ -149,7 +149,7 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library.
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/mdesc.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+T_test_model  := engine/model.o engine/mdesc.o engine/st.o engine/gguf.o engine/gguf_dq.o engine/hfq.o \
                  engine/gguf_model.o
 T_test_tok    := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
@@ -204,7 +204,7 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := server/oai.o
 F_fuzz_st    := engine/st.o
-F_fuzz_gguf  := engine/gguf.o engine/gguf_dq.o engine/gguf_model.o engine/model.o engine/mdesc.o \
+F_fuzz_gguf  := engine/gguf.o engine/gguf_dq.o engine/gguf_model.o engine/model.o engine/mdesc.o engine/hfq.o \
                 engine/st.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c

@@ -5,6 +5,7 @@
 #include "model_int.h"
 
 #include "gguf_model.h"
+#include "hfq.h"
 
 #include <math.h>
 #include <errno.h>
@@ -305,6 +306,9 @@ static int model__bind(const model__binder *b, const char *name, model__dim rows
 {
     const model_config *c = &b->m->cfg;
     const st_tensor *t = st_find(b->m->st, name);
+    if (!t && b->m->hfq && rows != DIM_1) /* a GPTQ / AWQ linear */
+        return hfq_bind(b->m->hfq, b->m->st, name, model__dim_value(c, rows),
+                        model__dim_value(c, cols), out, err);
     if (!t)
         return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", b->src, name);
     if (t->dtype == INF_DTYPE_NONE)
@@ -499,7 +503,7 @@ int model_load(const char *dir, model **out, inf_err *err)
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    if ((rc = model_config_load(path, &m->cfg, err)))
+    if ((rc = model_config_load(path, &m->cfg, err)) || (rc = hfq_open(path, &m->hfq, err)))
         goto fail;
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
@@ -532,6 +536,7 @@ void model_destroy(model *m)
         return;
     st_destroy(m->st);
     gguf_weights_free(m->gguf);
+    hfq_free(m->hfq);
     free(m->layers);
     free(m->dir);
     free(m);

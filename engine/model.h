@@ -81,6 +81,8 @@ typedef struct model {
     st_set *st;                /* owns the mappings                       */
     struct gguf_weights *gguf; /* or, for a GGUF file, its mapping and the
                                   tensors converted at load (gguf_model.h) */
+    struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load
+                                  (hfq.h), or NULL                        */
     char *dir;
 } model;
 

@@ -7,6 +7,8 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" tests/ref/check_engine.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # GGUF files against the numpy reader of the format (gguf_ref.py).
 "$PYTHON" tests/ref/check_gguf.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+# GPTQ / AWQ checkpoints against numpy packings of the formats.
+"$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # The daemon end to end: the official openai SDK and raw HTTP (node:test).
 INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 tests/e2e/
 # Running as a service: systemd notifications, the config file, the access log.

@@ -115,6 +115,12 @@ def greedy_vs_ref(build, model, tokens, ref, extra, name, failures):
     gen = [int(t) for t in out.split()]
     if gen != ref["ids"]:
         at = next((i for i, (a, b) in enumerate(zip(gen, ref["ids"])) if a != b), min(len(gen), len(ref["ids"])))
+        # token `at` is picked by the logits of position len(prompt) - 1 + at
+        tie = ref.get("first_tie")
+        if tie is not None and tie <= len(ref["prompt_ids"]) - 1 + at:
+            print(f"  note: {name}: greedy tokens part from the reference at token {at}, after "
+                  f"an activation near a rounding boundary at position {tie} (allowed)")
+            return gen
         failures.append(f"{name}: greedy tokens differ from the reference at token {at} "
                         f"(reference min top-1 margin {ref['min_margin']:.2e})")
     return gen

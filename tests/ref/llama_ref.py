@@ -16,9 +16,12 @@ the weights define, up to rounding far below float32's.
 --logits writes float64 logits [n_tokens, vocab] for every input position.
 --generate N greedily continues the input (argmax, lowest id on ties) for N tokens
 (or until EOS is emitted with --stop-at-eos) with a KV cache, and prints one JSON
-line: {"prompt_ids", "ids", "text", "min_margin"}; min_margin is the smallest
-top-1 minus top-2 logit gap over the generated steps: when it is far above float32
-rounding, a float32 engine must produce the same ids.
+line: {"prompt_ids", "ids", "text", "min_margin", "first_tie"}; min_margin is the
+smallest top-1 minus top-2 logit gap over the generated steps: when it is far above
+float32 rounding, a float32 engine must produce the same ids. first_tie (quantized
+runs; null otherwise or if none) is the first position whose activations came near
+a rounding boundary: from the token that position's logits pick on, a float32
+engine may go its own way.
 --quantization int8 computes the seven matrices of each layer as inferd's W8A8
 does (symmetric int8, one scale per weight row, one per activation row: q =
 round-half-even(clip(v * 127 / max|v|)), y = (qx . qw) * sx * sw); weights are
@@ -492,7 +495,7 @@ def main():
     if a.generate:
         print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
                           "text": continuation_text(sp, prompt_ids, ids) if sp else None,
-                          "min_margin": margin}))
+                          "min_margin": margin, "first_tie": model.first_tie}))
 
 
 if __name__ == "__main__":
