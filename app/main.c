@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/common.h"
+#include "engine/version.h"
 #include "app/generate.h"
 #include "app/serve.h"
 
@@ -15,7 +15,7 @@ static void usage(FILE *f)
             "  inferd generate --model DIR --prompt TEXT [options]   offline generation\n"
             "  inferd --version\n\n"
             "`inferd serve --help` and `inferd generate --help` list the options.\n",
-            INFERD_VERSION);
+            inf_version());
 }
 
 int main(int argc, char **argv)
@@ -23,7 +23,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && !strcmp(argv[1], "generate"))
         return generate_main(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "--version")) {
-        printf("inferd %s\n", INFERD_VERSION);
+        printf("inferd %s (%s)\n", inf_version(), inf_version_build());
         return 0;
     }
     if (argc >= 2 && !strcmp(argv[1], "serve"))

@@ -17,12 +17,14 @@
 #include "app/backend.h"
 #include "app/cfg.h"
 #include "app/sdn.h"
+#include "app/vargs.h"
 #include "engine/eng.h"
 #include "engine/gguf_model.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
+#include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
 #include "server/srv.h"
@@ -434,16 +436,18 @@ static void *load(void *arg)
 
 static void usage(FILE *f, const arg_spec *specs, int n)
 {
-    fprintf(f, "usage: inferd --model DIR [options]\n\n"
+    fprintf(f, "usage: inferd [serve] (DIR | --model DIR) [options]\n\n"
                "An OpenAI-compatible server: /v1/completions, /v1/chat/completions,\n"
                "/v1/models, /tokenize, /detokenize, /health, /metrics, /version.\n"
                "Every option can also be set as INFERD_<NAME> (e.g. INFERD_API_KEY);\n"
-               "underscore spellings (--max_model_len) work too.\n\n"
+               "underscore spellings (--max_model_len) work too, and so do vLLM's\n"
+               "short aliases (-tp, -pp, -dp, -q) and the vLLM flags that change\n"
+               "nothing here (said at start-up; docs/vllm-flags.md lists them).\n\n"
                "  inferd generate --help    offline generation\n\noptions:\n");
     args_help(f, specs, n);
 }
 
-int serve_main(int argc, char **argv)
+static int serve_run(int argc, char **argv, const vargs *v)
 {
     app *a = calloc(1, sizeof *a);
     if (!a)
@@ -609,6 +613,8 @@ int serve_main(int argc, char **argv)
         free(a);
         return 2;
     }
+    for (int i = 0; i < v->n_notes; i++) /* vLLM's flags that change nothing here */
+        log_msg(a->log, LOG_WARN, "args", NULL, "%s", v->notes[i]);
     api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
                      .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
                      .max_model_len = 0, .max_waiting = o->max_waiting,
@@ -638,8 +644,8 @@ int serve_main(int argc, char **argv)
         return 1;
     }
     api_set_server(a->api, a->srv);
-    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s listening on %s:%d, loading %s",
-            INFERD_VERSION, o->host, srv_port(a->srv), o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s:%d, loading %s",
+            inf_version(), inf_version_build(), o->host, srv_port(a->srv), o->model);
     pthread_mutex_init(&a->wd_mu, NULL);
     pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&
@@ -679,5 +685,18 @@ int serve_main(int argc, char **argv)
     log_destroy(a->log);
     cfg_free(cf);
     free(a);
+    return rc;
+}
+
+int serve_main(int argc, char **argv)
+{
+    vargs v;
+    inf_err err = {0};
+    if (vargs_normalize(argc, argv, &v, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        return 2;
+    }
+    int rc = serve_run(v.argc, v.argv, &v);
+    vargs_free(&v);
     return rc;
 }

@@ -358,7 +358,7 @@ static int parse_rope(const cJSON *root, model_config *c, const char *path, inf_
     int rc = model__num(root, "partial_rotary_factor", &prf, path, err);
     if (rc)
         return rc;
-    d->rot_dim = (int)(c->head_dim * prf);
+    d->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0; /* no cast of junk */
     if (!(prf > 0 && prf <= 1) || d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim / 2 > MD_MAX_FREQ)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g gives %d rotary "
                         "dimensions (need an even number, 2 to %d)", path, prf, d->rot_dim,

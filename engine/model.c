@@ -595,6 +595,5 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
 
 int model_context(const model_config *cfg)
 {
-    int n = cfg->max_position_embeddings, w = mdesc_min_window(&cfg->desc);
-    return w > 0 && w < n ? w : n;
+    return cfg->max_position_embeddings;
 }

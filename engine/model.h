@@ -40,8 +40,9 @@ typedef struct model_config {
  * type, another activation, mlp_bias. */
 int model_config_load(const char *path, model_config *cfg, inf_err *err);
 
-/* The longest context the engine computes for this model: its positions,
- * capped by a sliding window (windowed attention is not implemented). */
+/* The longest context the engine computes for this model: its positions
+ * (a sliding window is attended as a window: it caps nothing; a backend
+ * without windowed attention refuses a context longer than the window). */
 int model_context(const model_config *cfg);
 
 /* A 1-D or 2-D row-major weight in place: rows x cols (1-D: rows = 1). */

@@ -188,4 +188,34 @@ char *oai_error_json(const oai_error *err);
 /* GET /v1/models body for one served model (malloc'd). */
 char *oai_models_json(const char *model_id, long created, int max_model_len);
 
+/* ---- /tokenize and /detokenize (vLLM's) ----------------------------------- */
+
+/* POST /tokenize: {"prompt": "...", "add_special_tokens": true}, or a chat
+ * body with "messages" (validated as oai_parse validates a chat request). */
+typedef struct oai_tokenize {
+    char *prompt;              /* the text to encode, or NULL: chat below   */
+    int add_special_tokens;    /* default 1                                 */
+    oai_request chat;          /* prompt NULL: the chat request             */
+} oai_tokenize;
+
+/* Returns 0, or the status with err filled (out then holds nothing). */
+int oai_parse_tokenize(const char *body, size_t len, const oai_limits *lim, oai_tokenize *out,
+                       oai_error *err);
+void oai_tokenize_free(oai_tokenize *t);
+
+/* POST /detokenize: {"tokens": [ids]}; the vocabulary range is the caller's. */
+typedef struct oai_detokenize {
+    int32_t *tokens;
+    int n_tokens;
+} oai_detokenize;
+
+int oai_parse_detokenize(const char *body, size_t len, oai_detokenize *out, oai_error *err);
+void oai_detokenize_free(oai_detokenize *d);
+
+/* {"count": n, "max_model_len": N, "tokens": [...]} (malloc'd). */
+char *oai_tokenize_json(const int32_t *ids, int n, int max_model_len);
+
+/* {"prompt": text} (malloc'd); text may hold any bytes, as above. */
+char *oai_detokenize_json(const char *text, size_t len);
+
 #endif

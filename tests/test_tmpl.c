@@ -25,6 +25,7 @@
 
 #include "engine/tmpl.h"
 #include "engine/tok.h"
+#include "tests/tdir.h"
 
 #define LLAMA_MODEL "../shared/tokenizers/llama2-32000/tokenizer.model"
 
@@ -471,9 +472,7 @@ static void test_tmpl_by_name(void **state)
 
 /* ----------------------------------------------------- tokenizer_config */
 
-typedef struct cfg_dir {
-    char path[4096];
-} cfg_dir;
+typedef tdir cfg_dir; /* tests/tdir.h */
 
 static void write_file(const char *dir, const char *name, const char *text)
 {
@@ -485,26 +484,9 @@ static void write_file(const char *dir, const char *name, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-static void make_dir(cfg_dir *d)
-{
-    const char *base = getenv("INFERD_TEST_TMP");
-    if (!base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(d->path, sizeof d->path, "%s/test_tmpl-XXXXXX", base);
-    assert_non_null(mkdtemp(d->path));
-}
+static void make_dir(cfg_dir *d) { assert_int_equal(tdir_make(d, "test_tmpl"), 0); }
 
-static void remove_dir(cfg_dir *d)
-{
-    const char *names[] = {"tokenizer_config.json", "chat_template.jinja", "other.json"};
-    char path[4352];
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", d->path, names[i]);
-        unlink(path);
-    }
-    assert_int_equal(rmdir(d->path), 0);
-}
+static void remove_dir(cfg_dir *d) { tdir_remove(d); }
 
 /* Writes tokenizer_config.json from a cJSON object (consumed). */
 static void write_config(const cfg_dir *d, cJSON *root)
