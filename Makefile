@@ -245,6 +245,7 @@ F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_hfq   := engine/hfq.o engine/st.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
