@@ -153,6 +153,11 @@ static int config_json(const gguf_file *g, cJSON **out, inf_err *err)
         cJSON_AddStringToObject(o, "rope_type", "linear");
         cJSON_AddNumberToObject(o, "factor", d);
     }
+    if (gguf_find_tensor(g, "rope_freqs.weight")) { /* Llama 3.1's rescaled frequencies */
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (RoPE frequency "
+                      "factors, Llama 3.1) is not supported yet", path);
+        goto fail;
+    }
     cJSON_AddBoolToObject(c, "tie_word_embeddings", !gguf_find_tensor(g, "output.weight"));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"}};
