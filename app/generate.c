@@ -9,6 +9,7 @@
 
 #include "app/args.h"
 #include "app/backend.h"
+#include "app/hub.h"
 #include "engine/eng.h"
 #include "engine/model.h"
 #include "engine/gguf_model.h"
@@ -16,6 +17,7 @@
 
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization, *tokenizer;
+    const char *revision, *download_dir; /* a model by Hub id (app/hub.h) */
     int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
@@ -108,17 +110,29 @@ static int run(const gen_opts *o, inf_err *err)
     eng_req *r = NULL;
     eng_out out = {0};
     int32_t *prompt = NULL;
+    char *model_dir = NULL;
     int n_prompt = 0, rc, printed = 0;
     waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     double t0 = inf_now(), t1 = 0;
 
-    if ((rc = model_load(o->model, &m, err)))
+    const char *dir = o->model;
+    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
+        hub_config hc;
+        hub_config_from_env(&hc);
+        hc.revision = o->revision ? o->revision : "main";
+        if (o->download_dir)
+            hc.cache = o->download_dir;
+        if ((rc = hub_resolve(&hc, o->model, &model_dir, err)))
+            goto done;
+        dir = model_dir;
+    }
+    if ((rc = model_load(dir, &m, err)))
         goto done;
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
     const char *tok_dir;
-    if ((rc = gguf_model_tokenizer_dir(o->model, o->tokenizer, &tok_dir, err)) ||
+    if ((rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, err)) ||
         (rc = tok_create(tok_dir, &tk, err)))
         goto done;
     if (tok_vocab_size(tk) > c->vocab_size) {
@@ -225,6 +239,7 @@ done:
     eng_req_unref(r);
     eng_out_free(&out);
     free(prompt);
+    free(model_dir);
     be_destroy(be);
     tok_destroy(tk);
     model_destroy(m);
@@ -238,9 +253,14 @@ int generate_main(int argc, char **argv)
     gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
                   .block_size = 16, .kernels = "auto", .device = "cpu"};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory or GGUF file (required)"},
+        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
+                                            "Hub id ORG/NAME (required)"},
         {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory (default: --model; "
                                                     "required with a GGUF file)"},
+        {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
+        {"download-dir", ARG_STR, &o.download_dir, "DIR", "the Hub cache (default: "
+                                                          "$HF_HUB_CACHE, $HF_HOME/hub or "
+                                                          "~/.cache/huggingface/hub)"},
         {"prompt", ARG_STR, &o.prompt, "TEXT", "prompt text (BOS added as tokenizer_config.json says)"},
         {"prompt-ids", ARG_STR, &o.prompt_ids, "IDS", "prompt as token ids, e.g. 1,9038,2501 (no BOS added)"},
         {"max-tokens", ARG_INT, &o.max_tokens, "N", "tokens to generate at most (default 128)"},

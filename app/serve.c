@@ -16,6 +16,7 @@
 #include "app/args.h"
 #include "app/backend.h"
 #include "app/cfg.h"
+#include "app/hub.h"
 #include "app/sdn.h"
 #include "app/vargs.h"
 #include "engine/eng.h"
@@ -34,6 +35,7 @@ typedef struct serve_opts {
     const char *quantization, *tokenizer;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
+    const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
     float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int prefill_decoding; /* -1: by device */
@@ -83,6 +85,7 @@ typedef struct app {
     pthread_mutex_t wd_mu;
     pthread_cond_t wd_cv;
     int wd_stop, wd_running;
+    char *model_dir;          /* the Hub snapshot of a model given by id   */
     /* load progress */
     int tty;
     int last_pct, last_decile;
@@ -331,20 +334,51 @@ static void on_progress(void *user, size_t done, size_t total)
     }
 }
 
+/* Hub download progress: a line per finished file and systemd's STATUS=. */
+static void on_download(void *user, const char *file, size_t done, size_t total)
+{
+    app *a = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 0;
+    if (pct == a->last_pct)
+        return;
+    a->last_pct = pct;
+    sdn_send(a->notify, "STATUS=downloading %s: %d%%", file, pct);
+    if (pct == 100)
+        log_msg(a->log, LOG_INFO, "loader", NULL, "downloaded %s (%.1f MB)", file,
+                (double)total / 1e6);
+}
+
 static void *load(void *arg)
 {
     app *a = arg;
     const serve_opts *o = &a->o;
     double t0 = inf_now();
     sdn_send(a->notify, "STATUS=loading %s", o->model);
-    const char *tok_dir = NULL;
-    int rc = model_load(o->model, &a->m, &a->err);
+    const char *dir = o->model, *tok_dir = NULL;
+    int rc = INF_OK;
+    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
+        hub_config hc;
+        hub_config_from_env(&hc);
+        hc.revision = o->revision ? o->revision : "main";
+        if (o->download_dir)
+            hc.cache = o->download_dir;
+        hc.progress = on_download;
+        hc.user = a;
+        if ((rc = hub_resolve(&hc, o->model, &a->model_dir, &a->err))) {
+            a->failed = 2; /* a usage problem: the id, the token, the network */
+            srv_post(a->srv, on_failed, a);
+            return NULL;
+        }
+        dir = a->model_dir;
+        log_msg(a->log, LOG_INFO, "loader", NULL, "%s: %s", o->model, dir);
+    }
+    rc = model_load(dir, &a->m, &a->err);
     if (!rc) {
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
     }
     if (!rc)
-        rc = gguf_model_tokenizer_dir(o->model, o->tokenizer, &tok_dir, &a->err);
+        rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, &a->err);
     if (!rc)
         rc = tok_create(tok_dir, &a->tk, &a->err);
     if (!rc) {
@@ -461,11 +495,17 @@ static int serve_run(int argc, char **argv, const vargs *v)
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory or GGUF file "
-                                             "(required)"},
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
+                                             "or a Hub id ORG/NAME (required; may come first, "
+                                             "positionally)"},
         {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
                                                      "(default: --model; required with a GGUF "
                                                      "file)"},
+        {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
+                                                    "by id (default main)"},
+        {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "
+                                                          "$HF_HUB_CACHE, $HF_HOME/hub or "
+                                                          "~/.cache/huggingface/hub)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
         {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
         {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
@@ -496,8 +536,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                             "the layers' weights, CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
-        {"chat-template", ARG_STR, &o->chat_template, "NAME", "llama-2, mistral, chatml, zephyr, "
-                                                              "llama-3 or plain"},
+        {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
+         "a Jinja file, an inline Jinja template, or llama-2, mistral, chatml, zephyr, "
+         "llama-3, plain (default: the model's own)"},
         {"max-waiting", ARG_INT, &o->max_waiting, "N", "queued requests before 503 (default "
                                                        "1024)"},
         {"max-connections", ARG_INT, &o->max_connections, "N", "concurrent connections "
@@ -656,7 +697,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
     } else {
         srv_run(a->srv);
         pthread_join(a->loader, NULL);
-        rc = a->failed ? 1 : 0;
+        rc = a->failed;
     }
     if (a->wd_running) {
         pthread_mutex_lock(&a->wd_mu);
@@ -679,6 +720,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
     tmpl_destroy(a->t);
     tok_destroy(a->tk);
     model_destroy(a->m);
+    free(a->model_dir);
     api_destroy(a->api);
     log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
     sdn_destroy(a->notify);

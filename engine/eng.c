@@ -27,6 +27,7 @@ static void admit(eng *e, eng_req *r)
         (r->p.n_stop > 0 &&
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
+        eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;
         eng__finish(e, r, ENG_FINISH_ERROR, err.msg[0] ? err.msg : "out of memory");
@@ -230,7 +231,8 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
                        .max_num_batched_tokens = cfg->max_num_batched_tokens,
                        .max_model_len = cfg->max_model_len,
-                       .max_prefill_while_decoding = cfg->max_prefill_while_decoding};
+                       .max_prefill_while_decoding = cfg->max_prefill_while_decoding,
+                       .kv_window = mdesc_kv_window(&m->cfg.desc)};
     int rc;
     if ((rc = kv_create(&kc, &e->kv, err)) || (rc = sched_create(&sc, e->kv, &e->sch, err)) ||
         (rc = smp_create(e->vocab, &e->smp, err)))

@@ -8,6 +8,7 @@
 
 #include "be.h"
 #include "log.h"
+#include "lp.h"
 #include "metrics.h"
 #include "model.h"
 #include "smp.h"
@@ -80,6 +81,11 @@ typedef struct eng_params {
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
+    /* Logits processors of the caller's (a grammar mask), applied after the
+     * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
+     * owns them from eng_req_create on, also when it fails. */
+    lp_proc *const *procs;
+    int n_procs;
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included

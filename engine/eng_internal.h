@@ -15,6 +15,7 @@
 #include "batch.h"
 #include "eng.h"
 #include "kv.h"
+#include "lp.h"
 #include "sched.h"
 #include "stop.h"
 
@@ -30,6 +31,8 @@ struct eng_req {
     int32_t *stop_ids, *bias_ids;
     float *bias;
     /* engine-thread state */
+    lp_chain lp;              /* its logits processors (the caller's until
+                                 admission, then built-ins first)           */
     sched_seq seq;
     int n_output;
     smp_rng rng;
@@ -118,6 +121,11 @@ int eng__emit(eng_req *r, const char *text, size_t len, int final);
 void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
                           int32_t tokid, const char *text, size_t text_len);
 
+/* Builds r's logits-processor chain at admission: logit_bias, min_tokens
+ * (EOS of c unless ignore_eos, and the stop ids), penalties (scratch: the
+ * engine's sampler context), then the caller's processors. */
+int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_err *err);
+
 /* ---- eng_step.c: the step ------------------------------------------------- */
 
 int eng__step_init(eng *e, inf_err *err);   /* step and speculation buffers */
@@ -139,12 +147,13 @@ void eng__finish(eng *e, eng_req *r, int reason, const char *error);
 
 /* Appends token t (sampled from raw logits row) to r and its output:
  * detokenized, through stop strings, EOS / stop ids / max_tokens checked.
- * Returns 1 when r finished. */
+ * The caller has told r's logits processors (lp_chain_accept). Returns 1
+ * when r finished. */
 int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
 
-/* A logits row as the request samples from it, before penalties (n_out:
- * output tokens before this row's). */
-void eng__mask_row(eng *e, const eng_req *r, const float *row, int n_out, float *lg);
+/* The raw row through r's logits processors, into lg: what r samples its
+ * next token from (temperature and filters still to come). */
+void eng__process_row(eng *e, eng_req *r, const float *row, float *lg);
 
 /* ---- eng_spec.c: speculation ---------------------------------------------- */
 

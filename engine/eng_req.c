@@ -36,6 +36,7 @@ static void req_free(eng_req *r)
     free(r->bias_ids);
     free(r->bias);
     free(r->seq.tokens);
+    lp_chain_clear(&r->lp);
     tok_stream_destroy(r->ts);
     stop_destroy(r->stopper);
     free(r->sbuf);
@@ -48,11 +49,22 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
                    inf_err *err)
 {
     *out = NULL;
-    if (n_prompt < 1 || p->max_tokens < 1)
-        return inf_fail(err, INF_ERR_INVALID, "a request needs a prompt and max_tokens >= 1");
-    eng_req *r = calloc(1, sizeof *r);
-    if (!r)
-        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    eng_req *r = NULL;
+    if (n_prompt < 1 || p->max_tokens < 1 || !(r = calloc(1, sizeof *r))) {
+        for (int i = 0; i < p->n_procs; i++)
+            p->procs[i]->ops->destroy(p->procs[i]);
+        return n_prompt < 1 || p->max_tokens < 1
+                   ? inf_fail(err, INF_ERR_INVALID, "a request needs a prompt and max_tokens >= 1")
+                   : inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < p->n_procs; i++) /* the request owns them now */
+        if (lp_chain_add(&r->lp, p->procs[i], err) != INF_OK) {
+            for (int j = i + 1; j < p->n_procs; j++)
+                p->procs[j]->ops->destroy(p->procs[j]);
+            lp_chain_clear(&r->lp);
+            free(r);
+            return INF_ERR_INVALID;
+        }
     atomic_init(&r->refs, 1);
     pthread_mutex_init(&r->mu, NULL);
     r->p = *p;
@@ -60,6 +72,8 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
     r->p.stop_ids = NULL;
     r->p.bias_ids = NULL;
     r->p.bias = NULL;
+    r->p.procs = NULL;
+    r->p.n_procs = 0;
     int ok = 1;
     if (p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
@@ -92,6 +106,41 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
     r->out.n_prompt = n_prompt;
     *out = r;
     return INF_OK;
+}
+
+int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_err *err)
+{
+    lp_chain extra = r->lp; /* the caller's: they go last */
+    r->lp.n = 0;
+    lp_proc *p;
+    int rc = INF_OK;
+    if (r->p.n_bias > 0 && !(rc = lp_bias_create(r->bias_ids, r->bias, r->p.n_bias, &p, err)))
+        rc = lp_chain_add(&r->lp, p, err);
+    if (!rc && r->p.min_tokens > r->n_output) {
+        int n_eos = r->p.ignore_eos ? 0 : c->n_eos, n = n_eos + r->p.n_stop_ids;
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+        if (!ids) {
+            rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+        } else {
+            memcpy(ids, c->eos_token_ids, sizeof(int32_t) * (size_t)n_eos);
+            memcpy(ids + n_eos, r->stop_ids, sizeof(int32_t) * (size_t)r->p.n_stop_ids);
+            if (!(rc = lp_min_tokens_create(r->p.min_tokens, r->n_output, ids, n, &p, err)))
+                rc = lp_chain_add(&r->lp, p, err);
+            free(ids);
+        }
+    }
+    /* +1: a verified run may accept the token past max_tokens' last before
+     * the engine sees the limit */
+    if (!rc && lp_penalized(&r->p.sampling) &&
+        !(rc = lp_penalties_create(scratch, &r->p.sampling, r->seq.tokens, r->seq.n_prompt,
+                                   r->p.max_tokens + 1, &p, err)))
+        rc = lp_chain_add(&r->lp, p, err);
+    for (int i = 0; i < extra.n; i++)
+        if (rc)
+            extra.procs[i]->ops->destroy(extra.procs[i]);
+        else
+            rc = lp_chain_add(&r->lp, extra.procs[i], err);
+    return rc;
 }
 
 void eng_req_ref(eng_req *r) { atomic_fetch_add(&r->refs, 1); }

@@ -31,17 +31,18 @@ void eng__verify(eng *e, eng_req *r, const float *rows, int m)
     const int32_t *d = q->tokens + L0;
     const smp_params *sp = &r->p.sampling;
     int greedy = sp->temperature == 0;
-    /* the distribution the request samples from at each row; penalties see
-     * the drafts before it as output */
+    /* the distribution the request samples from at each row: the logits
+     * processors advance over the drafts as the rows do (each row sees the
+     * drafts before it as output), and step back over the rejected ones
+     * below */
     for (int j = 0; j <= m; j++) {
-        eng__mask_row(e, r, rows + (size_t)j * V, r->n_output + j, e->scratch);
-        smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
-                         .output = q->tokens + q->n_prompt, .n_output = L0 + j - q->n_prompt};
-        smp_apply_penalties(e->smp, sp, &h, e->scratch);
+        eng__process_row(e, r, rows + (size_t)j * V, e->scratch);
         if (greedy)
             e->argmaxes[j] = smp_argmax(e->scratch, V);
         else
             smp_probs(e->smp, sp, e->scratch, e->tprobs + (size_t)j * V);
+        if (j < m)
+            lp_chain_accept(&r->lp, d[j]);
     }
     spec_result res;
     if (greedy) {
@@ -55,6 +56,8 @@ void eng__verify(eng *e, eng_req *r, const float *rows, int m)
                               : NULL;
         res = spec_verify(m, d, e->tprobs, qp, V, &r->rng, e->scratch);
     }
+    lp_chain_rollback(&r->lp, m - res.accepted);
+    lp_chain_accept(&r->lp, res.next);
     int32_t out[64];
     int n_out = res.accepted + 1;
     memcpy(out, d, sizeof(int32_t) * (size_t)res.accepted);

@@ -62,24 +62,10 @@ static int is_stop_id(const eng *e, const eng_req *r, int32_t t, int *eos)
     return 0;
 }
 
-/* A logits row as the request samples from it, before penalties: logit_bias
- * added, and EOS / stop ids masked while fewer than min_tokens are out
- * (n_out: output tokens before this row's). */
-void eng__mask_row(eng *e, const eng_req *r, const float *row, int n_out, float *lg)
+void eng__process_row(eng *e, eng_req *r, const float *row, float *lg)
 {
-    int V = e->vocab;
-    memcpy(lg, row, sizeof(float) * (size_t)V);
-    for (int i = 0; i < r->p.n_bias; i++)
-        if (r->bias_ids[i] >= 0 && r->bias_ids[i] < V)
-            lg[r->bias_ids[i]] += r->bias[i];
-    if (n_out < r->p.min_tokens) { /* no stopping before min_tokens */
-        const model_config *c = &e->m->cfg;
-        for (int i = 0; i < c->n_eos && !r->p.ignore_eos; i++)
-            lg[c->eos_token_ids[i]] = -INFINITY;
-        for (int i = 0; i < r->p.n_stop_ids; i++)
-            if (r->stop_ids[i] >= 0 && r->stop_ids[i] < V)
-                lg[r->stop_ids[i]] = -INFINITY;
-    }
+    memcpy(lg, row, sizeof(float) * (size_t)e->vocab);
+    lp_chain_apply(&r->lp, lg, e->vocab);
 }
 
 int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
@@ -145,11 +131,11 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
 /* Samples r's next token from its logits row and appends it. */
 static void advance(eng *e, eng_req *r, const float *row)
 {
-    sched_seq *q = &r->seq;
-    eng__mask_row(e, r, row, r->n_output, e->scratch);
-    smp_history h = {.prompt = q->tokens, .n_prompt = q->n_prompt,
-                     .output = q->tokens + q->n_prompt, .n_output = r->n_output};
-    eng__emit_token(e, r, smp_sample(e->smp, &r->p.sampling, &h, &r->rng, e->scratch), row);
+    eng__process_row(e, r, row, e->scratch);
+    /* penalties were the chain's: no history for the sampler */
+    int32_t t = smp_sample(e->smp, &r->p.sampling, NULL, &r->rng, e->scratch);
+    lp_chain_accept(&r->lp, t);
+    eng__emit_token(e, r, t, row);
 }
 
 /* Token counts of a planned step, and queue times of first-scheduled ones. */

@@ -500,3 +500,15 @@ int mdesc_min_window(const mdesc *d)
     }
     return w;
 }
+
+int mdesc_kv_window(const mdesc *d)
+{
+    int w = 0;
+    for (int l = 0; l < d->n_layers; l++) {
+        int x = mdesc_window(d, l);
+        if (x == 0)
+            return 0;
+        w = x > w ? x : w;
+    }
+    return w;
+}

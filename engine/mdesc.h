@@ -121,4 +121,8 @@ static inline int mdesc_window(const mdesc *d, int l)
 /* The smallest window of any layer, 0 when no layer has one. */
 int mdesc_min_window(const mdesc *d);
 
+/* The positions any layer looks back over when every layer has a window
+ * (the largest window), else 0: KV before it is never read again. */
+int mdesc_kv_window(const mdesc *d);
+
 #endif

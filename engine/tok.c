@@ -139,6 +139,27 @@ static int tok__read_config(const char *dir, cJSON **root, char **path, inf_err 
     return INF_OK;
 }
 
+/* Opens DIR/tokenizer.json if it exists (*found set), else leaves *out. */
+static int tok__open_hf(const char *dir, const cJSON *config, tok **out, int *found,
+                        inf_err *err)
+{
+    char *path = inf_path_join(dir, "tokenizer.json");
+    if (!path)
+        return inf_fail(err, INF_ERR_NOMEM, "tok: out of memory");
+    char *json = NULL;
+    size_t len = 0;
+    int missing = 0;
+    int rc = inf_read_file(path, 0, &json, &len, &missing, err);
+    *found = !missing;
+    if (!rc)
+        rc = tok_hf_open(json, len, path, config, out, err);
+    else if (missing)
+        rc = INF_OK;
+    free(json);
+    free(path);
+    return rc;
+}
+
 static int tok__open_spm(const char *path, tok **out, inf_err *err)
 {
     char *blob = NULL;
@@ -160,6 +181,8 @@ int tok_create(const char *dir, tok **out, inf_err *err)
     tok *t = NULL;
     int found = 0;
     int rc = tok__read_config(dir, &config, &cfg_path, err);
+    if (!rc)
+        rc = tok__open_hf(dir, config, &t, &found, err);
     if (!rc && !found) {
         if (!(spm = inf_path_join(dir, "tokenizer.model")))
             rc = inf_fail(err, INF_ERR_NOMEM, "tok: out of memory");

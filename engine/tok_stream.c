@@ -47,6 +47,12 @@ static int is_cont(unsigned char b)
     return (b & 0xC0) == 0x80;
 }
 
+/* Whether id's bytes begin with a continuation byte. */
+static int starts_inside(const tok *t, int32_t id)
+{
+    return t->n_bytes[id] > 0 && is_cont((unsigned char)t->blob[t->bytes[id]]);
+}
+
 /* How many of win's ids have final text: all of them, or all but those
  * holding a trailing UTF-8 character that later ids may still complete. An
  * invalid byte is final at once (a run of them cannot pile up unread), and
@@ -68,7 +74,15 @@ static size_t final_end(const tok *t, const int32_t *win, size_t n)
             }
             size_t need = (b[j] & 0xE0) == 0xC0 ? 2 : (b[j] & 0xF0) == 0xE0 ? 3
                           : (b[j] & 0xF8) == 0xF0 ? 4 : 1;
-            return need > conts + 1 ? i : n;
+            if (need <= conts + 1)
+                return n;
+            /* Hold from id i, and from earlier ids while i's bytes go on a
+             * character one of them began (a byte-level piece can end one
+             * character and begin the next): the read part must end on a
+             * character boundary, or the next window would start inside one. */
+            while (i > 0 && starts_inside(t, win[i]))
+                i--;
+            return i;
         }
     }
     return n;

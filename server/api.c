@@ -177,7 +177,16 @@ static int chat_prompt(api *a, const oai_request *r, int32_t **ids, int *n, oai_
     tmpl_out out;
     tmpl_out_init(&out);
     inf_err ie = {0};
-    int rc = tmpl_render(a->t, msgs, r->n_messages, r->add_generation_prompt, &out, &ie);
+    /* a Jinja template sees the messages as sent, tools and the rest;
+     * a built-in, the roles and contents */
+    tmpl_chat chat = {.messages_json = r->messages_json, .tools_json = r->tools_json,
+                      .documents_json = r->documents_json,
+                      .kwargs_json = r->chat_template_kwargs_json,
+                      .add_generation_prompt = r->add_generation_prompt,
+                      .continue_final_message = r->continue_final_message};
+    int rc = (tmpl_get_kind(a->t) == TMPL_JINJA || r->continue_final_message) && r->messages_json
+                 ? tmpl_render_chat(a->t, &chat, &out, &ie)
+                 : tmpl_render(a->t, msgs, r->n_messages, r->add_generation_prompt, &out, &ie);
     if (rc == INF_OK)
         rc = tmpl_tokens(a->t, &out, a->tk, ids, n, &ie);
     tmpl_out_free(&out);

@@ -18,9 +18,12 @@ typedef struct oai_prompt {
 } oai_prompt;
 
 /* One chat message; list-of-parts content is flattened (text parts joined
- * with "\n"; non-text parts are a 400). */
+ * with "\n"; non-text parts are a 400). The message as sent (tool_calls,
+ * tool_call_id, name, the parts) is in oai_request.messages_json for a
+ * Jinja chat template. */
 typedef struct oai_message {
-    char *role;     /* "system", "user", "assistant" (others are a 400) */
+    char *role;     /* "system" (also for "developer"), "user", "assistant",
+                       "tool" (others are a 400)                          */
     char *content;  /* NUL-terminated UTF-8 (empty allowed)             */
 } oai_message;
 
@@ -34,6 +37,11 @@ typedef struct oai_request {
     oai_message *messages;       /* chat: >= 1                                  */
     int n_messages;
     int add_generation_prompt;   /* chat; default 1                             */
+    int continue_final_message;  /* chat (vLLM); default 0; not with the above  */
+    char *messages_json;         /* chat: "messages" as sent (JSON text)        */
+    char *tools_json;            /* chat: "tools" (JSON list text) or NULL      */
+    char *documents_json;        /* chat: "documents" (JSON list text) or NULL  */
+    char *chat_template_kwargs_json; /* chat (vLLM): JSON object text or NULL   */
     int stream;                  /* default 0                                   */
     int include_usage;           /* stream_options.include_usage; default 0     */
     int max_tokens;              /* max_tokens or max_completion_tokens; -1 when

@@ -68,6 +68,7 @@ int oai__want_id(const cJSON *v, const char *param, const char *what, int32_t *o
 /* Completions' "prompt" and chat's "messages" into r. */
 int oai__parse_prompt(const cJSON *o, const oai_limits *lim, oai_request *r, oai_error *err);
 int oai__parse_messages(const cJSON *o, oai_request *r, oai_error *err);
+int oai__parse_template_inputs(const cJSON *o, oai_request *r, oai_error *err);
 
 /* Fills r with the defaults of a kind of request. */
 void oai__request_init(oai_request *r, oai_kind kind);

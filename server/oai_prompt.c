@@ -1,6 +1,7 @@
 /* oai_: completions' prompts and chat messages. */
 #include "server/oai_int.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,17 +155,25 @@ static int parse_message(const cJSON *m, int i, oai_message *out, oai_error *err
     snprintf(param, sizeof param, "messages.[%d].role", i);
     if (!cJSON_IsString(rv))
         return oai_fail(err, 400, OAI_INVALID, param,
-                        "messages[%d].role must be one of \"system\", \"user\", "
-                        "\"assistant\", got %s", i, rv ? oai__json_type(rv) : "nothing");
+                        "messages[%d].role must be one of \"system\", \"developer\", "
+                        "\"user\", \"assistant\", \"tool\", got %s", i,
+                        rv ? oai__json_type(rv) : "nothing");
     role = rv->valuestring;
     if (!strcmp(role, "developer"))
         role = "system"; /* OpenAI's newer name for the system role */
-    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant")) {
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+        strcmp(role, "tool")) {
         char got[96];
         oai__echo_str(role, got, sizeof got);
         return oai_fail(err, 400, OAI_INVALID, param,
-                        "messages[%d].role must be one of \"system\", \"user\", "
-                        "\"assistant\", got %s", i, got);
+                        "messages[%d].role must be one of \"system\", \"developer\", "
+                        "\"user\", \"assistant\", \"tool\", got %s", i, got);
+    }
+    const cJSON *tc = oai__get(m, "tool_calls");
+    if (tc && (!cJSON_IsArray(tc) || strcmp(role, "assistant"))) {
+        snprintf(param, sizeof param, "messages.[%d].tool_calls", i);
+        return oai_fail(err, 400, OAI_INVALID, param,
+                        "messages[%d].tool_calls must be a list, on an assistant message", i);
     }
     out->role = strdup(role);
     if (!out->role)
@@ -204,7 +213,8 @@ int oai__parse_messages(const cJSON *o, oai_request *r, oai_error *err)
         return oai_fail(err, 400, OAI_INVALID, "messages",
                         "messages must be a non-empty list of messages, got []");
     r->messages = calloc((size_t)n, sizeof *r->messages);
-    if (!r->messages)
+    /* the messages as sent, for a Jinja chat template */
+    if (!r->messages || !(r->messages_json = cJSON_PrintUnformatted(v)))
         return oai__no_memory(err);
     cJSON_ArrayForEach(it, v) {
         r->n_messages = i + 1; /* so a failure frees what this one holds */
@@ -213,5 +223,36 @@ int oai__parse_messages(const cJSON *o, oai_request *r, oai_error *err)
             return rc;
         i++;
     }
+    return 0;
+}
+
+/* The chat template's extra inputs: tools and documents (lists),
+ * chat_template_kwargs (an object), kept as JSON text;
+ * continue_final_message excludes add_generation_prompt (vLLM). */
+int oai__parse_template_inputs(const cJSON *o, oai_request *r, oai_error *err)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+        int object;
+    } f[] = {
+        {"tools", offsetof(oai_request, tools_json), 0},
+        {"documents", offsetof(oai_request, documents_json), 0},
+        {"chat_template_kwargs", offsetof(oai_request, chat_template_kwargs_json), 1},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        const cJSON *v = oai__get(o, f[i].key);
+        if (!v)
+            continue;
+        if (f[i].object ? !cJSON_IsObject(v) : !cJSON_IsArray(v))
+            return oai__bad_type(err, f[i].key, f[i].object ? "an object" : "a list", v);
+        char **dst = (char **)((char *)r + f[i].off);
+        if (!(*dst = cJSON_PrintUnformatted(v)))
+            return oai__no_memory(err);
+    }
+    if (r->continue_final_message && r->add_generation_prompt)
+        return oai_fail(err, 400, OAI_INVALID, "continue_final_message",
+                        "Cannot set both `continue_final_message` and `add_generation_prompt` "
+                        "to True.");
     return 0;
 }

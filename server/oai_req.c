@@ -27,6 +27,7 @@ static const struct {
     {"stream", offsetof(oai_request, stream), K_ANY},
     {"echo", offsetof(oai_request, echo), K_CMPL},
     {"add_generation_prompt", offsetof(oai_request, add_generation_prompt), K_CHAT},
+    {"continue_final_message", offsetof(oai_request, continue_final_message), K_CHAT},
     {"ignore_eos", offsetof(oai_request, ignore_eos), K_ANY},
     {"skip_special_tokens", offsetof(oai_request, skip_special_tokens), K_ANY},
     {"speculative", offsetof(oai_request, speculative), K_ANY},
@@ -377,6 +378,7 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim
         goto fail;
     }
     if ((rc = parse_simple(root, kind, &r, err)) ||
+        (kind == OAI_CHAT && (rc = oai__parse_template_inputs(root, &r, err))) ||
         (rc = parse_stream_options(root, &r, err)) ||
         (rc = parse_counts(root, lim, &r, err)) ||
         (rc = parse_logprobs(root, kind, lim, &r, err)) ||
@@ -415,6 +417,10 @@ void oai_request_free(oai_request *r)
         free(r->messages[i].content);
     }
     free(r->messages);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->documents_json);
+    free(r->chat_template_kwargs_json);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
