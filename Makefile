@@ -58,7 +58,7 @@ TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
-MODEL_OBJ := engine/model.o engine/mdesc.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+MODEL_OBJ := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
              engine/gguf_model.o engine/hfq.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
@@ -172,7 +172,10 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
-OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o
+# The grammar engine (oai_gram.c compiles response_format & co. with it).
+GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GRAM_OBJ)
 
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library. Every test links the
@@ -199,6 +202,8 @@ T_test_jinja  := $(JINJA_OBJ)
 T_test_lp     := engine/lp.o engine/smp.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
+T_test_gram   := $(GRAM_OBJ)
+T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
 T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
@@ -258,6 +263,9 @@ F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o
+F_fuzz_gram  := $(GRAM_OBJ)
+F_fuzz_gram_src := $(GRAM_OBJ)
+F_fuzz_tcall := server/tcall.o server/reason.o
 F_fuzz_tok   := $(TOK_OBJ)
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).
