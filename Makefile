@@ -51,11 +51,15 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
+                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o
+# The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
+MODEL_OBJ := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+             engine/gguf_model.o engine/hfq.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -82,8 +86,8 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o engine/mdesc_rope.o \
-               engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
+               engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
@@ -177,8 +181,8 @@ OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GR
 # a test without a T_ line links the whole library. Every test links the
 # shared temporary-directory fixture (tests/tdir.h).
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
-T_test_mdesc  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+T_test_model  := $(MODEL_OBJ)
+T_test_mdesc  := $(MODEL_OBJ)
 T_test_tok    := $(TOK_OBJ)
 T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
@@ -202,6 +206,7 @@ T_test_metrics := engine/metrics.o
 T_test_gram   := $(GRAM_OBJ)
 T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
+T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)
@@ -256,7 +261,9 @@ F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
-F_fuzz_config := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+F_fuzz_config := $(MODEL_OBJ)
+F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_hfq   := engine/hfq.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o

@@ -20,6 +20,7 @@
 #include "app/sdn.h"
 #include "app/vargs.h"
 #include "engine/eng.h"
+#include "engine/gguf_model.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
@@ -33,7 +34,7 @@
 
 typedef struct serve_opts {
     const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
-    const char *quantization;
+    const char *quantization, *tokenizer;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
@@ -358,7 +359,7 @@ static void *load(void *arg)
     const serve_opts *o = &a->o;
     double t0 = inf_now();
     sdn_send(a->notify, "STATUS=loading %s", o->model);
-    const char *dir = o->model;
+    const char *dir = o->model, *tok_dir = NULL;
     int rc = INF_OK;
     if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
         hub_config hc;
@@ -382,11 +383,13 @@ static void *load(void *arg)
         model_prefetch(a->m, on_progress, a);
     }
     int bad_tok = 0; /* a malformed or unsupported tokenizer file: exit 2 */
-    if (!rc && (rc = tok_create(dir, &a->tk, &a->err)))
+    if (!rc)
+        rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, &a->err);
+    if (!rc && (rc = tok_create(tok_dir, &a->tk, &a->err)))
         bad_tok = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
     if (!rc) {
         char note[256] = "";
-        rc = tmpl_from_config(dir, o->chat_template, &a->t, note, sizeof note, &a->err);
+        rc = tmpl_from_config(tok_dir, o->chat_template, &a->t, note, sizeof note, &a->err);
         if (!rc)
             log_msg(a->log, tmpl_get_origin(a->t) == TMPL_FROM_FALLBACK ? LOG_WARN : LOG_INFO,
                     "loader", NULL, "%s", note);
@@ -456,7 +459,9 @@ static void *load(void *arg)
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype),
-            o->quant != APP_QUANT_NONE ? " (layers quantized to int8)" : "", max_len,
+            o->quant == APP_QUANT_NONE ? ""
+            : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
+                                              : " (layers quantized to int4)", max_len,
             tb.num_blocks - 1, o->block_size, o->device, tb.kernels);
     if (a->spec)
         log_msg(a->log, LOG_INFO, "loader", NULL,
@@ -496,8 +501,12 @@ static int serve_run(int argc, char **argv, const vargs *v)
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, or a Hub id "
-                                             "ORG/NAME (required; may come first, positionally)"},
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
+                                             "or a Hub id ORG/NAME (required; may come first, "
+                                             "positionally)"},
+        {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
+                                                     "(default: --model; required with a GGUF "
+                                                     "file)"},
         {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
                                                     "by id (default main)"},
         {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "
@@ -528,9 +537,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                                 "to use (default 0.9)"},
         {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
-        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default) or int8: the "
-                                                            "layers' weights as int8 (W8A8), "
-                                                            "CPU only"},
+        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
+                                                            "or int4 (W4A8, groups of 32): "
+                                                            "the layers' weights, CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
@@ -611,9 +620,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
-                      : o->quant < 0 ? "--quantization is none or int8"
+                      : o->quant < 0 ? "--quantization is none, int8 or int4"
                       : (o->quant != APP_QUANT_NONE && strcmp(o->device, "cpu"))
-                          ? "--quantization int8 runs on the CPU only (--device cpu)"
+                          ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||

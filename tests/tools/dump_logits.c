@@ -2,7 +2,7 @@
  * as raw little-endian float32 [n_tokens][vocab], for comparison with the
  * numpy reference (tests/ref/llama_ref.py).
  *
- *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K] [--quantization int8]
+ *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K] [--quantization int8|int4]
  *               [--chunk N] [--threads N] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         {"kernels", ARG_STR, &kernels, "NAME", "kernel table"},
         {"chunk", ARG_INT, &chunk, "N", "feed the sequence N tokens per forward (default all)"},
         {"threads", ARG_INT, &threads, "N", "threads"},
-        {"quantization", ARG_STR, &quant, "NAME", "none or int8"},
+        {"quantization", ARG_STR, &quant, "NAME", "none, int8 or int4"},
     };
     inf_err err = {0};
     if (args_parse(specs, 7, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cpu_quant_parse(quant) < 0) {
-        fprintf(stderr, "dump_logits: --quantization %s: none or int8\n", quant);
+        fprintf(stderr, "dump_logits: --quantization %s: none, int8 or int4\n", quant);
         return 2;
     }
     int32_t ids[4096];
