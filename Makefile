@@ -3,6 +3,7 @@
 #
 #   make [all]            build build/inferd and the test binaries
 #   make test [SAN=1]     unit, reference, end-to-end, service and packaging checks
+#   make test TSAN=1      the same built with ThreadSanitizer (build/tsan; tsan.supp)
 #   make run [MODEL=DIR] [PORT=8000] [BIND=127.0.0.1]
 #                         serve MODEL (default: ../shared/models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
@@ -15,13 +16,22 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 PYTHON  ?= /usr/bin/python3
 SAN     ?= 0
+TSAN    ?= 0
 # CUDA=1 adds the CUDA backend (see the CUDA section below), built apart.
 CUDA    ?= 0
 ifeq ($(CUDA),1)
 BUILD   ?= build/cuda$(if $(filter 1,$(SAN)),-san)
 endif
 
-ifeq ($(SAN),1)
+ifeq ($(TSAN),1)
+# ThreadSanitizer: every test binary and the e2e daemon run under it; the
+# few reports from libraries built without it are listed, each with its
+# reason, in tests/tsan.supp. halt_on_error: a race fails the test.
+BUILD   ?= build/tsan
+OPT     ?= -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDSAN   := -fsanitize=thread
+export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
+else ifeq ($(SAN),1)
 BUILD   ?= build/san
 OPT     ?= -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDSAN   := -fsanitize=address,undefined
