@@ -30,7 +30,7 @@
 #include "server/srv.h"
 
 typedef struct serve_opts {
-    const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
+    const char *model, *host, *served_name, *device, *kernels, *kv_mem;
     const char *quantization;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
@@ -42,6 +42,12 @@ typedef struct serve_opts {
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
         disable_access_log;
     const char *log_format, *log_level;
+    /* TLS, keys and CORS (server/tls.h, keys.h, cors.h) */
+    arg_strs api_keys;
+    const char *api_key_file, *ssl_keyfile, *ssl_certfile, *ssl_ca_certs;
+    int ssl_cert_reqs;
+    const char *allowed_origins, *allowed_methods, *allowed_headers;
+    int allow_credentials;
 } serve_opts;
 
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
@@ -314,6 +320,18 @@ static void on_failed(void *user)
     srv_stop(a->srv);
 }
 
+/* SIGHUP: the API key file is read again (a bad file keeps the old keys). */
+static void on_reload(void *user)
+{
+    app *a = user;
+    inf_err err = {0};
+    if (api_reload(a->api, &err))
+        log_msg(a->log, LOG_ERROR, "server", NULL, "SIGHUP: %s; the keys in force stay",
+                err.msg);
+    else
+        log_msg(a->log, LOG_INFO, "server", NULL, "SIGHUP: API keys reloaded");
+}
+
 static void on_shutdown(void *user)
 {
     app *a = user;
@@ -504,8 +522,25 @@ int serve_main(int argc, char **argv)
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory (required)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
         {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
-        {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
-                                                 "/tokenize, /detokenize"},
+        {"api-key", ARG_STRS, &o->api_keys, "KEY", "require \"Authorization: Bearer KEY\" on "
+                                                   "/v1, /tokenize, /detokenize (repeatable: "
+                                                   "any of the keys)"},
+        {"api-key-file", ARG_STR, &o->api_key_file, "FILE", "API keys, one per line; read again "
+                                                            "on SIGHUP"},
+        {"ssl-keyfile", ARG_STR, &o->ssl_keyfile, "FILE", "TLS private key (PEM): serve HTTPS"},
+        {"ssl-certfile", ARG_STR, &o->ssl_certfile, "FILE", "TLS certificate chain (PEM)"},
+        {"ssl-ca-certs", ARG_STR, &o->ssl_ca_certs, "FILE", "CA certificates (PEM) that sign "
+                                                            "client certificates"},
+        {"ssl-cert-reqs", ARG_INT, &o->ssl_cert_reqs, "N", "client certificates: 0 none "
+                                                           "(default), 1 optional, 2 required"},
+        {"allowed-origins", ARG_STR, &o->allowed_origins, "JSON", "CORS: origins allowed, e.g. "
+                                                                  "'[\"https://a.example\"]' "
+                                                                  "(default: CORS off)"},
+        {"allowed-methods", ARG_STR, &o->allowed_methods, "JSON", "CORS: methods allowed "
+                                                                  "(default [\"*\"])"},
+        {"allowed-headers", ARG_STR, &o->allowed_headers, "JSON", "CORS: request headers "
+                                                                  "allowed (default [\"*\"])"},
+        {"allow-credentials", ARG_FLAG, &o->allow_credentials, NULL, "CORS: allow credentials"},
         {"served-model-name", ARG_STR, &o->served_name, "NAME", "model id in the API (default: "
                                                                 "--model as given)"},
         {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
@@ -656,7 +691,10 @@ int serve_main(int argc, char **argv)
         return 2;
     }
     api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
-                     .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
+                     .api_keys = o->api_keys.v, .n_api_keys = o->api_keys.n,
+                     .api_key_file = o->api_key_file,
+                     .cors = {o->allowed_origins, o->allowed_methods, o->allowed_headers,
+                              o->allow_credentials},
                      .max_model_len = 0, .max_waiting = o->max_waiting,
                      .limits = oai_limits_default()};
     ac.limits.max_logprobs = o->max_logprobs;
@@ -672,8 +710,13 @@ int serve_main(int argc, char **argv)
     sc.log = a->log;
     sc.access_log = !o->disable_access_log;
     sc.on_shutdown = on_shutdown;
+    sc.on_reload = on_reload;
     sc.user = a;
+    sc.tls = (tls_config){o->ssl_keyfile, o->ssl_certfile, o->ssl_ca_certs, o->ssl_cert_reqs};
     if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+        /* a bad key file, TLS or CORS setting is a usage error (2: systemd
+         * does not restart); a port in use may pass (1) */
+        rc = err.code == INF_ERR_INVALID || err.code == INF_ERR_FORMAT ? 2 : 1;
         log_msg(a->log, LOG_ERROR, "server", NULL, "%s", err.msg);
         sdn_send(a->notify, "STATUS=failed: %s", err.msg);
         api_destroy(a->api);
@@ -681,11 +724,12 @@ int serve_main(int argc, char **argv)
         log_destroy(a->log);
         cfg_free(cf);
         free(a);
-        return 1;
+        return rc;
     }
     api_set_server(a->api, a->srv);
-    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s listening on %s:%d, loading %s",
-            INFERD_VERSION, o->host, srv_port(a->srv), o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s listening on %s://%s:%d, loading %s",
+            INFERD_VERSION, srv_is_tls(a->srv) ? "https" : "http", o->host, srv_port(a->srv),
+            o->model);
     pthread_mutex_init(&a->wd_mu, NULL);
     pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&
