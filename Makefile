@@ -163,6 +163,7 @@ T_test_kv     := engine/kv.o
 T_test_sched  := engine/sched.o engine/kv.o
 T_test_spec   := engine/spec.o engine/smp.o
 T_test_oai    := server/oai.o
+T_test_oai_tokenize := server/oai_tokenize.o server/oai.o
 T_test_args   := server/args.o
 T_test_keys   := server/keys.o
 T_test_cors   := server/cors.o
@@ -211,6 +212,10 @@ FUZZ_SRC     := $(wildcard fuzz/fuzz_*.c)
 FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := server/oai.o
 F_fuzz_st    := engine/st.o
+F_fuzz_st_index := engine/st.o
+F_fuzz_model_config := engine/model.o engine/st.o
+F_fuzz_cfg   := server/cfg.o server/args.o
+F_fuzz_tokenize := server/oai_tokenize.o server/oai.o
 
 $(FUZZ_BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

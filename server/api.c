@@ -9,6 +9,7 @@
 
 #include "server/gcall.h"
 #include "server/keys.h"
+#include "server/oai_tokenize.h"
 
 struct api {
     api_config cfg;
@@ -110,33 +111,19 @@ static void do_version(srv_conn *c)
  * {"messages": [...]} -> {"count", "max_model_len", "tokens"}. */
 static void do_tokenize(api *a, srv_conn *c, const char *body, size_t len)
 {
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    oai_tokenize_req q;
     int32_t *ids = NULL;
     int n = 0;
     oai_error err = {0};
-    if (!cJSON_IsObject(j)) {
-        oai_fail(&err, 400, "invalid_request_error", "", "the body is not a JSON object");
-    } else if (cJSON_IsString(p)) {
-        cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
-        int add = spec ? cJSON_IsTrue(spec) : 1;
+    if (oai_tokenize_parse(body, len, &a->cfg.limits, &q, &err) == 0) {
         inf_err ie = {0};
-        if (tok_encode(a->tk, p->valuestring, strlen(p->valuestring), add, &ids, &n, &ie))
+        if (q.chat)
+            chat_prompt(a, &q.chat_req, &ids, &n, &err);
+        else if (tok_encode(a->tk, q.prompt, strlen(q.prompt), q.add_special_tokens, &ids, &n,
+                            &ie))
             oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
-    } else if (cJSON_IsArray(msgs)) {
-        /* reuse the chat parser so messages are validated the same way */
-        oai_request r;
-        oai_limits lim = a->cfg.limits;
-        if (oai_parse(OAI_CHAT, body, len, &lim, &r, &err) == 0) {
-            chat_prompt(a, &r, &ids, &n, &err);
-            oai_request_free(&r);
-        }
-    } else {
-        oai_fail(&err, 400, "invalid_request_error", "prompt",
-                 "either \"prompt\" (a string) or \"messages\" is required");
+        oai_tokenize_free(&q);
     }
-    cJSON_Delete(j);
     if (err.status) {
         gcall_reply_error(c, &err, NULL);
         free(ids);
@@ -156,26 +143,10 @@ static void do_tokenize(api *a, srv_conn *c, const char *body, size_t len)
 /* POST /detokenize (vLLM): {"tokens": [...]} -> {"prompt": "..."}. */
 static void do_detokenize(api *a, srv_conn *c, const char *body, size_t len)
 {
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    int32_t *ids = NULL;
+    int n = 0;
     oai_error err = {0};
-    int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
-    int32_t *ids = n > 0 ? malloc(sizeof *ids * (size_t)n) : NULL;
-    if (n < 0)
-        oai_fail(&err, 400, "invalid_request_error", "tokens", "\"tokens\" must be a list of token ids");
-    else if (n > 0 && !ids)
-        oai_fail(&err, 500, "internal_error", "", "out of memory");
-    for (int i = 0; i < n && !err.status; i++) {
-        cJSON *x = cJSON_GetArrayItem(t, i);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 ||
-            x->valuedouble >= tok_vocab_size(a->tk) || x->valuedouble != (int)x->valuedouble)
-            oai_fail(&err, 400, "invalid_request_error", "tokens",
-                     "token %d is not an id in the vocabulary (0..%d)", i,
-                     tok_vocab_size(a->tk) - 1);
-        else
-            ids[i] = (int32_t)x->valuedouble;
-    }
-    cJSON_Delete(j);
+    oai_detokenize_parse(body, len, tok_vocab_size(a->tk), &ids, &n, &err);
     char *text = NULL;
     inf_err ie = {0};
     if (!err.status && tok_decode(a->tk, ids, n > 0 ? n : 0, &text, NULL, &ie))
