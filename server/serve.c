@@ -17,6 +17,7 @@
 #ifdef INFERD_CUDA
 #include "cuda/backend.h"
 #endif
+#include "engine/be_fault.h"
 #include "engine/eng.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
@@ -48,6 +49,7 @@ typedef struct serve_opts {
     int ssl_cert_reqs;
     const char *allowed_origins, *allowed_methods, *allowed_headers;
     int allow_credentials;
+    int fault_token;          /* -1: no fault injection (engine/be_fault.h) */
 } serve_opts;
 
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
@@ -71,6 +73,7 @@ typedef struct app {
     tok *tk;
     tmpl *t;
     be_backend *be;
+    be_backend *fault;        /* --fault-token-id: wraps be for the engine */
     spec_opts so;
     model *dm;                /* draft model, its tokenizer and backend    */
     tok *dtk;
@@ -464,7 +467,13 @@ static void *load(void *arg)
                          .spec_disable_batch = a->so.disable_by_batch_size,
                          .spec_min_accept = a->so.min_acceptance, .log = a->log};
         eng *e = NULL;
-        rc = eng_create(&ec, a->m, a->tk, a->be, &e, &a->err);
+        if (o->fault_token >= 0 &&
+            !(rc = be_fault_create(a->be, &(be_fault_config){o->fault_token}, &a->fault,
+                                   &a->err)))
+            log_msg(a->log, LOG_WARN, "loader", NULL, "fault injection: a step holding token "
+                    "%d fails (--fault-token-id; for tests)", o->fault_token);
+        if (!rc)
+            rc = eng_create(&ec, a->m, a->tk, a->fault ? a->fault : a->be, &e, &a->err);
         pthread_mutex_lock(&a->wd_mu); /* the watchdog reads it under wd_mu */
         a->e = e;
         pthread_mutex_unlock(&a->wd_mu);
@@ -517,7 +526,8 @@ int serve_main(int argc, char **argv)
                       .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
-                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
+                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16,
+                      .fault_token = -1};
     const arg_spec specs[] = {
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory (required)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
@@ -601,6 +611,8 @@ int serve_main(int argc, char **argv)
         {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
         {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
         {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
+        {"fault-token-id", ARG_INT, &o->fault_token, "N", "testing: a step whose batch holds "
+                                                          "token N fails (the fault path)"},
         {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
                                                 "flags override it, it overrides INFERD_*"},
     };
@@ -758,6 +770,7 @@ int serve_main(int argc, char **argv)
     be_destroy(a->dbe);
     tok_destroy(a->dtk);
     model_destroy(a->dm);
+    be_destroy(a->fault);
     be_destroy(a->be);
     met_destroy(a->met);
     tmpl_destroy(a->t);
