@@ -31,10 +31,11 @@
 
 #include "cpu/backend.h"
 #include "cpu/pool.h"
+#include "engine/batch.h"
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/smp.h"
-#include "server/args.h"
+#include "app/args.h"
 
 enum { PROMPT = 16, N_FIG = 6 };
 static const char *fig_names[N_FIG] = {"triad_gbs", "peak_gflops", "decode_1_tps",
@@ -185,7 +186,8 @@ typedef struct eng {
     be_backend *be;
     kv_pool *kv;
     int V, max_tokens, per_seq_blocks;
-    int32_t *tok, *pos, *slot, *rows, *table, start[65], len[64];
+    batch_builder *bb;
+    int32_t *tok;          /* [max_tokens] one sequence's new tokens */
     float *logits;
     unsigned seed;
 } eng;
@@ -200,28 +202,18 @@ static int32_t rand_tok(eng *e)
  * done[s]); logits for each sequence's last token; next tokens greedy. */
 static int step(eng *e, kv_seq *seqs, int *done, int32_t *next, int B, int n, inf_err *err)
 {
-    int T = 0;
+    batch_reset(e->bb);
     for (int s = 0; s < B; s++) {
         if (kv_seq_reserve(e->kv, &seqs[s], done[s] + n))
             return inf_fail(err, INF_ERR_NOSPACE, "bench: KV pool too small");
-        e->start[s] = T;
-        for (int i = 0; i < n; i++, T++) {
-            e->tok[T] = n == 1 ? next[s] : (done[s] + i == 0 ? 1 : rand_tok(e));
-            e->pos[T] = done[s] + i;
-            e->slot[T] = kv_seq_slot(e->kv, &seqs[s], done[s] + i);
-        }
+        for (int i = 0; i < n; i++)
+            e->tok[i] = n == 1 ? next[s] : (done[s] + i == 0 ? 1 : rand_tok(e));
+        int t0 = batch_add_seq(e->bb, e->kv, &seqs[s], e->tok, done[s], n);
+        if (t0 < 0 || batch_add_logits(e->bb, t0 + n - 1) < 0)
+            return inf_fail(err, INF_ERR_INVALID, "bench: the step does not fit its batch");
         done[s] += n;
-        e->len[s] = done[s];
-        e->rows[s] = T - 1;
-        memcpy(e->table + (size_t)s * e->per_seq_blocks, seqs[s].blocks,
-               sizeof(int32_t) * seqs[s].n_blocks);
     }
-    e->start[B] = T;
-    be_batch b = {.n_tokens = T, .tokens = e->tok, .positions = e->pos, .slots = e->slot,
-                  .n_seqs = B, .seq_start = e->start, .seq_len = e->len,
-                  .block_table = e->table, .max_blocks = e->per_seq_blocks,
-                  .logit_rows = e->rows, .n_logits = B};
-    int rc = be_forward(e->be, &b, e->logits, err);
+    int rc = be_forward(e->be, batch_get(e->bb), e->logits, err);
     for (int s = 0; s < B && !rc; s++)
         next[s] = smp_argmax(e->logits + (size_t)s * e->V, e->V);
     return rc;
@@ -363,15 +355,15 @@ int main(int argc, char **argv)
     e.V = c->vocab_size;
     e.max_tokens = cc.max_tokens;
     e.tok = malloc(sizeof(int32_t) * cc.max_tokens);
-    e.pos = malloc(sizeof(int32_t) * cc.max_tokens);
-    e.slot = malloc(sizeof(int32_t) * cc.max_tokens);
-    e.rows = malloc(sizeof(int32_t) * 64);
-    e.table = calloc((size_t)64 * e.per_seq_blocks, sizeof(int32_t));
+    batch_limits bl = {.max_tokens = cc.max_tokens, .max_seqs = 64, .max_rows = 64,
+                       .max_blocks = e.per_seq_blocks};
+    if ((rc = batch_create(&bl, &e.bb, &err)))
+        goto done;
     e.logits = malloc(sizeof(float) * (size_t)64 * e.V);
     tj.a = malloc(tj.n * sizeof(float));
     tj.b = malloc(tj.n * sizeof(float));
     tj.c = malloc(tj.n * sizeof(float));
-    if (!e.tok || !e.pos || !e.slot || !e.rows || !e.table || !e.logits || !tj.a || !tj.b || !tj.c) {
+    if (!e.tok || !e.logits || !tj.a || !tj.b || !tj.c) {
         rc = inf_fail(&err, INF_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
@@ -588,7 +580,8 @@ int main(int argc, char **argv)
 done:
     if (rc)
         fprintf(stderr, "bench_engine: %s\n", err.msg);
-    free(e.tok), free(e.pos), free(e.slot), free(e.rows), free(e.table), free(e.logits);
+    batch_destroy(e.bb);
+    free(e.tok), free(e.logits);
     free(tj.a), free(tj.b), free(tj.c);
     cpu_pool_destroy(pool);
     kv_destroy(e.kv);

@@ -8,6 +8,7 @@
 
 #include "be.h"
 #include "log.h"
+#include "lp.h"
 #include "metrics.h"
 #include "model.h"
 #include "smp.h"
@@ -80,6 +81,11 @@ typedef struct eng_params {
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
+    /* Logits processors of the caller's (a grammar mask), applied after the
+     * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
+     * owns them from eng_req_create on, also when it fails. */
+    lp_proc *const *procs;
+    int n_procs;
 } eng_params;
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included
@@ -124,6 +130,8 @@ typedef struct eng_out {
     int n_alts, cap_alts;
     char *pool;           /* strings of lps and alts                        */
     size_t pool_len, pool_cap;
+    int32_t *ids;         /* the new tokens' ids, a stop token's included   */
+    int n_ids, cap_ids;
     int finish;           /* ENG_FINISH_*; NONE while running                */
     int stop_index;       /* which stop string ended it, or -1              */
     int32_t stop_token;   /* which stop token id ended it, or -1            */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch.h"
 #include "kv.h"
 
 typedef struct draft_state {
@@ -17,9 +18,7 @@ typedef struct draft {
     spec_draft_config cfg;
     kv_pool *kv;
     smp_ctx *smp;
-    int max_blocks;
-    /* step buffers */
-    int32_t *tokens, *positions, *slots, *seq_start, *seq_len, *table, *rows;
+    batch_builder *bb;
     float *logits;      /* [max_seqs][vocab]                                    */
     float *work;        /* [vocab]                                              */
     int32_t *hist;      /* [max_len] history with the drafts so far             */
@@ -38,27 +37,15 @@ static draft_state *state_of(spec_seq *q)
 static int forward(draft *d, spec_seq *const *seqs, const int *idx, int n, const int32_t *const *toks,
                    const int *cnt, inf_err *err)
 {
-    int T = 0;
+    batch_reset(d->bb);
     for (int e = 0; e < n; e++) {
         draft_state *s = seqs[idx[e]]->state;
-        d->seq_start[e] = T;
-        for (int j = 0; j < cnt[e]; j++, T++) {
-            int p = s->n_computed + j;
-            d->tokens[T] = toks[e][j];
-            d->positions[T] = p;
-            d->slots[T] = kv_seq_slot(d->kv, &s->kv, p);
-        }
-        d->seq_len[e] = s->n_computed + cnt[e];
-        memcpy(d->table + (size_t)e * d->max_blocks, s->kv.blocks,
-               sizeof(int32_t) * (size_t)s->kv.n_blocks);
-        d->rows[e] = T - 1;
+        int t0 = batch_add_seq(d->bb, d->kv, &s->kv, toks[e], s->n_computed, cnt[e]);
+        if (t0 < 0 || batch_add_logits(d->bb, t0 + cnt[e] - 1) < 0)
+            return inf_fail(err, INF_ERR_INVALID, "draft model: a step does not fit its batch "
+                            "buffers");
     }
-    d->seq_start[n] = T;
-    be_batch b = {.n_tokens = T, .tokens = d->tokens, .positions = d->positions,
-                  .slots = d->slots, .n_seqs = n, .seq_start = d->seq_start,
-                  .seq_len = d->seq_len, .block_table = d->table, .max_blocks = d->max_blocks,
-                  .logit_rows = d->rows, .n_logits = n};
-    int rc = be_forward(d->cfg.backend, &b, d->logits, err);
+    int rc = be_forward(d->cfg.backend, batch_get(d->bb), d->logits, err);
     for (int e = 0; e < n && !rc; e++)
         ((draft_state *)seqs[idx[e]]->state)->n_computed += cnt[e];
     return rc;
@@ -205,8 +192,8 @@ static void draft_destroy(spec_proposer *pp)
         return;
     kv_destroy(d->kv);
     smp_destroy(d->smp);
-    free(d->tokens), free(d->positions), free(d->slots), free(d->seq_start), free(d->seq_len);
-    free(d->table), free(d->rows), free(d->logits), free(d->work), free(d->hist);
+    batch_destroy(d->bb);
+    free(d->logits), free(d->work), free(d->hist);
     free(d);
 }
 
@@ -225,28 +212,24 @@ int spec_draft_create(const spec_draft_config *cfg, spec_proposer **out, inf_err
     d->cfg = *cfg;
     if (d->cfg.draft_len <= 0 || d->cfg.draft_len > cfg->max_len)
         d->cfg.draft_len = cfg->max_len;
-    d->max_blocks = (cfg->max_len + cfg->block_size - 1) / cfg->block_size;
     kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
+    batch_limits bl = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
+                       .max_rows = cfg->max_seqs,
+                       .max_blocks = (cfg->max_len + cfg->block_size - 1) / cfg->block_size};
     int rc = kv_create(&kc, &d->kv, err);
     if (!rc)
         rc = smp_create(cfg->vocab, &d->smp, err);
+    if (!rc)
+        rc = batch_create(&bl, &d->bb, err);
     if (rc) {
         draft_destroy(&d->base);
         return rc;
     }
-    size_t T = (size_t)cfg->max_tokens, S = (size_t)cfg->max_seqs;
-    d->tokens = malloc(sizeof(int32_t) * T);
-    d->positions = malloc(sizeof(int32_t) * T);
-    d->slots = malloc(sizeof(int32_t) * T);
-    d->seq_start = malloc(sizeof(int32_t) * (S + 1));
-    d->seq_len = malloc(sizeof(int32_t) * S);
-    d->table = calloc(S * (size_t)d->max_blocks, sizeof(int32_t));
-    d->rows = malloc(sizeof(int32_t) * S);
+    size_t S = (size_t)cfg->max_seqs;
     d->logits = malloc(sizeof(float) * S * (size_t)cfg->vocab);
     d->work = malloc(sizeof(float) * (size_t)cfg->vocab);
     d->hist = malloc(sizeof(int32_t) * (size_t)cfg->max_len);
-    if (!d->tokens || !d->positions || !d->slots || !d->seq_start || !d->seq_len || !d->table ||
-        !d->rows || !d->logits || !d->work || !d->hist) {
+    if (!d->logits || !d->work || !d->hist) {
         draft_destroy(&d->base);
         return inf_fail(err, INF_ERR_NOMEM, "draft model: out of memory for step buffers");
     }

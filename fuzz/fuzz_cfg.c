@@ -1,7 +1,7 @@
 /* The YAML config file (--config) through cfg_load, into a table with an
  * option of every kind, as serve's own table is. */
 #include "fuzz/fuzz_file.h"
-#include "server/cfg.h"
+#include "app/cfg.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {

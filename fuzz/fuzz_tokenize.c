@@ -1,8 +1,8 @@
 /* The bodies of POST /tokenize and POST /detokenize (vLLM's) through their
- * parsers; the first byte picks which. */
+ * parsers (server/oai.h); the first byte picks which. */
 #include <stdlib.h>
 
-#include "server/oai_tokenize.h"
+#include "server/oai.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
@@ -12,20 +12,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     size_t len = size - 1;
     oai_error e;
     if (data[0] & 1) {
-        int32_t *ids = NULL;
-        int n = 0;
-        if (oai_detokenize_parse(body, len, 32000, &ids, &n, &e) == 0) {
-            for (int i = 0; i < n; i++)
-                if (ids[i] < 0 || ids[i] >= 32000)
-                    abort(); /* the parser promised ids in the vocabulary */
+        oai_detokenize d;
+        if (oai_parse_detokenize(body, len, &d, &e) == 0) {
+            for (int i = 0; i < d.n_tokens; i++)
+                if (d.tokens[i] < 0)
+                    abort(); /* the parser promised token ids */
+            oai_detokenize_free(&d);
         }
-        free(ids);
         return 0;
     }
     oai_limits lim = oai_limits_default();
-    oai_tokenize_req q;
-    if (oai_tokenize_parse(body, len, &lim, &q, &e) == 0) {
-        if (!q.chat && !q.prompt)
+    oai_tokenize q;
+    if (oai_parse_tokenize(body, len, &lim, &q, &e) == 0) {
+        if (!q.prompt && q.chat.n_messages < 1)
             abort(); /* success means a prompt or messages */
         oai_tokenize_free(&q);
     }

@@ -9,9 +9,10 @@
 #include <string.h>
 
 #include "cpu/backend.h"
+#include "engine/batch.h"
 #include "engine/kv.h"
 #include "engine/model.h"
-#include "server/args.h"
+#include "app/args.h"
 
 static int parse_ids(const char *s, int32_t *ids, int cap)
 {
@@ -61,6 +62,7 @@ int main(int argc, char **argv)
     be_backend *be = NULL;
     kv_pool *kv = NULL;
     kv_seq seq = {0};
+    batch_builder *bb = NULL;
     float *logits = NULL;
     int rc = model_load(dir, &m, &err);
     if (rc)
@@ -77,24 +79,21 @@ int main(int argc, char **argv)
     if ((rc = cpu_backend_create(m, &cc, &be, &err)) || (rc = kv_create(&kc, &kv, &err)))
         goto done;
     logits = malloc(sizeof(float) * (size_t)n * V);
-    int32_t pos[4096], slots[4096], rows[4096], start[2], len[1];
+    batch_limits bl = {.max_tokens = chunk, .max_seqs = 1, .max_rows = chunk,
+                       .max_blocks = cc.num_blocks - 1};
+    if ((rc = batch_create(&bl, &bb, &err)))
+        goto done;
     if (!logits || kv_seq_reserve(kv, &seq, n)) {
         rc = inf_fail(&err, INF_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (int p0 = 0; p0 < n; p0 += chunk) {
         int c = n - p0 < chunk ? n - p0 : chunk;
-        for (int i = 0; i < c; i++) {
-            pos[i] = p0 + i;
-            slots[i] = kv_seq_slot(kv, &seq, p0 + i);
-            rows[i] = i;
-        }
-        start[0] = 0, start[1] = c, len[0] = p0 + c;
-        be_batch b = {.n_tokens = c, .tokens = ids + p0, .positions = pos, .slots = slots,
-                      .n_seqs = 1, .seq_start = start, .seq_len = len,
-                      .block_table = seq.blocks, .max_blocks = seq.n_blocks,
-                      .logit_rows = rows, .n_logits = c};
-        if ((rc = be_forward(be, &b, logits + (size_t)p0 * V, &err)))
+        batch_reset(bb);
+        batch_add_seq(bb, kv, &seq, ids + p0, p0, c);
+        for (int i = 0; i < c; i++)
+            batch_add_logits(bb, i);
+        if ((rc = be_forward(be, batch_get(bb), logits + (size_t)p0 * V, &err)))
             goto done;
     }
     FILE *f = fopen(out, "wb");
@@ -109,6 +108,7 @@ done:
     if (rc)
         fprintf(stderr, "dump_logits: %s\n", err.msg);
     free(logits);
+    batch_destroy(bb);
     if (kv)
         kv_seq_release(kv, &seq);
     kv_destroy(kv);

@@ -1,0 +1,170 @@
+/* The engine's private header: the request and engine structs and the calls
+ * between its rooms (eng_* are the public API, eng.h; eng__* stay inside).
+ *   eng.c       the thread, its inbox, admission, notification, lifecycle
+ *   eng_req.c   requests and their output buffers (text, stop strings,
+ *               logprobs)
+ *   eng_step.c  one step: plan -> batch -> forward -> sample -> emit
+ *   eng_spec.c  speculation inside the step: propose, verify, roll back */
+#ifndef INFERD_ENG_INTERNAL_H
+#define INFERD_ENG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "batch.h"
+#include "eng.h"
+#include "kv.h"
+#include "lp.h"
+#include "sched.h"
+#include "stop.h"
+
+#define ENG_MAX_LOGPROBS 20
+
+struct eng_req {
+    atomic_int refs;
+    atomic_int cancelled;
+    void *user;
+    /* parameters (immutable after create) */
+    eng_params p;
+    char **stop;
+    int32_t *stop_ids, *bias_ids;
+    float *bias;
+    /* engine-thread state */
+    lp_chain lp;              /* its logits processors (the caller's until
+                                 admission, then built-ins first)           */
+    sched_seq seq;
+    int n_output;
+    smp_rng rng;
+    tok_stream *ts;
+    stop *stopper;            /* stop strings, when the request has any     */
+    char *sbuf;               /* stop_feed's output                         */
+    size_t sbuf_cap;
+    int active;               /* inside the engine                         */
+    double t_arrival, t_last;  /* submit time; last token (for latencies)    */
+    /* speculation */
+    spec_seq ss;              /* the proposer's view and state             */
+    int n_draft;              /* drafted tokens appended after the last real */
+    int draft_slot;           /* row block of their probs in eng.dprobs     */
+    double accept_avg;        /* recent acceptance (moving average)        */
+    int spec_pause, spec_backoff; /* steps without drafting, next pause     */
+    int spec_k;               /* draft length now: shrinks on rejections    */
+    long plan_stamp;          /* step in which it was last planned          */
+    int scheduled;            /* has been scheduled once (queue time)      */
+    int touched;              /* on eng.touched this step                  */
+    struct eng_req *next_touched;
+    struct eng_req *next_in;  /* inbox link                                */
+    /* output handed to the front end, under mu */
+    pthread_mutex_t mu;
+    eng_out out;
+};
+
+struct eng {
+    eng_config cfg;
+    const model *m;
+    const tok *tk;
+    be_backend *be;
+    kv_pool *kv;
+    sched *sch;
+    smp_ctx *smp;
+    int vocab;
+    pthread_t thread;
+    pthread_mutex_t mu;         /* inbox, stop, wake-ups                    */
+    pthread_cond_t cv;
+    eng_req *inbox_head, *inbox_tail;
+    int inbox_n;
+    int stop;
+    atomic_int pending_cancel;
+    atomic_int queued;          /* submitted, not yet running               */
+    _Atomic double beat;        /* inf_now() at the loop's last turn        */
+    atomic_int idle;            /* waiting for work                         */
+    /* engine-thread state */
+    eng_req **active;           /* requests inside the engine               */
+    int n_active, cap_active;
+    eng_req *touched;           /* to notify after this step (a list: adding
+                                   never fails, so no finish goes unsaid)  */
+    smp_rng seeds;              /* seeds for requests that bring none       */
+    /* step buffers (eng_step.c) */
+    batch_builder *bb;
+    int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
+    float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
+    float *scratch;             /* [vocab]                                  */
+    int max_rows;
+    /* speculation (eng_spec.c) */
+    int kmax;                   /* spec_k, or 0                             */
+    eng_req **cand;             /* [max_num_seqs] sequences drafting        */
+    spec_seq **cand_ss;
+    smp_params *cand_params;
+    int *cand_k;
+    int32_t *drafts;            /* [max_num_seqs][kmax]                     */
+    float *dprobs;              /* [max_num_seqs][kmax][vocab] or NULL      */
+    float *tprobs;              /* [kmax+1][vocab] target distributions     */
+    int32_t *argmaxes;          /* [kmax+1]                                 */
+    long step_no;
+    /* the periodic log line */
+    met_snap log_prev;
+    double log_at;
+};
+
+/* ---- eng_req.c: requests and output --------------------------------------- */
+
+/* Grows *p (elements of elem bytes) to hold need; 0 when out of memory. */
+int eng__grow(void **p, int *cap, int need, size_t elem);
+
+/* Appends detokenized text to r's output through its stop strings (under
+ * r->mu). final: the sequence ends here, release what stop matching holds.
+ * Returns the index of a stop string that matched, or -1. */
+int eng__emit(eng_req *r, const char *text, size_t len, int final);
+
+/* Records the logprob of token tokid under the raw logits row and the top
+ * r->p.logprobs alternatives (under r->mu); text is what the token added. */
+void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
+                          int32_t tokid, const char *text, size_t text_len);
+
+/* Builds r's logits-processor chain at admission: logit_bias, min_tokens
+ * (EOS of c unless ignore_eos, and the stop ids), penalties (scratch: the
+ * engine's sampler context), then the caller's processors. */
+int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_err *err);
+
+/* ---- eng_step.c: the step ------------------------------------------------- */
+
+int eng__step_init(eng *e, inf_err *err);   /* step and speculation buffers */
+void eng__step_free(eng *e);
+
+/* One scheduler step through the backend. Returns 0 when idle. */
+int eng__step(eng *e);
+
+static inline eng_req *eng__req_of(sched_seq *q)
+{
+    return (eng_req *)((char *)q - offsetof(eng_req, seq));
+}
+
+/* Puts r on the list of requests to notify after this step. */
+void eng__touch(eng *e, eng_req *r);
+
+/* Takes r out of the engine with the given finish; its owner is notified. */
+void eng__finish(eng *e, eng_req *r, int reason, const char *error);
+
+/* Appends token t (sampled from raw logits row) to r and its output:
+ * detokenized, through stop strings, EOS / stop ids / max_tokens checked.
+ * The caller has told r's logits processors (lp_chain_accept). Returns 1
+ * when r finished. */
+int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
+
+/* The raw row through r's logits processors, into lg: what r samples its
+ * next token from (temperature and filters still to come). */
+void eng__process_row(eng *e, eng_req *r, const float *row, float *lg);
+
+/* ---- eng_spec.c: speculation ---------------------------------------------- */
+
+/* Takes r's unverified drafts off its tokens (and the proposer's state). */
+void eng__strip_drafts(eng *e, eng_req *r);
+
+/* Verifies r's first m drafts against the target's rows and emits what
+ * survives; rejected drafts are rolled back (tokens, KV, proposer). */
+void eng__verify(eng *e, eng_req *r, const float *rows, int m);
+
+/* Drafts tokens for next step's decode tokens. */
+void eng__propose(eng *e);
+
+#endif

@@ -1,0 +1,281 @@
+/* One engine step: the scheduler's plan laid out as one batch, the backend's
+ * forward, then per sequence a sampled token or the verification of its
+ * drafts, each token emitted (detokenized, stop checks, output buffer). */
+#include "eng_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void eng__touch(eng *e, eng_req *r)
+{
+    if (r->touched)
+        return;
+    r->touched = 1;
+    r->next_touched = e->touched;
+    e->touched = r;
+}
+
+void eng__finish(eng *e, eng_req *r, int reason, const char *error)
+{
+    if (r->n_draft) { /* unverified drafts never count */
+        r->seq.n_tokens -= r->n_draft;
+        r->n_draft = 0;
+    }
+    if (e->cfg.spec)
+        e->cfg.spec->ops->release(e->cfg.spec, &r->ss);
+    if (r->seq.state != SCHED_DONE)
+        sched_remove(e->sch, &r->seq);
+    pthread_mutex_lock(&r->mu);
+    r->out.finish = reason;
+    if (error)
+        snprintf(r->out.error, sizeof r->out.error, "%s", error);
+    pthread_mutex_unlock(&r->mu);
+    r->active = 0;
+    eng__touch(e, r);
+    met_registry *m = e->cfg.met;
+    if (m) {
+        static const met_finish why[] = {[ENG_FINISH_STOP] = MET_FINISH_STOP,
+                                         [ENG_FINISH_LENGTH] = MET_FINISH_LENGTH,
+                                         [ENG_FINISH_ABORT] = MET_FINISH_ABORT,
+                                         [ENG_FINISH_ERROR] = MET_FINISH_ERROR};
+        met_request_finished(m, why[reason]);
+        met_observe(m, MET_E2E_SECONDS, inf_now() - r->t_arrival);
+        met_observe(m, MET_REQUEST_PROMPT_TOKENS, r->seq.n_prompt);
+        met_observe(m, MET_REQUEST_GENERATION_TOKENS, r->n_output);
+    }
+}
+
+static int is_stop_id(const eng *e, const eng_req *r, int32_t t, int *eos)
+{
+    *eos = 0;
+    for (int i = 0; i < r->p.n_stop_ids; i++)
+        if (r->stop_ids[i] == t)
+            return 1;
+    if (r->p.ignore_eos)
+        return 0;
+    const model_config *c = &e->m->cfg;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_token_ids[i] == t)
+            return *eos = 1;
+    return 0;
+}
+
+void eng__process_row(eng *e, eng_req *r, const float *row, float *lg)
+{
+    memcpy(lg, row, sizeof(float) * (size_t)e->vocab);
+    lp_chain_apply(&r->lp, lg, e->vocab);
+}
+
+int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
+{
+    sched_seq *q = &r->seq;
+    q->tokens[q->n_tokens++] = t;
+    r->n_output++;
+    if (e->cfg.met)
+        met_add(e->cfg.met, MET_GENERATION_TOKENS, 1);
+
+    int eos, stopped = is_stop_id(e, r, t, &eos);
+    const char *text = "";
+    size_t len = 0;
+    inf_err err = {0};
+    if (!stopped && tok_stream_push(r->ts, t, &text, &len, &err) != INF_OK) {
+        eng__finish(e, r, ENG_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    int reason = ENG_FINISH_NONE;
+    if (stopped)
+        reason = ENG_FINISH_STOP;
+    else if (r->n_output >= r->p.max_tokens || q->n_tokens >= e->cfg.max_model_len)
+        reason = ENG_FINISH_LENGTH;
+
+    pthread_mutex_lock(&r->mu);
+    eng_out *o = &r->out;
+    if (eng__grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids))
+        o->ids[o->n_ids++] = t;
+    size_t before = o->len;
+    int matched = eng__emit(r, text, len, 0);
+    if (reason != ENG_FINISH_NONE && matched < 0) { /* release what is held */
+        const char *rest;
+        size_t rl;
+        if (tok_stream_flush(r->ts, &rest, &rl, &err) == INF_OK)
+            matched = eng__emit(r, rest, rl, 1);
+    }
+    if (matched >= 0) {
+        reason = ENG_FINISH_STOP;
+        o->stop_index = matched;
+    }
+    if (r->p.logprobs >= 0)
+        eng__record_logprobs(e->tk, e->vocab, r, row, t, o->text ? o->text + before : "", o->len - before);
+    o->n_output = r->n_output;
+    o->n_cached = q->n_cached;
+    double now = inf_now();
+    if (r->n_output == 1)
+        o->t_first = now;
+    if (e->cfg.met)
+        met_observe(e->cfg.met, r->n_output == 1 ? MET_TTFT_SECONDS : MET_ITL_SECONDS,
+                    now - (r->n_output == 1 ? r->t_arrival : r->t_last));
+    r->t_last = now;
+    if (stopped && !eos)
+        o->stop_token = t;
+    pthread_mutex_unlock(&r->mu);
+    eng__touch(e, r);
+    if (reason != ENG_FINISH_NONE) {
+        eng__finish(e, r, reason, NULL);
+        return 1;
+    }
+    return 0;
+}
+
+/* Samples r's next token from its logits row and appends it. */
+static void advance(eng *e, eng_req *r, const float *row)
+{
+    eng__process_row(e, r, row, e->scratch);
+    /* penalties were the chain's: no history for the sampler */
+    int32_t t = smp_sample(e->smp, &r->p.sampling, NULL, &r->rng, e->scratch);
+    lp_chain_accept(&r->lp, t);
+    eng__emit_token(e, r, t, row);
+}
+
+/* Token counts of a planned step, and queue times of first-scheduled ones. */
+static void step_metrics(eng *e, const sched_plan *plan, int T)
+{
+    met_registry *m = e->cfg.met;
+    if (!m)
+        return;
+    uint64_t prompt = 0;
+    double now = inf_now();
+    for (int i = 0; i < plan->n; i++) {
+        const sched_seq *q = plan->seqs[i];
+        int end = q->n_computed + plan->n_new[i];
+        int p_end = end < q->n_prompt ? end : q->n_prompt;
+        if (p_end > q->n_computed)
+            prompt += (uint64_t)(p_end - q->n_computed);
+        eng_req *r = eng__req_of((sched_seq *)q);
+        if (!r->scheduled) {
+            r->scheduled = 1;
+            met_observe(m, MET_QUEUE_SECONDS, now - r->t_arrival);
+        }
+    }
+    met_add(m, MET_PROMPT_TOKENS, prompt);
+    met_add(m, MET_NUM_PREEMPTIONS, (uint64_t)plan->n_preempted);
+    met_add(m, MET_PREFIX_CACHE_QUERIES, (uint64_t)plan->cache_queries);
+    met_add(m, MET_PREFIX_CACHE_HITS, (uint64_t)plan->cache_hits);
+    met_observe(m, MET_ITERATION_TOKENS, T);
+}
+
+int eng__step(eng *e)
+{
+    double t0 = inf_now();
+    sched_plan *plan;
+    sched_schedule(e->sch, &plan);
+    e->step_no++;
+    for (int i = 0; i < plan->n; i++)
+        eng__req_of(plan->seqs[i])->plan_stamp = e->step_no;
+    for (int i = 0; e->cfg.spec && i < e->n_active; i++) { /* not run: drafts go */
+        eng_req *r = e->active[i];
+        if (r->n_draft && (r->plan_stamp != e->step_no || r->seq.state != SCHED_RUNNING))
+            eng__strip_drafts(e, r);
+    }
+    if (plan->n == 0)
+        return 0;
+    /* the batch: each planned sequence's new tokens; logits from its last
+     * real token on (it and each computed draft) */
+    batch_builder *bb = e->bb;
+    batch_reset(bb);
+    inf_err err = {0};
+    int rc = INF_OK;
+    for (int i = 0; i < plan->n && !rc; i++) {
+        sched_seq *q = plan->seqs[i];
+        eng_req *r = eng__req_of(q);
+        int end = q->n_computed + plan->n_new[i];
+        int tb = batch_add_seq(bb, e->kv, &q->kv, q->tokens + q->n_computed, q->n_computed,
+                               plan->n_new[i]);
+        int first = q->n_tokens - r->n_draft - 1;
+        e->row0[i] = batch_n_logits(bb);
+        e->nrows[i] = end > first ? end - first : 0;
+        for (int p = first; p < end && tb >= 0; p++)
+            if (batch_add_logits(bb, tb + (p - q->n_computed)) < 0)
+                tb = -1;
+        if (tb < 0) /* the scheduler and the buffers disagree: a bug */
+            rc = inf_fail(&err, INF_ERR_INVALID, "engine: step %ld does not fit its batch "
+                          "buffers", e->step_no);
+    }
+    int T = batch_n_tokens(bb);
+    if (!rc) {
+        step_metrics(e, plan, T);
+        rc = be_forward(e->be, batch_get(bb), e->logits, &err);
+    }
+    if (rc != INF_OK) {
+        for (int i = 0; i < plan->n; i++)
+            eng__finish(e, eng__req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
+        return 1;
+    }
+    for (int i = 0; i < plan->n; i++)
+        plan->seqs[i]->n_computed += plan->n_new[i];
+    for (int i = 0; i < plan->n; i++) {
+        eng_req *r = eng__req_of(plan->seqs[i]);
+        if (!e->nrows[i] || !r->active)
+            continue;
+        const float *rows = e->logits + (size_t)e->row0[i] * e->vocab;
+        if (r->n_draft)
+            eng__verify(e, r, rows, e->nrows[i] - 1);
+        else
+            advance(e, r, rows);
+    }
+    eng__propose(e);
+    /* for --log-level debug: where a slow step comes from (scheduling,
+     * forward, sampling and drafting together) */
+    log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %ld: %d seqs, %d tokens, %.1f ms",
+            e->step_no, plan->n, T, (inf_now() - t0) * 1e3);
+    return 1;
+}
+
+
+int eng__step_init(eng *e, inf_err *err)
+{
+    const eng_config *cfg = &e->cfg;
+    int S = cfg->max_num_seqs;
+    e->kmax = cfg->spec ? cfg->spec_k : 0;
+    if (e->kmax < 0 || e->kmax > 32)
+        return inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
+                        e->kmax);
+    e->max_rows = S * (e->kmax + 1);
+    batch_limits bl = {.max_tokens = cfg->max_num_batched_tokens, .max_seqs = S,
+                       .max_rows = e->max_rows,
+                       .max_blocks = (cfg->max_model_len + cfg->block_size - 1) /
+                                     cfg->block_size};
+    int rc = batch_create(&bl, &e->bb, err);
+    if (rc)
+        return rc;
+    e->row0 = malloc(sizeof(int) * (size_t)S);
+    e->nrows = malloc(sizeof(int) * (size_t)S);
+    e->logits = malloc(sizeof(float) * (size_t)e->max_rows * e->vocab);
+    e->scratch = malloc(sizeof(float) * (size_t)e->vocab);
+    if (e->kmax) {
+        e->cand = malloc(sizeof *e->cand * (size_t)S);
+        e->cand_ss = malloc(sizeof *e->cand_ss * (size_t)S);
+        e->cand_params = malloc(sizeof *e->cand_params * (size_t)S);
+        e->cand_k = malloc(sizeof *e->cand_k * (size_t)S);
+        e->drafts = malloc(sizeof *e->drafts * (size_t)S * e->kmax);
+        e->tprobs = malloc(sizeof(float) * (size_t)(e->kmax + 1) * e->vocab);
+        e->argmaxes = malloc(sizeof *e->argmaxes * (size_t)(e->kmax + 1));
+        if (!cfg->spec->ops->deterministic)
+            e->dprobs = malloc(sizeof(float) * (size_t)S * e->kmax * e->vocab);
+        if (!e->cand || !e->cand_ss || !e->cand_params || !e->cand_k || !e->drafts ||
+            !e->tprobs || !e->argmaxes || (!cfg->spec->ops->deterministic && !e->dprobs))
+            return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for speculation buffers");
+    }
+    if (!e->row0 || !e->nrows || !e->logits || !e->scratch)
+        return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
+    return INF_OK;
+}
+
+void eng__step_free(eng *e)
+{
+    batch_destroy(e->bb);
+    free(e->logits), free(e->scratch), free(e->row0), free(e->nrows);
+    free(e->cand), free(e->cand_ss), free(e->cand_params), free(e->cand_k);
+    free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
+}

@@ -1,0 +1,661 @@
+/* The engine's step against a fake backend and a fake proposer.
+ *
+ * The fake backend keeps a "KV cache" of token ids: every batch token is
+ * written at its slot, and a logits row is a pseudo-random function of the
+ * whole context read back through the sequence's block table (so KV that a
+ * step failed to write, or a rejected draft's KV left in place, changes the
+ * logits), plus an EOS rule by position. The reference is the same function
+ * applied to the true token sequence: greedy output must equal it exactly
+ * whatever the chunking, drafting and batching.
+ *
+ * The fake proposer drafts the reference continuation with one token made
+ * wrong at a position that cycles, so every step accepts some drafts and
+ * rejects the rest (or accepts them all). The rollback check: a rejected
+ * draft whose tokens, n_computed or KV survived would put a wrong token in
+ * the context the next logits are read from.
+ *
+ * Uses the fixture tokenizer $INFERD_TEST_FIXTURES/tiny (the engine streams
+ * text through it); skipped, saying so, when absent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "engine/eng_internal.h"
+
+enum { BS = 4, NBLOCKS = 257, MAXLEN = 160, MAXSEQ = 8 };
+
+/* ---- the fake model: logits from the whole context ---------------------- */
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+typedef struct fake_model {
+    int V;
+    int32_t eos;
+    int eos_pos;      /* the row at this position predicts EOS (0: never) */
+} fake_model;
+
+/* The logits row predicting the token after ctx[0..n). */
+static void fake_row(const fake_model *fm, const int32_t *ctx, int n, float *row)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)(uint32_t)ctx[i]) * 0x100000001b3ull;
+    for (int v = 0; v < fm->V; v++)
+        row[v] = (float)(mix(h ^ ((uint64_t)v << 32)) >> 40) * (8.0f / 16777216.0f);
+    row[fm->eos] = n - 1 == fm->eos_pos ? 100.0f : -100.0f;
+}
+
+/* The greedy reference: n_out tokens after prompt, stopping after EOS. */
+static int reference(const fake_model *fm, const int32_t *prompt, int n_prompt, int n_out,
+                     int32_t *out)
+{
+    int32_t ctx[MAXLEN];
+    float row[4096];
+    memcpy(ctx, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    int n = n_prompt, k = 0;
+    while (k < n_out && n < MAXLEN) {
+        fake_row(fm, ctx, n, row);
+        int32_t t = smp_argmax(row, fm->V);
+        out[k++] = ctx[n++] = t;
+        if (t == fm->eos)
+            break;
+    }
+    return k;
+}
+
+/* ---- the fake backend --------------------------------------------------- */
+
+typedef struct fake_be {
+    be_backend base;
+    fake_model fm;
+    int32_t kv[NBLOCKS * BS]; /* the token stored at each slot              */
+    int n_forward;
+    int max_batch;            /* most tokens one forward carried            */
+    int chunks_without_logits; /* sequences in a batch with no logits row  */
+    int multi_row_seqs;       /* sequences with several logits rows (drafts) */
+    /* a gate: forward number hold_at waits until the test releases it */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int hold_at, held, released;
+} fake_be;
+
+/* Blocks forward number hold_at until release_gate; lets a test act while
+ * the engine is inside a step, without timing. */
+static void gate(fake_be *f)
+{
+    if (!f->hold_at || f->n_forward + 1 != f->hold_at)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->held = 1;
+    pthread_cond_broadcast(&f->cv);
+    while (!f->released)
+        pthread_cond_wait(&f->cv, &f->mu);
+    pthread_mutex_unlock(&f->mu);
+}
+
+static int fake_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
+{
+    fake_be *f = (fake_be *)base;
+    int rc = be_batch_check(base, b, 64, MAXLEN, 0, err);
+    if (rc)
+        return rc;
+    gate(f);
+    f->n_forward++;
+    if (b->n_tokens > f->max_batch)
+        f->max_batch = b->n_tokens;
+    for (int t = 0; t < b->n_tokens; t++) /* KV first, as attention does */
+        f->kv[b->slots[t]] = b->tokens[t];
+    for (int s = 0; s < b->n_seqs; s++) {
+        int rows = 0;
+        for (int r = 0; r < b->n_logits; r++)
+            rows += b->logit_rows[r] >= b->seq_start[s] && b->logit_rows[r] < b->seq_start[s + 1];
+        f->chunks_without_logits += rows == 0;
+        f->multi_row_seqs += rows > 1;
+    }
+    for (int r = 0; r < b->n_logits; r++) {
+        int t = b->logit_rows[r], s = 0;
+        while (b->seq_start[s + 1] <= t)
+            s++;
+        int p = b->positions[t];
+        int32_t ctx[MAXLEN];
+        const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
+        for (int j = 0; j <= p; j++)
+            ctx[j] = f->kv[table[j / BS] * BS + j % BS];
+        fake_row(&f->fm, ctx, p + 1, logits + (size_t)r * f->fm.V);
+    }
+    return INF_OK;
+}
+
+static void fake_destroy(be_backend *base)
+{
+    fake_be *f = (fake_be *)base;
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+static const be_ops fake_ops = {.name = "fake", .forward = fake_forward,
+                                .destroy = fake_destroy};
+
+/* ---- the fake proposer -------------------------------------------------- */
+
+typedef struct fake_spec {
+    spec_proposer base;
+    fake_model fm;
+    int calls;
+    int full, partial;  /* proposals later found all accepted / cut short */
+    int bad_rollbacks;
+} fake_spec;
+
+typedef struct fake_spec_seq {
+    int at;             /* n_tokens when it last proposed                 */
+    int k;
+    int32_t drafts[32];
+} fake_spec_seq;
+
+/* What became of the last proposal: compare it with the tokens now there. */
+static void score(fake_spec *p, const spec_seq *s)
+{
+    fake_spec_seq *st = s->state;
+    if (!st || !st->k)
+        return;
+    int acc = 0;
+    while (acc < st->k && st->at + acc < s->n_tokens && s->tokens[st->at + acc] == st->drafts[acc])
+        acc++;
+    if (st->at + st->k < s->n_tokens) /* the sequence moved past it */
+        acc == st->k ? p->full++ : p->partial++;
+    else if (acc < st->k && st->at + acc < s->n_tokens)
+        p->partial++;
+    st->k = 0;
+}
+
+static int fake_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const smp_params *params,
+                        int kmax, int *k, int32_t *drafts, float *probs, inf_err *err)
+{
+    (void)params, (void)probs, (void)err;
+    fake_spec *p = (fake_spec *)pp;
+    for (int i = 0; i < n; i++) {
+        spec_seq *s = seqs[i];
+        if (!s->state)
+            s->state = calloc(1, sizeof(fake_spec_seq));
+        fake_spec_seq *st = s->state;
+        score(p, s);
+        int32_t ref[32];
+        int got = reference(&p->fm, s->tokens, s->n_tokens, k[i], ref);
+        int wrong = p->calls++ % (k[i] + 1); /* k[i]: all right */
+        for (int j = 0; j < got; j++)
+            drafts[(size_t)i * kmax + j] = j == wrong ? (ref[j] + 1) % p->fm.V : ref[j];
+        k[i] = got;
+        st->at = s->n_tokens;
+        st->k = got;
+        memcpy(st->drafts, drafts + (size_t)i * kmax, sizeof(int32_t) * (size_t)got);
+    }
+    return INF_OK;
+}
+
+/* Rollback must never claim more valid tokens than the sequence holds. */
+static void fake_rollback(spec_proposer *pp, spec_seq *s, int n_valid)
+{
+    ((fake_spec *)pp)->bad_rollbacks += n_valid > s->n_tokens;
+}
+
+static void fake_release(spec_proposer *pp, spec_seq *s)
+{
+    score((fake_spec *)pp, s);
+    free(s->state);
+    s->state = NULL;
+}
+
+static void fake_spec_destroy(spec_proposer *pp) { (void)pp; }
+
+static const spec_proposer_ops fake_spec_ops = {
+    .name = "fake", .propose = fake_propose, .rollback = fake_rollback,
+    .release = fake_release, .destroy = fake_spec_destroy, .deterministic = 1,
+};
+
+/* ---- fixture: an engine on the fakes ------------------------------------ */
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int notified;
+} waiter;
+
+static void on_notify(void *user, eng_req *r)
+{
+    (void)r;
+    waiter *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->notified++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+typedef struct fx {
+    tok *tk;
+    model m;
+    fake_be *be;
+    fake_spec spec;
+    eng *e;
+    waiter w;
+} fx;
+
+static int setup(void **state)
+{
+    const char *f = getenv("INFERD_TEST_FIXTURES");
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s/tiny", f ? f : "");
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    if (!f || access(path, R_OK) != 0) {
+        print_message("skipped: $INFERD_TEST_FIXTURES/tiny/tokenizer.model not present "
+                      "(INFERD_TEST_FIXTURES=%s; `make unit` makes it)\n", f ? f : "unset");
+        *state = NULL;
+        return 0;
+    }
+    fx *x = calloc(1, sizeof *x);
+    inf_err err = {0};
+    assert_int_equal(tok_create(dir, &x->tk, &err), INF_OK);
+    x->m.cfg.vocab_size = tok_vocab_size(x->tk);
+    x->m.cfg.n_eos = 1;
+    x->m.cfg.eos_token_ids[0] = tok_eos_id(x->tk);
+    pthread_mutex_init(&x->w.mu, NULL);
+    pthread_cond_init(&x->w.cv, NULL);
+    *state = x;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *x = *state;
+    if (!x)
+        return 0;
+    eng_destroy(x->e);
+    if (x->be)
+        be_destroy(&x->be->base);
+    tok_destroy(x->tk);
+    pthread_mutex_destroy(&x->w.mu);
+    pthread_cond_destroy(&x->w.cv);
+    free(x);
+    return 0;
+}
+
+#define NEED_FIXTURE(x)                                                                        \
+    do {                                                                                       \
+        if (!(x))                                                                              \
+            skip();                                                                            \
+    } while (0)
+
+/* Starts the engine: a step of `budget` tokens, k drafts (0: off). */
+static void start(fx *x, int budget, int k, int eos_pos)
+{
+    x->be = calloc(1, sizeof *x->be);
+    pthread_mutex_init(&x->be->mu, NULL);
+    pthread_cond_init(&x->be->cv, NULL);
+    x->be->base = (be_backend){.ops = &fake_ops, .vocab_size = x->m.cfg.vocab_size,
+                               .block_size = BS, .num_blocks = NBLOCKS};
+    x->be->fm = (fake_model){.V = x->m.cfg.vocab_size, .eos = x->m.cfg.eos_token_ids[0],
+                             .eos_pos = eos_pos};
+    x->spec = (fake_spec){.base = {.ops = &fake_spec_ops}, .fm = x->be->fm};
+    eng_config c = {.max_num_seqs = MAXSEQ, .max_num_batched_tokens = budget,
+                    .max_model_len = MAXLEN, .block_size = BS, .num_blocks = NBLOCKS,
+                    .seed = 7, .spec = k ? &x->spec.base : NULL, .spec_k = k,
+                    .spec_min_accept = 0, .notify = on_notify, .notify_user = &x->w};
+    inf_err err = {0};
+    int rc = eng_create(&c, &x->m, x->tk, &x->be->base, &x->e, &err);
+    if (rc)
+        print_message("eng_create: %s\n", err.msg);
+    assert_int_equal(rc, INF_OK);
+}
+
+static void make_prompt(const fx *x, unsigned seed, int n, int32_t *p)
+{
+    p[0] = tok_bos_id(x->tk) >= 0 ? tok_bos_id(x->tk) : 1;
+    for (int i = 1; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        p[i] = 3 + (int32_t)((seed >> 8) % (unsigned)(x->m.cfg.vocab_size - 3));
+    }
+}
+
+static eng_params greedy(int max_tokens)
+{
+    eng_params p = {.sampling = smp_params_default(), .max_tokens = max_tokens,
+                    .logprobs = -1};
+    p.sampling.temperature = 0;
+    return p;
+}
+
+static eng_req *submit(fx *x, const int32_t *prompt, int n, const eng_params *p)
+{
+    eng_req *r = NULL;
+    inf_err err = {0};
+    assert_int_equal(eng_req_create(prompt, n, p, &r, &err), INF_OK);
+    int rc = eng_submit(x->e, r, 0, &err);
+    if (rc)
+        print_message("eng_submit: %s\n", err.msg);
+    assert_int_equal(rc, INF_OK);
+    return r;
+}
+
+/* Waits until r has finished. A request the engine stopped advancing (a
+ * broken rollback can leave a sequence with nothing to compute) would hang
+ * the test: after 20 s it fails instead (a watchdog, not a timing check). */
+static void wait_done(fx *x, eng_req *r)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += 20;
+    int stuck = 0;
+    pthread_mutex_lock(&x->w.mu);
+    while (!eng_req_finished(r) && !stuck)
+        stuck = pthread_cond_timedwait(&x->w.cv, &x->w.mu, &dl) != 0;
+    pthread_mutex_unlock(&x->w.mu);
+    if (stuck)
+        fail_msg("the request never finished: the engine stopped advancing it");
+}
+
+/* The request's generated tokens: its sequence after the prompt (the engine
+ * is done with it once it finished and the engine is idle). */
+static int out_tokens(const eng_req *r, int32_t *out)
+{
+    int n = r->seq.n_tokens - r->seq.n_prompt;
+    memcpy(out, r->seq.tokens + r->seq.n_prompt, sizeof(int32_t) * (size_t)n);
+    return n;
+}
+
+/* Waits until the engine thread sleeps with nothing to do (failing after
+ * 20 s, as wait_done). */
+static void wait_idle(fx *x)
+{
+    for (int ms = 0;; ms++) {
+        if (ms == 20000)
+            fail_msg("the engine never went idle");
+        pthread_mutex_lock(&x->e->mu);
+        int idle = atomic_load(&x->e->idle) && !x->e->inbox_head && x->e->n_active == 0;
+        pthread_mutex_unlock(&x->e->mu);
+        if (idle)
+            return;
+        usleep(1000);
+    }
+}
+
+/* Every KV block is back in the pool (prefix caching is off). */
+static void assert_no_blocks_held(fx *x)
+{
+    wait_idle(x);
+    pthread_mutex_lock(&x->e->mu);
+    int free_blocks = kv_num_free(x->e->kv), all = kv_num_blocks(x->e->kv);
+    pthread_mutex_unlock(&x->e->mu);
+    assert_int_equal(free_blocks, all);
+}
+
+static void assert_tokens(const int32_t *want, int n_want, const int32_t *got, int n_got)
+{
+    for (int i = 0; i < n_want && i < n_got; i++)
+        if (want[i] != got[i])
+            fail_msg("token %d: %d, the reference has %d", i, got[i], want[i]);
+    assert_int_equal(n_got, n_want);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+/* A prompt of 37 tokens in steps of 8 is prefilled in chunks (batches of at
+ * most 8 tokens, chunks without logits rows), and the greedy output equals
+ * the reference: every chunk wrote its KV where the next one reads it. */
+static void test_step_chunked_prefill_matches_reference(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start(x, 8, 0, 0);
+    int32_t prompt[37], want[24], got[MAXLEN];
+    make_prompt(x, 11, 37, prompt);
+    int n_want = reference(&x->be->fm, prompt, 37, 24, want);
+    eng_params p = greedy(24);
+    eng_req *r = submit(x, prompt, 37, &p);
+    wait_done(x, r);
+    wait_idle(x);
+    eng_out o = {0};
+    eng_req_take(r, &o);
+    assert_int_equal(o.finish, ENG_FINISH_LENGTH);
+    assert_int_equal(o.n_output, 24);
+    assert_tokens(want, n_want, got, out_tokens(r, got));
+    assert_true(x->be->max_batch <= 8);
+    assert_true(x->be->chunks_without_logits >= 4); /* 37 tokens: 5 chunks */
+    eng_out_free(&o);
+    eng_req_unref(r);
+    assert_no_blocks_held(x);
+}
+
+/* Drafts, some all accepted and some cut short at every position, over
+ * three concurrent sequences whose prompts are prefilled in chunks: the
+ * output equals the reference, so every rejected draft was rolled back
+ * (tokens, n_computed and KV). Breaking the rollback fails it. */
+static void test_step_drafts_accepted_and_rejected(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start(x, 16, 4, 0);
+    enum { N = 3, OUT = 40 };
+    int32_t prompt[N][20], want[N][OUT], got[MAXLEN];
+    int n_want[N];
+    eng_req *r[N];
+    eng_params p = greedy(OUT);
+    for (int i = 0; i < N; i++) {
+        make_prompt(x, 100 + (unsigned)i, 20, prompt[i]);
+        n_want[i] = reference(&x->be->fm, prompt[i], 20, OUT, want[i]);
+        r[i] = submit(x, prompt[i], 20, &p);
+    }
+    for (int i = 0; i < N; i++) {
+        wait_done(x, r[i]);
+        eng_out o = {0};
+        eng_req_take(r[i], &o);
+        assert_int_equal(o.finish, ENG_FINISH_LENGTH);
+        assert_int_equal(o.n_output, OUT);
+        eng_out_free(&o);
+    }
+    wait_idle(x);
+    for (int i = 0; i < N; i++) {
+        assert_tokens(want[i], n_want[i], got, out_tokens(r[i], got));
+        eng_req_unref(r[i]);
+    }
+    /* both outcomes happened, and verification ran (several rows a sequence) */
+    assert_true(x->spec.full > 0);
+    assert_true(x->spec.partial > 0);
+    assert_true(x->be->multi_row_seqs > 0);
+    assert_int_equal(x->spec.bad_rollbacks, 0);
+    assert_no_blocks_held(x);
+}
+
+/* EOS ends a request with STOP and no text for it; with drafting on, an EOS
+ * inside an accepted run ends it there (nothing after it is emitted). */
+static void test_step_eos_stops(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start(x, 32, 4, 20); /* the row at position 20 predicts EOS */
+    int32_t prompt[12], want[40], got[MAXLEN];
+    make_prompt(x, 5, 12, prompt);
+    int n_want = reference(&x->be->fm, prompt, 12, 40, want);
+    assert_int_equal(n_want, 20 - 12 + 2); /* up to and including EOS */
+    eng_params p = greedy(40);
+    eng_req *r = submit(x, prompt, 12, &p);
+    wait_done(x, r);
+    wait_idle(x);
+    eng_out o = {0};
+    eng_req_take(r, &o);
+    assert_int_equal(o.finish, ENG_FINISH_STOP);
+    assert_int_equal(o.stop_token, -1); /* EOS, not a stop id */
+    assert_tokens(want, n_want, got, out_tokens(r, got));
+    eng_out_free(&o);
+    eng_req_unref(r);
+
+    /* ignore_eos runs to max_tokens through it */
+    p.ignore_eos = 1;
+    r = submit(x, prompt, 12, &p);
+    wait_done(x, r);
+    eng_req_take(r, &o);
+    assert_int_equal(o.finish, ENG_FINISH_LENGTH);
+    assert_int_equal(o.n_output, 40);
+    eng_out_free(&o);
+    eng_req_unref(r);
+    assert_no_blocks_held(x);
+}
+
+/* A stop string taken from the middle of a request's text ends the same
+ * request run again just before it (the string itself not in the output),
+ * with drafting on. */
+static void test_step_stop_string(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start(x, 32, 3, 0);
+    int32_t prompt[10];
+    make_prompt(x, 9, 10, prompt);
+    eng_params p = greedy(40);
+    eng_req *r = submit(x, prompt, 10, &p);
+    wait_done(x, r);
+    eng_out full = {0};
+    eng_req_take(r, &full);
+    eng_req_unref(r);
+    assert_true(full.len >= 12);
+    /* three bytes from the middle, cut on character boundaries */
+    size_t at = full.len / 2;
+    while (at > 0 && ((unsigned char)full.text[at] & 0xC0) == 0x80)
+        at--;
+    size_t end = at + 3;
+    while (end < full.len && ((unsigned char)full.text[end] & 0xC0) == 0x80)
+        end++;
+    char stop_s[16] = {0};
+    memcpy(stop_s, full.text + at, end - at);
+    const char *first = strstr(full.text, stop_s);
+    const char *stops[] = {"never appears \x01", stop_s};
+    p.stop = stops;
+    p.n_stop = 2;
+    r = submit(x, prompt, 10, &p);
+    wait_done(x, r);
+    eng_out o = {0};
+    eng_req_take(r, &o);
+    assert_int_equal(o.finish, ENG_FINISH_STOP);
+    assert_int_equal(o.stop_index, 1);
+    assert_int_equal(o.len, (size_t)(first - full.text));
+    assert_memory_equal(o.text ? o.text : "", full.text, o.len);
+    eng_out_free(&o);
+    eng_out_free(&full);
+    eng_req_unref(r);
+    assert_no_blocks_held(x);
+}
+
+/* A request cancelled while the engine is inside a step (the fake holds
+ * its sixth forward) finishes with ABORT at the next step, before
+ * max_tokens, with drafts pending; what it produced is the reference's
+ * beginning, its KV blocks go back to the pool, and the request beside it
+ * runs on untouched. */
+static void test_step_cancel(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start(x, 16, 2, 0);
+    x->be->hold_at = 6;
+    enum { OUT = 150 };
+    int32_t prompt[2][10], want[2][OUT], got[MAXLEN];
+    make_prompt(x, 1, 10, prompt[0]);
+    make_prompt(x, 2, 10, prompt[1]);
+    int n_want1 = reference(&x->be->fm, prompt[1], 10, 30, want[1]);
+    reference(&x->be->fm, prompt[0], 10, OUT, want[0]);
+    eng_params p = greedy(OUT), p1 = greedy(30);
+    eng_req *a = submit(x, prompt[0], 10, &p), *b = submit(x, prompt[1], 10, &p1);
+    pthread_mutex_lock(&x->be->mu);
+    while (!x->be->held)
+        pthread_cond_wait(&x->be->cv, &x->be->mu);
+    eng_cancel(x->e, a);
+    x->be->released = 1;
+    pthread_cond_broadcast(&x->be->cv);
+    pthread_mutex_unlock(&x->be->mu);
+    wait_done(x, a);
+    wait_done(x, b);
+    eng_out o = {0};
+    eng_req_take(a, &o);
+    assert_int_equal(o.finish, ENG_FINISH_ABORT);
+    assert_true(o.n_output >= 1);
+    assert_true(o.n_output < 30);
+    wait_idle(x);
+    int n = out_tokens(a, got);
+    assert_int_equal(n, o.n_output); /* no draft left behind */
+    assert_tokens(want[0], n, got, n);
+    eng_req_take(b, &o);
+    assert_int_equal(o.finish, ENG_FINISH_LENGTH);
+    assert_tokens(want[1], n_want1, got, out_tokens(b, got));
+    eng_out_free(&o);
+    eng_req_unref(a);
+    eng_req_unref(b);
+    assert_no_blocks_held(x);
+}
+
+/* Logits processors under speculation: with penalties, logit_bias and
+ * min_tokens (the EOS the fake predicts at position 16 falls before
+ * min_tokens and is suppressed), the output with drafting equals the
+ * output without: the chain advanced over drafts and stepped back over the
+ * rejected ones. */
+static void test_step_processors_same_with_drafts(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    int32_t prompt[12], got[2][MAXLEN];
+    make_prompt(x, 21, 12, prompt);
+    int32_t bias_ids[] = {5, 6, 7};
+    float bias[] = {3.0f, 2.0f, -50.0f};
+    eng_params p = greedy(30);
+    p.sampling.repetition_penalty = 1.5f;
+    p.sampling.frequency_penalty = 1.0f;
+    p.sampling.presence_penalty = 0.5f;
+    p.bias_ids = bias_ids;
+    p.bias = bias;
+    p.n_bias = 3;
+    p.min_tokens = 8;
+    int n[2];
+    for (int run = 0; run < 2; run++) {
+        start(x, 16, run ? 4 : 0, 16);
+        eng_req *r = submit(x, prompt, 12, &p);
+        wait_done(x, r);
+        wait_idle(x);
+        n[run] = out_tokens(r, got[run]);
+        eng_req_unref(r);
+        if (run)
+            assert_true(x->be->multi_row_seqs > 0);
+        eng_destroy(x->e);
+        be_destroy(&x->be->base);
+        x->e = NULL;
+        x->be = NULL;
+    }
+    assert_true(n[0] >= 8);
+    for (int i = 0; i < 7; i++) /* min_tokens: no EOS among the first 7 */
+        assert_int_not_equal(got[0][i], x->m.cfg.eos_token_ids[0]);
+    assert_tokens(got[0], n[0], got[1], n[1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_step_chunked_prefill_matches_reference, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_step_drafts_accepted_and_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_eos_stops, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_stop_string, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_processors_same_with_drafts, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
