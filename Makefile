@@ -204,9 +204,6 @@ JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engi
                  engine/jinja_str.o engine/jinja_lib.o
 T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
-T_test_step   := engine/eng.o engine/eng_req.o engine/eng_step.o engine/eng_spec.o engine/batch.o \
-                 engine/be.o engine/kv.o engine/sched.o engine/smp.o engine/stop.o $(TOK_OBJ) \
-                 engine/metrics.o engine/log.o engine/json_esc.o engine/spec.o engine/lp.o
 T_test_lp     := engine/lp.o engine/smp.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
