@@ -19,6 +19,7 @@
 #include "app/hub.h"
 #include "app/sdn.h"
 #include "app/vargs.h"
+#include "engine/be_fault.h"
 #include "engine/eng.h"
 #include "engine/gguf_model.h"
 #include "engine/kv.h"
@@ -33,7 +34,7 @@
 #include "server/srv.h"
 
 typedef struct serve_opts {
-    const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
+    const char *model, *host, *served_name, *device, *kernels, *kv_mem;
     const char *quantization, *tokenizer;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
@@ -46,6 +47,13 @@ typedef struct serve_opts {
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
         disable_access_log;
     const char *log_format, *log_level;
+    /* TLS, keys and CORS (server/tls.h, keys.h, cors.h) */
+    arg_strs api_keys;
+    const char *api_key_file, *ssl_keyfile, *ssl_certfile, *ssl_ca_certs;
+    int ssl_cert_reqs;
+    const char *allowed_origins, *allowed_methods, *allowed_headers;
+    int allow_credentials;
+    int fault_token;          /* -1: no fault injection (engine/be_fault.h) */
     const char *tool_parser, *reasoning_parser;
     int auto_tools;
     int tool_kind, reasoning_kind; /* parsed from the two names; -1: none */
@@ -72,6 +80,7 @@ typedef struct app {
     tok *tk;
     tmpl *t;
     be_backend *be;
+    be_backend *fault;        /* --fault-token-id: wraps be for the engine */
     spec_opts so;
     model *dm;                /* draft model, its tokenizer and backend    */
     tok *dtk;
@@ -283,6 +292,18 @@ static void on_failed(void *user)
     srv_stop(a->srv);
 }
 
+/* SIGHUP: the API key file is read again (a bad file keeps the old keys). */
+static void on_reload(void *user)
+{
+    app *a = user;
+    inf_err err = {0};
+    if (api_reload(a->api, &err))
+        log_msg(a->log, LOG_ERROR, "server", NULL, "SIGHUP: %s; the keys in force stay",
+                err.msg);
+    else
+        log_msg(a->log, LOG_INFO, "server", NULL, "SIGHUP: API keys reloaded");
+}
+
 static void on_shutdown(void *user)
 {
     app *a = user;
@@ -444,7 +465,13 @@ static void *load(void *arg)
                          .spec_disable_batch = a->so.disable_by_batch_size,
                          .spec_min_accept = a->so.min_acceptance, .log = a->log};
         eng *e = NULL;
-        rc = eng_create(&ec, a->m, a->tk, a->be, &e, &a->err);
+        if (o->fault_token >= 0 &&
+            !(rc = be_fault_create(a->be, &(be_fault_config){o->fault_token}, &a->fault,
+                                   &a->err)))
+            log_msg(a->log, LOG_WARN, "loader", NULL, "fault injection: a step holding token "
+                    "%d fails (--fault-token-id; for tests)", o->fault_token);
+        if (!rc)
+            rc = eng_create(&ec, a->m, a->tk, a->fault ? a->fault : a->be, &e, &a->err);
         pthread_mutex_lock(&a->wd_mu); /* the watchdog reads it under wd_mu */
         a->e = e;
         pthread_mutex_unlock(&a->wd_mu);
@@ -499,7 +526,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
                       .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
-                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
+                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16,
+                      .fault_token = -1};
     const arg_spec specs[] = {
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
                                              "or a Hub id ORG/NAME (required; may come first, "
@@ -514,8 +542,25 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                           "~/.cache/huggingface/hub)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
         {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
-        {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
-                                                 "/tokenize, /detokenize"},
+        {"api-key", ARG_STRS, &o->api_keys, "KEY", "require \"Authorization: Bearer KEY\" on "
+                                                   "/v1, /tokenize, /detokenize (repeatable: "
+                                                   "any of the keys)"},
+        {"api-key-file", ARG_STR, &o->api_key_file, "FILE", "API keys, one per line; read again "
+                                                            "on SIGHUP"},
+        {"ssl-keyfile", ARG_STR, &o->ssl_keyfile, "FILE", "TLS private key (PEM): serve HTTPS"},
+        {"ssl-certfile", ARG_STR, &o->ssl_certfile, "FILE", "TLS certificate chain (PEM)"},
+        {"ssl-ca-certs", ARG_STR, &o->ssl_ca_certs, "FILE", "CA certificates (PEM) that sign "
+                                                            "client certificates"},
+        {"ssl-cert-reqs", ARG_INT, &o->ssl_cert_reqs, "N", "client certificates: 0 none "
+                                                           "(default), 1 optional, 2 required"},
+        {"allowed-origins", ARG_STR, &o->allowed_origins, "JSON", "CORS: origins allowed, e.g. "
+                                                                  "'[\"https://a.example\"]' "
+                                                                  "(default: CORS off)"},
+        {"allowed-methods", ARG_STR, &o->allowed_methods, "JSON", "CORS: methods allowed "
+                                                                  "(default [\"*\"])"},
+        {"allowed-headers", ARG_STR, &o->allowed_headers, "JSON", "CORS: request headers "
+                                                                  "allowed (default [\"*\"])"},
+        {"allow-credentials", ARG_FLAG, &o->allow_credentials, NULL, "CORS: allow credentials"},
         {"served-model-name", ARG_STR, &o->served_name, "NAME", "model id in the API (default: "
                                                                 "--model as given)"},
         {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
@@ -583,6 +628,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
         {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
         {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
         {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
+        {"fault-token-id", ARG_INT, &o->fault_token, "N", "testing: a step whose batch holds "
+                                                          "token N fails (the fault path)"},
         {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
                                                 "flags override it, it overrides INFERD_*"},
     };
@@ -682,7 +729,10 @@ static int serve_run(int argc, char **argv, const vargs *v)
     for (int i = 0; i < v->n_notes; i++) /* vLLM's flags that change nothing here */
         log_msg(a->log, LOG_WARN, "args", NULL, "%s", v->notes[i]);
     api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
-                     .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
+                     .api_keys = o->api_keys.v, .n_api_keys = o->api_keys.n,
+                     .api_key_file = o->api_key_file,
+                     .cors = {o->allowed_origins, o->allowed_methods, o->allowed_headers,
+                              o->allow_credentials},
                      .max_model_len = 0, .max_waiting = o->max_waiting,
                      .limits = oai_limits_default()};
     ac.limits.max_logprobs = o->max_logprobs;
@@ -701,8 +751,13 @@ static int serve_run(int argc, char **argv, const vargs *v)
     sc.log = a->log;
     sc.access_log = !o->disable_access_log;
     sc.on_shutdown = on_shutdown;
+    sc.on_reload = on_reload;
     sc.user = a;
+    sc.tls = (tls_config){o->ssl_keyfile, o->ssl_certfile, o->ssl_ca_certs, o->ssl_cert_reqs};
     if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+        /* a bad key file, TLS or CORS setting is a usage error (2: systemd
+         * does not restart); a port in use may pass (1) */
+        rc = err.code == INF_ERR_INVALID || err.code == INF_ERR_FORMAT ? 2 : 1;
         log_msg(a->log, LOG_ERROR, "server", NULL, "%s", err.msg);
         sdn_send(a->notify, "STATUS=failed: %s", err.msg);
         api_destroy(a->api);
@@ -710,11 +765,11 @@ static int serve_run(int argc, char **argv, const vargs *v)
         log_destroy(a->log);
         cfg_free(cf);
         free(a);
-        return 1;
+        return rc;
     }
     api_set_server(a->api, a->srv);
-    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s:%d, loading %s",
-            inf_version(), inf_version_build(), o->host, srv_port(a->srv), o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s://%s:%d, loading %s",
+            inf_version(), inf_version_build(), srv_is_tls(a->srv) ? "https" : "http", o->host, srv_port(a->srv), o->model);
     pthread_mutex_init(&a->wd_mu, NULL);
     pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&
@@ -743,6 +798,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
     be_destroy(a->dbe);
     tok_destroy(a->dtk);
     model_destroy(a->dm);
+    be_destroy(a->fault);
     be_destroy(a->be);
     met_destroy(a->met);
     tmpl_destroy(a->t);
