@@ -28,6 +28,7 @@ static void admit(eng *e, eng_req *r)
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
         eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
+        (e->hidden && !(r->hidden = malloc(sizeof(float) * (size_t)e->hidden_size))) ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;
         eng__finish(e, r, ENG_FINISH_ERROR, err.msg[0] ? err.msg : "out of memory");
