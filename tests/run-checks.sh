@@ -6,6 +6,7 @@ BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" tests/ref/check_engine.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 "$PYTHON" tests/ref/check_hidden.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+"$PYTHON" tests/ref/check_mlp_spec.py --build "$BUILD"
 # The daemon end to end: the official openai SDK and raw HTTP (node:test).
 INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 tests/e2e/
 # Running as a service: systemd notifications, the config file, the access log.
