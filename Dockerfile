@@ -26,6 +26,8 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config \
         libcjson-dev libuv1-dev libmicrohttpd-dev libsentencepiece-dev libyaml-dev \
+        libcurl4-gnutls-dev nettle-dev \
+        libpcre2-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore keeps a host build/ out: make would take it as up to date.
@@ -40,7 +42,8 @@ FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libcjson1 libuv1 libmicrohttpd12 libsentencepiece0 libyaml-0-2 \
-        libstdc++6 libgcc-s1 \
+        libpcre2-8-0 libutf8proc2 \
+        libstdc++6 libgcc-s1 libcurl3-gnutls libnettle8 ca-certificates \
         curl \
  && rm -rf /var/lib/apt/lists/*
 RUN groupadd --gid 10001 inferd \

@@ -32,7 +32,7 @@
 #include "cuda/kern.h"
 #include "cuda/plan.h"
 #include "engine/model.h"
-#include "server/args.h"
+#include "app/args.h"
 
 enum { PROMPT = 32, BATCH = 64, BS = 16 };
 

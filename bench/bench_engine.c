@@ -35,7 +35,7 @@
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "engine/smp.h"
-#include "server/args.h"
+#include "app/args.h"
 
 enum { PROMPT = 16, N_FIG = 6 };
 static const char *fig_names[N_FIG] = {"triad_gbs", "peak_gflops", "decode_1_tps",

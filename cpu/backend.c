@@ -1,4 +1,5 @@
-/* The Llama forward pass on the CPU over one flattened batch.
+/* The decoder forward pass on the CPU over one flattened batch, as the
+ * model description (engine/mdesc.h) says: every family's settings.
  *
  * Every step is either a matmul (cpu_kern.mm, columns split across threads),
  * a per-token elementwise op, or attention for one (token, KV head) pair; none
@@ -13,6 +14,9 @@
 #include "cpu/kern.h"
 #include "cpu/pool.h"
 #include "cpu/qw.h"
+
+/* A layer's norms, in this order in cpu_be.norms. */
+enum { NORM_ATTN, NORM_FFN, NORM_POST_ATTN, NORM_POST_FFN, NORM_N };
 
 /* A layer's seven matrices, in this order wherever they are listed. */
 enum { QW_Q, QW_K, QW_V, QW_O, QW_GATE, QW_UP, QW_DOWN, QW_N };
@@ -32,8 +36,15 @@ typedef struct cpu_be {
     int nt;                   /* threads                                    */
     int max_tokens, max_ctx;
     int D, H, KV, hd, F, V, L, qdim, kvdim, group;
+    const mdesc *md;          /* the recipe (m->cfg.desc)                   */
+    unsigned feat;            /* its mdesc_features                         */
+    int rot, n_rope;          /* rotated dims per head; RoPE tables (1, 2)  */
     float eps;
-    float *norms;             /* [L][2][D] attn, ffn gains; then [D] final  */
+    float *norms;             /* [L][NORM_N][D] gains (1 + w folded in where
+                                 the family says); then [D] final           */
+    float *qkn;               /* [L][2][hd] q_norm, k_norm gains, or NULL   */
+    float *bias;              /* [L][qdim + 2 kvdim + D] q|k|v|o biases, or
+                                 NULL                                       */
     float *kc, *vc;           /* [L][num_blocks*block_size][kvdim]          */
     size_t layer_kv;          /* floats per layer in kc / vc                */
     float *x;                 /* [T][D] residual stream                     */
@@ -42,8 +53,7 @@ typedef struct cpu_be {
     float *kb, *vb;           /* [T][kvdim] this step's keys and values     */
     float *att;               /* [T][qdim] attention output                 */
     float *gate, *up;         /* [T][F]                                     */
-    float *cosv, *sinv;       /* [T][hd/2] RoPE rotation per token          */
-    double *inv_freq;         /* [hd/2]                                     */
+    float *cosv, *sinv;       /* [n_rope][T][rot/2] RoPE rotation per token */
     int32_t *tok_seq;         /* [T] sequence index of each token           */
     const be_batch *pending;  /* submitted, run by the next wait            */
     float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
@@ -220,24 +230,51 @@ static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int fi
 
 /* ---- per-token ops ------------------------------------------------------ */
 
-static void rmsnorm(const cpu_be *be, const float *x, const float *g, float *out)
+/* out = x / rms(x) * g over n values (out may be x). */
+static void rmsnorm(const cpu_be *be, const float *x, const float *g, float *out, int n)
 {
-    float ss = be->k->dot(x, x, be->D);
-    float inv = 1.0f / sqrtf(ss / (float)be->D + be->eps);
-    for (int i = 0; i < be->D; i++)
+    float ss = be->k->dot(x, x, n);
+    float inv = 1.0f / sqrtf(ss / (float)n + be->eps);
+    for (int i = 0; i < n; i++)
         out[i] = (x[i] * inv) * g[i];
 }
 
 static void op_norm(cpu_be *be, int t, const void *gain)
 {
-    rmsnorm(be, be->x + (size_t)t * be->D, gain, be->h + (size_t)t * be->D);
+    rmsnorm(be, be->x + (size_t)t * be->D, gain, be->h + (size_t)t * be->D, be->D);
 }
 
-/* HF Llama's rotate-half: pairs (i, i + hd/2) of every head. */
-static void rope_vec(const cpu_be *be, int t, float *v, int n_heads)
+/* Gemma's norm of a sublayer's output, in place, before the residual add. */
+static void op_norm_h(cpu_be *be, int t, const void *gain)
 {
-    int half = be->hd / 2;
-    const float *c = be->cosv + (size_t)t * half, *s = be->sinv + (size_t)t * half;
+    float *h = be->h + (size_t)t * be->D;
+    rmsnorm(be, h, gain, h, be->D);
+}
+
+static void add_vec(float *y, const float *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        y[i] += b[i];
+}
+
+/* The o projection's bias (attention_bias). */
+static void op_bias_o(cpu_be *be, int t, const void *bias)
+{
+    add_vec(be->h + (size_t)t * be->D, bias, be->D);
+}
+
+static float softcap(float x, float cap)
+{
+    return cap * tanhf(x / cap);
+}
+
+/* HF's rotate-half: pairs (i, i + rot/2) of the first rot dims of every
+ * head, with RoPE table r (global or local layers). */
+static void rope_vec(const cpu_be *be, int t, int r, float *v, int n_heads)
+{
+    int half = be->rot / 2;
+    size_t at = ((size_t)r * be->max_tokens + t) * half;
+    const float *c = be->cosv + at, *s = be->sinv + at;
     for (int hh = 0; hh < n_heads; hh++) {
         float *p = v + (size_t)hh * be->hd;
         for (int i = 0; i < half; i++) {
@@ -253,13 +290,29 @@ typedef struct rope_arg {
     int layer;
 } rope_arg;
 
-/* RoPE on q and k, then k and v into the paged cache at the token's slot. */
+/* Biases, QK-norm and RoPE on q and k, then k and v into the paged cache
+ * at the token's slot. */
 static void op_rope_store(cpu_be *be, int t, const void *arg)
 {
     const rope_arg *ra = arg;
-    float *k = be->kb + (size_t)t * be->kvdim;
-    rope_vec(be, t, be->q + (size_t)t * be->qdim, be->H);
-    rope_vec(be, t, k, be->KV);
+    int l = ra->layer, r = be->n_rope > 1 ? be->md->local[l] : 0;
+    float *q = be->q + (size_t)t * be->qdim, *k = be->kb + (size_t)t * be->kvdim;
+    float *v = be->vb + (size_t)t * be->kvdim;
+    if (be->bias) {
+        const float *b = be->bias + (size_t)l * (be->qdim + 2 * be->kvdim + be->D);
+        add_vec(q, b, be->qdim);
+        add_vec(k, b + be->qdim, be->kvdim);
+        add_vec(v, b + be->qdim + be->kvdim, be->kvdim);
+    }
+    if (be->qkn) {
+        const float *g = be->qkn + (size_t)l * 2 * be->hd;
+        for (int h = 0; h < be->H; h++)
+            rmsnorm(be, q + (size_t)h * be->hd, g, q + (size_t)h * be->hd, be->hd);
+        for (int h = 0; h < be->KV; h++)
+            rmsnorm(be, k + (size_t)h * be->hd, g + be->hd, k + (size_t)h * be->hd, be->hd);
+    }
+    rope_vec(be, t, r, q, be->H);
+    rope_vec(be, t, r, k, be->KV);
     size_t off = (size_t)ra->layer * be->layer_kv + (size_t)ra->b->slots[t] * be->kvdim;
     memcpy(be->kc + off, k, (size_t)be->kvdim * sizeof(float));
     memcpy(be->vc + off, be->vb + (size_t)t * be->kvdim, (size_t)be->kvdim * sizeof(float));
@@ -269,6 +322,20 @@ static void op_swiglu(cpu_be *be, int t, const void *arg)
 {
     (void)arg;
     be->k->swiglu(be->gate + (size_t)t * be->F, be->up + (size_t)t * be->F, be->F);
+}
+
+/* GeGLU: gelu_tanh(g) * u with PyTorch's tanh approximation, in float (the
+ * same code in every kernel table, so results stay table-independent). */
+static void op_geglu(cpu_be *be, int t, const void *arg)
+{
+    (void)arg;
+    float *g = be->gate + (size_t)t * be->F;
+    const float *u = be->up + (size_t)t * be->F;
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < be->F; i++) {
+        float x = g[i], inner = c * (x + 0.044715f * (x * x * x));
+        g[i] = (0.5f * x * (1.0f + tanhf(inner))) * u[i];
+    }
 }
 
 static void op_residual(cpu_be *be, int t, const void *arg)
@@ -296,44 +363,57 @@ static void attend(cpu_be *be, const be_batch *b, int layer, int t, int g,
 {
     const cpu_kern *k = be->k;
     int s = be->tok_seq[t], n = b->positions[t] + 1, bs = be->base.block_size;
-    int G = be->group, hd = be->hd;
+    int G = be->group, hd = be->hd, W = mdesc_window(be->md, layer);
+    int lo = W > 0 && n > W ? n - W : 0, m = n - lo; /* positions lo..n-1 */
     const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
     const float *kc = be->kc + (size_t)layer * be->layer_kv + (size_t)g * hd;
     const float *vc = be->vc + (size_t)layer * be->layer_kv + (size_t)g * hd;
     const float *q = be->q + (size_t)t * be->qdim + (size_t)g * G * hd;
     float *out = be->att + (size_t)t * be->qdim + (size_t)g * G * hd;
-    /* scores[j][p] = q_j . k_p, one block of keys at a time */
-    for (int p0 = 0; p0 < n; p0 += bs) {
-        int cnt = n - p0 < bs ? n - p0 : bs;
+    /* scores[j][p - lo] = q_j . k_p, one block (or the window's part of
+     * one) of keys at a time */
+    for (int p = lo, cnt; p < n; p += cnt) {
+        int off = p % bs;
+        cnt = n - p < bs - off ? n - p : bs - off;
         cpu_mm a = {.x = q, .ldx = (size_t)hd,
-                    .w = kc + (size_t)table[p0 / bs] * bs * be->kvdim,
-                    .ldw = (size_t)be->kvdim, .wt = INF_F32, .y = scores + p0,
+                    .w = kc + ((size_t)table[p / bs] * bs + off) * be->kvdim,
+                    .ldw = (size_t)be->kvdim, .wt = INF_F32, .y = scores + (p - lo),
                     .ldy = (size_t)be->max_ctx, .M = G, .N = cnt, .K = hd};
         k->mm(&a, 0, cnt, pack);
     }
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int j = 0; j < G; j++)
-        k->softmax_exp(scores + (size_t)j * be->max_ctx, n, scale);
+    float scale = be->feat & MD_F_ATTN_SCALE ? (float)be->md->attn_scale : 1.0f / sqrtf((float)hd);
+    float cap = (float)be->md->attn_softcap;
+    for (int j = 0; j < G; j++) {
+        float *sc = scores + (size_t)j * be->max_ctx;
+        if (cap > 0) { /* Gemma 2: cap * tanh(s * scale / cap), then softmax */
+            for (int p = 0; p < m; p++)
+                sc[p] = softcap(sc[p] * scale, cap);
+            k->softmax_exp(sc, m, 1.0f);
+        } else {
+            k->softmax_exp(sc, m, scale);
+        }
+    }
     /* out[j] = sum_p sc[j][p] * v_p, in p order, one block of values at a
      * time with all G rows in registers */
     memset(out, 0, (size_t)G * hd * sizeof *out);
-    for (int p0 = 0; p0 < n; p0 += bs) {
-        int cnt = n - p0 < bs ? n - p0 : bs;
-        k->wsum(scores + p0, (size_t)be->max_ctx, G,
-                vc + (size_t)table[p0 / bs] * bs * be->kvdim, (size_t)be->kvdim, cnt,
+    for (int p = lo, cnt; p < n; p += cnt) {
+        int off = p % bs;
+        cnt = n - p < bs - off ? n - p : bs - off;
+        k->wsum(scores + (p - lo), (size_t)be->max_ctx, G,
+                vc + ((size_t)table[p / bs] * bs + off) * be->kvdim, (size_t)be->kvdim, cnt,
                 out, (size_t)hd, hd);
     }
     for (int j = 0; j < G; j++) {
         /* softmax denominator: four interleaved sums (position p into
-         * s[p % 4]), then (s0 + s1) + (s2 + s3); fixed by n alone, and four
+         * s[p % 4]), then (s0 + s1) + (s2 + s3); fixed by m alone, and four
          * independent chains instead of one long one */
         const float *sc = scores + (size_t)j * be->max_ctx;
         double s4[4] = {0, 0, 0, 0};
         int p = 0;
-        for (; p + 4 <= n; p += 4)
+        for (; p + 4 <= m; p += 4)
             for (int i = 0; i < 4; i++)
                 s4[i] += sc[p + i];
-        for (; p < n; p++)
+        for (; p < m; p++)
             s4[p % 4] += sc[p];
         double sum = (s4[0] + s4[1]) + (s4[2] + s4[3]);
         float inv = (float)(1.0 / sum), *o = out + (size_t)j * hd;
@@ -367,20 +447,35 @@ static void embed(cpu_be *be, const be_batch *b)
 {
     const model_tensor *e = &be->m->embed;
     size_t es = inf_dtype_size(e->dtype);
-    for (int t = 0; t < b->n_tokens; t++)
-        be->k->to_f32((const char *)e->data + (size_t)b->tokens[t] * be->D * es,
-                      e->dtype, be->x + (size_t)t * be->D, be->D);
+    float sc = be->m->embed_scale;
+    for (int t = 0; t < b->n_tokens; t++) {
+        float *x = be->x + (size_t)t * be->D;
+        be->k->to_f32((const char *)e->data + (size_t)b->tokens[t] * be->D * es, e->dtype, x,
+                      be->D);
+        if (be->feat & MD_F_EMBED_SCALE) /* Gemma: times sqrt(hidden_size) */
+            for (int i = 0; i < be->D; i++)
+                x[i] *= sc;
+    }
 }
 
+/* cos and sin of every token's angles, per RoPE of the description (its
+ * frequencies computed once, at load). */
 static void rope_tables(cpu_be *be, const be_batch *b)
 {
-    int half = be->hd / 2;
-    for (int t = 0; t < b->n_tokens; t++)
-        for (int i = 0; i < half; i++) {
-            double ang = (double)b->positions[t] * be->inv_freq[i];
-            be->cosv[(size_t)t * half + i] = (float)cos(ang);
-            be->sinv[(size_t)t * half + i] = (float)sin(ang);
+    int half = be->rot / 2;
+    for (int r = 0; r < be->n_rope; r++) {
+        const md_rope *rp = &be->md->rope[r];
+        for (int t = 0; t < b->n_tokens; t++) {
+            int pos = b->positions[t];
+            const double *f = pos >= rp->long_from ? rp->inv_freq_long : rp->inv_freq;
+            size_t at = ((size_t)r * be->max_tokens + t) * half;
+            for (int i = 0; i < half; i++) {
+                double ang = (double)pos * f[i];
+                be->cosv[at + i] = (float)(cos(ang) * rp->attn_factor);
+                be->sinv[at + i] = (float)(sin(ang) * rp->attn_factor);
+            }
         }
+    }
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->seq_start[s]; t < b->seq_start[s + 1]; t++)
             be->tok_seq[t] = s;
@@ -391,8 +486,8 @@ static void rope_tables(cpu_be *be, const be_batch *b)
 static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
 {
     int T = b->n_tokens;
-    const float *g_attn = be->norms + (size_t)l * 2 * be->D;
-    const float *g_ffn = g_attn + be->D;
+    const float *g = be->norms + (size_t)l * NORM_N * be->D;
+    const float *g_attn = g + NORM_ATTN * be->D, *g_ffn = g + NORM_FFN * be->D;
 
     size_t ld_d = (size_t)be->D, ld_kv = (size_t)be->kvdim, ld_f = (size_t)be->F;
     size_t ld_q = (size_t)be->qdim;
@@ -410,14 +505,20 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     else
         cpu_pool_run(be->pool, attn_run, &aj);
     linears(be, l, T, be->att, ld_q, QW_O, 1, &be->h, &ld_d);
+    if (be->md->bias_o)
+        per_token(be, T, op_bias_o, be->bias + (size_t)(l + 1) * (be->qdim + 2 * be->kvdim + be->D) - be->D);
+    if (be->md->sandwich)
+        per_token(be, T, op_norm_h, g + NORM_POST_ATTN * be->D);
     per_token(be, T, op_residual, NULL);
 
     per_token(be, T, op_norm, g_ffn);
     float *gu[2] = {be->gate, be->up};
     size_t ld_gu[2] = {ld_f, ld_f};
     linears(be, l, T, be->h, ld_d, QW_GATE, 2, gu, ld_gu);
-    per_token(be, T, op_swiglu, NULL);
+    per_token(be, T, be->md->act == MD_ACT_GELU_TANH ? op_geglu : op_swiglu, NULL);
     linears(be, l, T, be->gate, ld_f, QW_DOWN, 1, &be->h, &ld_d);
+    if (be->md->sandwich)
+        per_token(be, T, op_norm_h, g + NORM_POST_FFN * be->D);
     per_token(be, T, op_residual, NULL);
 }
 
@@ -436,9 +537,9 @@ static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, i
         layer_forward(be, b, l, attn_work >= 64 * 1024);
     if (b->n_logits == 0)
         return INF_OK;
-    const float *g = be->norms + (size_t)be->L * 2 * be->D;
+    const float *g = be->norms + (size_t)be->L * NORM_N * be->D;
     for (int i = 0; i < b->n_logits; i++)
-        rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D);
+        rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D, be->D);
     if (b->want_hidden && out->hidden) /* the LM head's input, as it is */
         memcpy(out->hidden, be->h, sizeof(float) * (size_t)b->n_logits * be->D);
     if (!out->logits)
@@ -447,6 +548,11 @@ static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, i
                  .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, out->logits,
                                 (size_t)be->V, b->n_logits)}};
     run_job(be, &lm);
+    if (be->md->logit_softcap > 0) { /* Gemma 2's final soft-cap */
+        float cap = (float)be->md->logit_softcap;
+        for (size_t i = 0; i < (size_t)b->n_logits * be->V; i++)
+            out->logits[i] = softcap(out->logits[i], cap);
+    }
     return INF_OK;
 }
 
@@ -482,6 +588,8 @@ static void cpu_destroy(be_backend *base)
         return;
     cpu_pool_destroy(be->pool);
     free(be->norms);
+    free(be->qkn);
+    free(be->bias);
     free(be->kc);
     free(be->vc);
     free(be->x);
@@ -494,7 +602,6 @@ static void cpu_destroy(be_backend *base)
     free(be->up);
     free(be->cosv);
     free(be->sinv);
-    free(be->inv_freq);
     free(be->tok_seq);
     free(be->pack);
     free(be->scores);
@@ -550,6 +657,19 @@ const char *cpu_backend_kernels(const be_backend *base)
     return ((const cpu_be *)base)->k->name;
 }
 
+/* A 1-D weight as f32 into out (absent: left alone); a norm gain (is_gain)
+ * gets Gemma's 1 + w folded in. */
+static void gain_f32(const cpu_be *be, const model_tensor *t, float *out, int is_gain)
+{
+    if (!t->data)
+        return;
+    int n = (int)t->cols;
+    be->k->to_f32(t->data, t->dtype, out, n);
+    if (is_gain && be->md->norm == MD_NORM_RMS_1P)
+        for (int i = 0; i < n; i++)
+            out[i] = 1.0f + out[i];
+}
+
 /* 64-byte aligned: the kernels' zmm loads must not straddle cache lines. */
 static float *falloc(size_t n)
 {
@@ -568,6 +688,10 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
                         "(auto, avx512, avx2, generic)", cfg->kernels ? cfg->kernels : "");
     if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8)
         return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);
+    int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
+    int rc; /* every setting of the description is computed here */
+    if ((rc = mdesc_require(&c->desc, MD_F_ALL, "cpu", err)))
+        return rc;
     if (cfg->max_tokens < 1 || cfg->block_size < 1 || cfg->num_blocks < 2)
         return inf_fail(err, INF_ERR_INVALID, "cpu: bad sizes (max_tokens %d, block_size %d, "
                         "num_blocks %d)", cfg->max_tokens, cfg->block_size, cfg->num_blocks);
@@ -593,9 +717,13 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->kvdim = be->KV * be->hd;
     be->group = be->H / be->KV;
     be->eps = (float)c->rms_norm_eps;
+    be->md = &c->desc;
+    be->feat = mdesc_features(be->md);
+    be->rot = be->md->rot_dim;
+    be->n_rope = be->feat & MD_F_LOCAL_ROPE ? 2 : 1;
     be->max_tokens = cfg->max_tokens;
-    be->max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
-    int rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
+    be->max_ctx = max_ctx;
+    rc = cpu_pool_create(cfg->n_threads, &be->pool, err);
     if (rc) {
         cpu_destroy(&be->base);
         return rc;
@@ -605,7 +733,12 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     size_t T = (size_t)cfg->max_tokens, D = (size_t)be->D;
     size_t wide = D > (size_t)be->qdim ? D : (size_t)be->qdim;
     be->layer_kv = (size_t)cfg->num_blocks * cfg->block_size * be->kvdim;
-    be->norms = falloc((size_t)be->L * 2 * D + D);
+    be->norms = falloc((size_t)be->L * NORM_N * D + D);
+    size_t nb = (size_t)be->qdim + 2 * (size_t)be->kvdim + D;
+    if (be->md->qk_norm)
+        be->qkn = falloc((size_t)be->L * 2 * be->hd);
+    if (be->md->bias_qkv || be->md->bias_o)
+        be->bias = falloc((size_t)be->L * nb);
     be->kc = falloc((size_t)be->L * be->layer_kv);
     be->vc = falloc((size_t)be->L * be->layer_kv);
     be->x = falloc(T * D);
@@ -616,15 +749,15 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->att = falloc(T * be->qdim);
     be->gate = falloc(T * be->F);
     be->up = falloc(T * be->F);
-    be->cosv = falloc(T * (be->hd / 2));
-    be->sinv = falloc(T * (be->hd / 2));
-    be->inv_freq = calloc((size_t)(be->hd / 2) + 1, sizeof(double));
+    be->cosv = falloc((size_t)be->n_rope * T * (be->rot / 2));
+    be->sinv = falloc((size_t)be->n_rope * T * (be->rot / 2));
     be->tok_seq = malloc(T * sizeof(int32_t));
     be->pack = falloc((size_t)be->nt * CPU_PACK_FLOATS);
     be->scores = falloc((size_t)be->nt * be->group * be->max_ctx);
     if (!be->norms || !be->kc || !be->vc || !be->x || !be->h || !be->q || !be->kb ||
         !be->vb || !be->att || !be->gate || !be->up || !be->cosv || !be->sinv ||
-        !be->inv_freq || !be->tok_seq || !be->pack || !be->scores) {
+        !be->tok_seq || !be->pack || !be->scores || (be->md->qk_norm && !be->qkn) ||
+        ((be->md->bias_qkv || be->md->bias_o) && !be->bias)) {
         size_t kv_mb = 2 * (size_t)be->L * be->layer_kv * sizeof(float) >> 20;
         cpu_destroy(&be->base);
         return inf_fail(err, INF_ERR_NOMEM,
@@ -637,14 +770,25 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     memset(be->kc, 0, (size_t)be->L * be->layer_kv * sizeof(float));
     memset(be->vc, 0, (size_t)be->L * be->layer_kv * sizeof(float));
     for (int l = 0; l < be->L; l++) {
-        k->to_f32(m->layers[l].attn_norm.data, m->layers[l].attn_norm.dtype,
-                  be->norms + (size_t)l * 2 * D, be->D);
-        k->to_f32(m->layers[l].ffn_norm.data, m->layers[l].ffn_norm.dtype,
-                  be->norms + (size_t)l * 2 * D + D, be->D);
+        const model_layer *ly = &m->layers[l];
+        const model_tensor *ns[NORM_N] = {&ly->attn_norm, &ly->ffn_norm, &ly->post_attn_norm,
+                                          &ly->post_ffn_norm};
+        for (int i = 0; i < NORM_N; i++)
+            gain_f32(be, ns[i], be->norms + ((size_t)l * NORM_N + i) * D, 1);
+        if (be->qkn) {
+            gain_f32(be, &ly->q_norm, be->qkn + (size_t)l * 2 * be->hd, 1);
+            gain_f32(be, &ly->k_norm, be->qkn + (size_t)l * 2 * be->hd + be->hd, 1);
+        }
+        if (be->bias) {
+            float *b = be->bias + (size_t)l * nb;
+            memset(b, 0, nb * sizeof(float));
+            gain_f32(be, &ly->bq, b, 0);
+            gain_f32(be, &ly->bk, b + be->qdim, 0);
+            gain_f32(be, &ly->bv, b + be->qdim + be->kvdim, 0);
+            gain_f32(be, &ly->bo, b + nb - D, 0);
+        }
     }
-    k->to_f32(m->norm.data, m->norm.dtype, be->norms + (size_t)be->L * 2 * D, be->D);
-    for (int i = 0; i < be->hd / 2; i++)
-        be->inv_freq[i] = pow(c->rope_theta, -2.0 * i / be->hd);
+    gain_f32(be, &m->norm, be->norms + (size_t)be->L * NORM_N * D, 1);
     if (cfg->quant == CPU_QUANT_INT8 && (rc = quantize_layers(be, err))) {
         cpu_destroy(&be->base);
         return rc;

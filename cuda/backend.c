@@ -1,4 +1,5 @@
-/* The Llama forward pass on NVIDIA GPUs over one flattened batch.
+/* The decoder forward pass on NVIDIA GPUs over one flattened batch, as the
+ * model description (engine/mdesc.h) says.
  *
  * One rank per GPU (tensor_parallel_size of them, 1 by default), all driven
  * from the caller's thread: every launch is asynchronous, so the thread
@@ -64,6 +65,7 @@ typedef struct cuda_be {
     size_t total_mem;
     char dev_name[256];
     float eps;
+    unsigned feat;           /* mdesc_features of the model              */
     unsigned char *stage[2]; /* pinned per-step metadata (ml), per slot  */
     float *hlogits;          /* pinned [R][V]: one logits step at a time */
     int32_t *hids[2];        /* pinned [R] sampled ids, per slot          */
@@ -162,6 +164,35 @@ static const float *wnorm(const cuda_rank *r, int l, int ffn)
                            (ffn ? r->wl.ffn_norm : r->wl.attn_norm));
 }
 
+/* Layer l's f32 vector at offset off inside the layer (wl.post_norm, ...). */
+static const float *wvec(const cuda_rank *r, int l, size_t off)
+{
+    return (const float *)(r->w + r->wl.layer0 + (size_t)l * r->wl.layer_stride + off);
+}
+
+/* Layer l's RoPE: the global or the local tables, short and long. */
+static cuda_rope layer_rope(const cuda_be *be, const cuda_rank *r, int l)
+{
+    const mdesc *md = &be->m->cfg.desc;
+    int k = md->local[l], half = r->d.hd / 2;
+    const md_rope *rp = &md->rope[k];
+    const double *t = (const double *)(r->w + r->wl.rope) + (size_t)2 * k * half;
+    cuda_rope c = {.inv_freq = t, .inv_long = rp->long_from != INT_MAX ? t + half : NULL,
+                   .long_from = rp->long_from, .rot = md->rot_dim,
+                   .attn_factor = rp->attn_factor};
+    return c;
+}
+
+/* Gemma's norm of sublayer output delta [T][D] (which = 0 attention,
+ * 1 MLP of layer l) before the residual add; nothing for other families. */
+static int post_norm(cuda_be *be, cuda_rank *r, int l, int which, int T, inf_err *err)
+{
+    if (!r->d.sandwich)
+        return INF_OK;
+    return CUDA_RC(err, cuda_k_rmsnorm_f32(r->b.delta, wvec(r, l, r->wl.post_norm) + which * r->d.D,
+                                           r->d.D, be->eps, T, r->st));
+}
+
 static int set_dev(const cuda_be *be, const cuda_rank *r, inf_err *err)
 {
     return be->tp > 1 ? CUDA_RC(err, cudaSetDevice(r->dev)) : INF_OK;
@@ -207,16 +238,18 @@ static int allreduce(cuda_be *be, int T, inf_err *err)
     return rc ? rc : rc2;
 }
 
-static cuda_attn_args attn_args(const cuda_rank *r, const bufs *b, const uint16_t *kc,
-                                const uint16_t *vc)
+static cuda_attn_args attn_args(const cuda_be *be, const cuda_rank *r, int l, const bufs *b,
+                                const uint16_t *kc, const uint16_t *vc)
 {
     const cuda_dims *d = &r->d;
+    const mdesc *md = &be->m->cfg.desc;
     cuda_attn_args a = {
         .q = b->qkv, .ldq = d->qkv, .kc = kc, .vc = vc,
         .out = b->att, .ldo = d->Hl * d->hd,
         .positions = b->pos, .tok_seq = b->seq, .table = b->table, .MB = d->MB,
         .KVl = d->KVl, .G = d->G, .hd = d->hd, .block_size = d->block_size,
-        .scale = 1.0f / sqrtf((float)d->hd),
+        .scale = be->feat & MD_F_ATTN_SCALE ? (float)md->attn_scale : 1.0f / sqrtf((float)d->hd),
+        .softcap = (float)md->attn_softcap, .window = mdesc_window(md, l),
         .dec = b->dec, .chunk = d->chunk, .max_splits = d->max_splits, .part = b->part,
         .tiles = b->tiles,
     };
@@ -235,25 +268,36 @@ static cudaError_t attention(const cuda_dims *d, const cuda_attn_args *a, const 
     return e != cudaSuccess ? e : cuda_k_attn_prefill(a, s->n_tiles, st);
 }
 
-/* Norm, QKV, RoPE + KV write, attention, O projection into delta. */
+/* (The previous layer's post-MLP norm,) norm, QKV, biases and QK-norm,
+ * RoPE + KV write, attention, O projection (and its bias) into delta. */
 static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err)
 {
     const cuda_dims *d = &r->d;
     const bufs *b = &r->b;
     int T = s->T, rc;
     uint16_t *kc = r->kv + (size_t)(2 * l) * be->layer_kv, *vc = kc + be->layer_kv;
-    const double *rope = (const double *)(r->w + r->wl.rope);
-    cuda_attn_args a = attn_args(r, b, kc, vc);
-    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, l ? b->delta : NULL, wnorm(r, l, 0), d->D,
+    cuda_rope rope = layer_rope(be, r, l);
+    cuda_attn_args a = attn_args(be, r, l, b, kc, vc);
+    const mdesc *md = &be->m->cfg.desc;
+    const float *bias = d->bias ? wvec(r, l, r->wl.bias) : NULL;
+    const float *qkg = d->qk_norm ? wvec(r, l, r->wl.qk_gain) : NULL;
+    if ((l > 0 && (rc = post_norm(be, r, l - 1, 1, T, err))) ||
+        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, l ? b->delta : NULL, wnorm(r, l, 0), d->D,
                                               be->eps, NULL, T, b->xn, r->st))) ||
         (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_QKV), d->qkv, d->D, b->qkv, d->qkv, T,
                    err)) ||
-        (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, rope, d->Hl, d->KVl,
+        (rc = CUDA_RC(err, cuda_k_qkv_prep(b->qkv, T, md->bias_qkv ? bias : NULL, qkg, d->Hl,
+                                           d->KVl, d->hd, be->eps, r->st))) ||
+        (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, &rope, d->Hl, d->KVl,
                                           d->hd, kc, vc, d->block_size, r->st))) ||
-        (rc = CUDA_RC(err, attention(d, &a, s, r->st))))
+        (rc = CUDA_RC(err, attention(d, &a, s, r->st))) ||
+        (rc = gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
+                   d->D, T, err)))
         return rc;
-    return gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
-                d->D, T, err);
+    if (!md->bias_o) /* o's bias: delta as rows of one "head" of width D */
+        return INF_OK;
+    return CUDA_RC(err, cuda_k_qkv_prep(b->delta, T, bias + d->qkv, NULL, 1, 0, d->D, be->eps,
+                                        r->st));
 }
 
 /* Residual add + norm, gate|up, SwiGLU, down projection into delta. */
@@ -262,11 +306,14 @@ static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_e
     const cuda_dims *d = &r->d;
     const bufs *b = &r->b;
     int T = s->T, rc;
-    if ((rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, wnorm(r, l, 1), d->D, be->eps,
+    int gelu = be->m->cfg.desc.act == MD_ACT_GELU_TANH;
+    if ((rc = post_norm(be, r, l, 0, T, err)) ||
+        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, wnorm(r, l, 1), d->D, be->eps,
                                               NULL, T, b->xn, r->st))) ||
         (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_GU), 2 * d->Fl, d->D, b->gu, 2 * d->Fl, T,
                    err)) ||
-        (rc = CUDA_RC(err, cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
+        (rc = CUDA_RC(err, gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)
+                                : cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
         return rc;
     return gemm(r, b->act, d->Fl, wmat(r, l, CUDA_W_DOWN), d->D, d->Fl, b->delta, d->D, T, err);
 }
@@ -292,7 +339,8 @@ static int enqueue(cuda_be *be, const cuda_step *s, inf_err *err)
         cuda_rank *r = &be->rk[i];
         if ((rc = set_dev(be, r, err)) ||
             (rc = CUDA_RC(err, cuda_k_embed((const uint16_t *)(r->w + r->wl.embed), r->d.D,
-                                            r->b.tok, r->b.ids, s->T, r->b.x, r->st))))
+                                            r->b.tok, r->b.ids, s->T, be->m->embed_scale,
+                                            r->b.x, r->st))))
             return rc;
     }
     for (int l = 0; l < be->rk[0].d.L; l++)
@@ -304,13 +352,17 @@ static int enqueue(cuda_be *be, const cuda_step *s, inf_err *err)
     cuda_rank *r = &be->rk[0]; /* the lm_head rank */
     const cuda_dims *d = &r->d;
     const bufs *b = &r->b;
-    if ((rc = set_dev(be, r, err)) ||
+    float cap = (float)be->m->cfg.desc.logit_softcap;
+    if ((rc = set_dev(be, r, err)) || (rc = post_norm(be, r, d->L - 1, 1, s->T, err)) ||
         (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, (const float *)(r->w + r->wl.norm),
                                               d->D, be->eps, s->bucket ? NULL : b->rows,
-                                              s->n_rows, b->fin, r->st))))
+                                              s->n_rows, b->fin, r->st))) ||
+        (rc = gemm(r, b->fin, d->D, (const uint16_t *)(r->w + r->wl.lm_head), d->V, d->D,
+                   b->logits, d->V, s->n_rows, err)))
         return rc;
-    return gemm(r, b->fin, d->D, (const uint16_t *)(r->w + r->wl.lm_head), d->V, d->D,
-                b->logits, d->V, s->n_rows, err);
+    if (cap <= 0.0f) /* Gemma 2's final soft-cap */
+        return INF_OK;
+    return CUDA_RC(err, cuda_k_softcap(b->logits, (size_t)s->n_rows * d->V, cap, r->st));
 }
 
 /* Runs decode step s from bucket bi's graph. The bucket's first step runs
@@ -508,13 +560,37 @@ static int up_pieces(uploader *u, unsigned char *dst, const cuda_piece *p, int n
     return rc;
 }
 
-static int up_f32(uploader *u, unsigned char *dst, const model_tensor *t, inf_err *err)
+/* A 1-D weight as f32; a norm gain (gain) gets Gemma's 1 + w folded in. */
+static int up_f32(uploader *u, unsigned char *dst, const model_tensor *t, const mdesc *md,
+                  int gain, inf_err *err)
 {
     int rc = up_begin(u, err);
     if (rc)
         return rc;
     size_t n = (size_t)(t->rows * t->cols);
-    cuda_plan_to_f32(t->data, t->dtype, n, (float *)u->buf[u->k]);
+    float *f = (float *)u->buf[u->k];
+    cuda_plan_to_f32(t->data, t->dtype, n, f);
+    for (size_t i = 0; gain && md->norm == MD_NORM_RMS_1P && i < n; i++)
+        f[i] = 1.0f + f[i];
+    return up_end(u, dst, n * sizeof(float), err);
+}
+
+/* Layer l's q|k|v and o biases as one f32 vector (zeros where absent). */
+static int up_bias(uploader *u, unsigned char *dst, const model_layer *ly, const cuda_dims *d,
+                   inf_err *err)
+{
+    int rc = up_begin(u, err);
+    if (rc)
+        return rc;
+    float *f = (float *)u->buf[u->k];
+    size_t n = (size_t)d->qkv + d->D, at = 0;
+    memset(f, 0, n * sizeof *f);
+    const model_tensor *ts[4] = {&ly->bq, &ly->bk, &ly->bv, &ly->bo};
+    const size_t len[4] = {(size_t)d->Hl * d->hd, (size_t)d->KVl * d->hd, (size_t)d->KVl * d->hd,
+                           (size_t)d->D};
+    for (int i = 0; i < 4; at += len[i], i++)
+        if (ts[i]->data)
+            cuda_plan_to_f32(ts[i]->data, ts[i]->dtype, len[i], f + at);
     return up_end(u, dst, n * sizeof(float), err);
 }
 
@@ -538,18 +614,33 @@ static int upload(cuda_be *be, cuda_rank *r, inf_err *err)
         p[0].w = &m->lm_head;
         rc = up_pieces(&u, r->w + r->wl.lm_head, p, 1, err);
     }
+    const mdesc *md = &c->desc;
     if (!rc)
-        rc = up_f32(&u, r->w + r->wl.norm, &m->norm, err);
-    if (!rc && !(rc = up_begin(&u, err))) {
+        rc = up_f32(&u, r->w + r->wl.norm, &m->norm, md, 1, err);
+    if (!rc && !(rc = up_begin(&u, err))) { /* the description's frequencies, as computed */
+        size_t half = (size_t)c->head_dim / 2, n = (size_t)md->rot_dim / 2;
         double *f = (double *)u.buf[u.k];
-        for (int i = 0; i < c->head_dim / 2; i++)
-            f[i] = pow(c->rope_theta, -2.0 * i / c->head_dim);
-        rc = up_end(&u, r->w + r->wl.rope, (size_t)(c->head_dim / 2) * sizeof(double), err);
+        memset(f, 0, 4 * half * sizeof *f);
+        for (int k = 0; k < 2; k++) {
+            memcpy(f + 2 * k * half, md->rope[k].inv_freq, n * sizeof *f);
+            memcpy(f + (2 * k + 1) * half, md->rope[k].inv_freq_long, n * sizeof *f);
+        }
+        rc = up_end(&u, r->w + r->wl.rope, 4 * half * sizeof(double), err);
     }
     for (int l = 0; l < c->n_layers && !rc; l++) {
         unsigned char *lw = r->w + r->wl.layer0 + (size_t)l * r->wl.layer_stride;
-        if ((rc = up_f32(&u, lw + r->wl.attn_norm, &m->layers[l].attn_norm, err)) ||
-            (rc = up_f32(&u, lw + r->wl.ffn_norm, &m->layers[l].ffn_norm, err)))
+        const model_layer *ly = &m->layers[l];
+        if ((rc = up_f32(&u, lw + r->wl.attn_norm, &ly->attn_norm, md, 1, err)) ||
+            (rc = up_f32(&u, lw + r->wl.ffn_norm, &ly->ffn_norm, md, 1, err)) ||
+            (r->d.sandwich &&
+             ((rc = up_f32(&u, lw + r->wl.post_norm, &ly->post_attn_norm, md, 1, err)) ||
+              (rc = up_f32(&u, lw + r->wl.post_norm + (size_t)c->hidden_size * sizeof(float),
+                           &ly->post_ffn_norm, md, 1, err)))) ||
+            (r->d.qk_norm &&
+             ((rc = up_f32(&u, lw + r->wl.qk_gain, &ly->q_norm, md, 1, err)) ||
+              (rc = up_f32(&u, lw + r->wl.qk_gain + (size_t)c->head_dim * sizeof(float),
+                           &ly->k_norm, md, 1, err)))) ||
+            (r->d.bias && (rc = up_bias(&u, lw + r->wl.bias, ly, &r->d, err))))
             break;
         for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
             int n = cuda_plan_pieces(&m->layers[l], c, &r->sh, w, p);
@@ -695,7 +786,14 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
                        .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
                        .block_size = cfg->block_size, .max_logits = cfg->max_logits,
                        .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
-    int rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
+    /* every setting of the description has its kernels here (docs/cuda.md says
+     * which have not run on a GPU); biases are not sharded across ranks yet */
+    int rc = mdesc_require(&c->desc, MD_F_ALL, "cuda", err);
+    if (!rc && cfg->tensor_parallel_size > 1 && (c->desc.bias_qkv || c->desc.bias_o))
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: %s setting 'q/k/v projection bias' is not "
+                      "implemented with tensor_parallel_size > 1", c->desc.family);
+    if (!rc)
+        rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
     if (!rc)
         rc = cuda_plan_dims(c, sh, &lim, d, err);
     if (!rc)
@@ -769,6 +867,7 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     be->cfg = *cfg;
     be->tp = cfg->tensor_parallel_size;
     be->eps = (float)c->rms_norm_eps;
+    be->feat = mdesc_features(&c->desc);
     be->prev_rows = -1;
     be->rk = calloc((size_t)be->tp, sizeof *be->rk);
     if (!be->rk) {

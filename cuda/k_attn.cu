@@ -54,7 +54,10 @@ static __global__ void __launch_bounds__(DEC_THREADS)
             acc[j][i] = make_float2(0.0f, 0.0f);
         }
     }
-    for (int p = p0 + w; p < p1; p += DEC_WARPS) {
+    // a window starts at n - window: a split wholly before it sees nothing
+    // and leaves max -inf, which the merges weigh 0
+    int lo = a.window > 0 && n > a.window ? max(p0, n - a.window) : p0;
+    for (int p = lo + w; p < p1; p += DEC_WARPS) {
         size_t base = (((size_t)table[p / bs] * a.KVl + g) * bs + p % bs) * hd;
         float2 k[NP], v[NP];
 #pragma unroll
@@ -77,6 +80,8 @@ static __global__ void __launch_bounds__(DEC_THREADS)
             for (int i = 0; i < NP; i++)
                 s += q[j][i].x * k[i].x + q[j][i].y * k[i].y;
             s = warp_sum(s);
+            if (a.softcap > 0.0f)
+                s = __fmul_rn(a.softcap, tanhf(s / a.softcap));
             if (s > m[j]) {
                 float c = expf(m[j] - s); // 0 on the first position
                 l[j] *= c;
@@ -237,6 +242,8 @@ static __global__ void __launch_bounds__(32) k_attn_mma(cuda_attn_args a)
     int r0 = lane >> 2, r1 = r0 + 8;
     int lim0 = r0 < nrows ? a.positions[t0 + r0 / G] : -1;
     int lim1 = r1 < nrows ? a.positions[t0 + r1 / G] : -1;
+    // first visible position of each row (its window's start)
+    int lo0 = a.window > 0 ? lim0 - a.window + 1 : 0, lo1 = a.window > 0 ? lim1 - a.window + 1 : 0;
 
     auto load = [&](int blk, int buf) {
         int pb = p0 + blk * 16;
@@ -286,7 +293,9 @@ static __global__ void __launch_bounds__(32) k_attn_mma(cuda_attn_args a)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int p = pb + j * 8 + (lane & 3) * 2 + (e & 1);
-                if (p >= p1 || p > (e < 2 ? lim0 : lim1))
+                if (a.softcap > 0.0f)
+                    s[j][e] = __fmul_rn(a.softcap, tanhf(s[j][e] / a.softcap));
+                if (p >= p1 || p > (e < 2 ? lim0 : lim1) || p < (e < 2 ? lo0 : lo1))
                     s[j][e] = -INFINITY;
                 if (e < 2)
                     mx0 = fmaxf(mx0, s[j][e]);
@@ -477,7 +486,9 @@ static __global__ void __launch_bounds__(PF_THREADS) k_attn_prefill(cuda_attn_ar
 #pragma unroll
         for (int k = 0; k < PF_KT / 4; k++) {
             int c = c0 + 4 * k;
-            Ss[r * (PF_KT + 1) + c] = (r < R && p0 + c <= rpos[r]) ? sc[k] : -INFINITY;
+            bool vis = r < R && p0 + c <= rpos[r] && (a.window <= 0 || p0 + c > rpos[r] - a.window);
+            float v = a.softcap > 0.0f ? __fmul_rn(a.softcap, tanhf(sc[k] / a.softcap)) : sc[k];
+            Ss[r * (PF_KT + 1) + c] = vis ? v : -INFINITY;
         }
         __syncthreads();
         if (tid < PF_R) {

@@ -1,5 +1,5 @@
-// Per-token kernels: embedding gather, residual add + RMSNorm, RoPE + KV
-// write, SwiGLU. Each token row is one block (or a row of blocks), so a
+// Per-token kernels: embedding gather, residual add + RMSNorm, biases and
+// QK-norm, RoPE + KV write, SwiGLU / GeGLU, soft-cap. Each token row is one block (or a row of blocks), so a
 // token's result never depends on the other rows of the batch. Products that
 // the CPU backend rounds separately (-ffp-contract=off) are written with
 // __fmul_rn / __fadd_rn so nvcc does not fuse them into FMAs either.
@@ -7,7 +7,7 @@
 #include "cuda/kern.h"
 
 static __global__ void k_embed(const uint16_t *table, int D, const int32_t *tokens,
-                               const int32_t *prev_ids, float *x)
+                               const int32_t *prev_ids, float scale, float *x)
 {
     int t = blockIdx.x, tok = tokens[t];
     if (tok < 0)
@@ -15,14 +15,85 @@ static __global__ void k_embed(const uint16_t *table, int D, const int32_t *toke
     const uint16_t *row = table + (size_t)tok * D;
     float *o = x + (size_t)t * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x)
-        o[i] = bf2f(row[i]);
+        o[i] = scale == 1.0f ? bf2f(row[i]) : __fmul_rn(bf2f(row[i]), scale);
 }
 
 extern "C" cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
-                                    const int32_t *prev_ids, int T, float *x, cudaStream_t st)
+                                    const int32_t *prev_ids, int T, float scale, float *x,
+                                    cudaStream_t st)
 {
     if (T > 0)
-        k_embed<<<T, 256, 0, st>>>(table, D, tokens, prev_ids, x);
+        k_embed<<<T, 256, 0, st>>>(table, D, tokens, prev_ids, scale, x);
+    return cudaGetLastError();
+}
+
+static __global__ void __launch_bounds__(256)
+    k_rmsnorm_f32(float *x, const float *gain, int D, float eps)
+{
+    __shared__ float red[32];
+    float *xr = x + (size_t)blockIdx.x * D, ss = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        ss = __fmaf_rn(xr[j], xr[j], ss);
+    ss = block_sum(ss, red); // every thread has read its values before any writes
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        xr[j] = __fmul_rn(__fmul_rn(xr[j], inv), gain[j]);
+}
+
+extern "C" cudaError_t cuda_k_rmsnorm_f32(float *x, const float *gain, int D, float eps, int n,
+                                          cudaStream_t st)
+{
+    if (n > 0)
+        k_rmsnorm_f32<<<n, 256, 0, st>>>(x, gain, D, eps);
+    return cudaGetLastError();
+}
+
+// One warp per (token, head): the head's bias, then for q and k heads
+// with qk_gain the RMSNorm over its hd values (lanes' partial sums reduced
+// by one butterfly: a fixed order for a given hd).
+static __global__ void k_qkv_prep(float *qkv, const float *bias, const float *qk_gain, int Hl,
+                                  int KVl, int hd, float eps)
+{
+    int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    float *v = qkv + (size_t)t * (Hl + 2 * KVl) * hd + (size_t)h * hd;
+    const float *b = bias ? bias + (size_t)h * hd : nullptr;
+    float ss = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        float y = b ? __fadd_rn(v[d], b[d]) : v[d];
+        v[d] = y;
+        ss = __fmaf_rn(y, y, ss);
+    }
+    if (!qk_gain || h >= Hl + KVl)
+        return;
+    ss = warp_sum(ss);
+    float inv = 1.0f / sqrtf(ss / (float)hd + eps);
+    const float *g = qk_gain + (h < Hl ? 0 : hd);
+    for (int d = lane; d < hd; d += 32)
+        v[d] = __fmul_rn(__fmul_rn(v[d], inv), g[d]);
+}
+
+extern "C" cudaError_t cuda_k_qkv_prep(float *qkv, int T, const float *bias,
+                                       const float *qk_gain, int Hl, int KVl, int hd, float eps,
+                                       cudaStream_t st)
+{
+    if (T > 0 && (bias || qk_gain)) {
+        dim3 grid((unsigned)T, (unsigned)(Hl + 2 * KVl));
+        k_qkv_prep<<<grid, 32, 0, st>>>(qkv, bias, qk_gain, Hl, KVl, hd, eps);
+    }
+    return cudaGetLastError();
+}
+
+static __global__ void k_softcap(float *x, size_t n, float cap)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = __fmul_rn(cap, tanhf(x[i] / cap));
+}
+
+extern "C" cudaError_t cuda_k_softcap(float *x, size_t n, float cap, cudaStream_t st)
+{
+    if (n > 0)
+        k_softcap<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, n, cap);
     return cudaGetLastError();
 }
 
@@ -66,18 +137,24 @@ extern "C" cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const fl
 }
 
 static __global__ void k_rope_kv(float *qkv, const int32_t *positions, const int32_t *slots,
-                                 const double *inv_freq, int Hl, int KVl, int hd,
+                                 cuda_rope r, int Hl, int KVl, int hd,
                                  uint16_t *kc, uint16_t *vc, int bs)
 {
-    int t = blockIdx.x, half = hd / 2, ld = (Hl + 2 * KVl) * hd;
+    int t = blockIdx.x, half = r.rot / 2, ld = (Hl + 2 * KVl) * hd;
     float *row = qkv + (size_t)t * ld;
     double p = (double)positions[t];
+    const double *inv_freq = r.inv_long && positions[t] >= r.long_from ? r.inv_long : r.inv_freq;
     int slot = slots[t], blk = slot / bs, off = slot % bs;
+    // dims past rot are not rotated: k's go to the cache as they are
+    for (int e = threadIdx.x; e < KVl * (hd - r.rot); e += blockDim.x) {
+        int h = e / (hd - r.rot), d = r.rot + e % (hd - r.rot);
+        kc[(((size_t)blk * KVl + h) * bs + off) * hd + d] = f2bf(row[(size_t)(Hl + h) * hd + d]);
+    }
     for (int e = threadIdx.x; e < (Hl + KVl) * half; e += blockDim.x) {
         int h = e / half, i = e % half;
         double s, c;
         sincos(p * inv_freq[i], &s, &c);
-        float cf = (float)c, sf = (float)s;
+        float cf = (float)(c * r.attn_factor), sf = (float)(s * r.attn_factor);
         float *v = row + (size_t)h * hd; // k heads follow the q heads
         float a = v[i], b = v[i + half];
         float na = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
@@ -99,12 +176,12 @@ static __global__ void k_rope_kv(float *qkv, const int32_t *positions, const int
 }
 
 extern "C" cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions,
-                                      const int32_t *slots, const double *inv_freq, int Hl,
+                                      const int32_t *slots, const cuda_rope *rope, int Hl,
                                       int KVl, int hd, uint16_t *kc, uint16_t *vc,
                                       int block_size, cudaStream_t st)
 {
     if (T > 0)
-        k_rope_kv<<<T, 128, 0, st>>>(qkv, positions, slots, inv_freq, Hl, KVl, hd, kc, vc,
+        k_rope_kv<<<T, 128, 0, st>>>(qkv, positions, slots, *rope, Hl, KVl, hd, kc, vc,
                                      block_size);
     return cudaGetLastError();
 }
@@ -125,6 +202,27 @@ extern "C" cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *ou
     if (T > 0 && F > 0) {
         dim3 grid((unsigned)((F + 255) / 256), (unsigned)T);
         k_swiglu<<<grid, 256, 0, st>>>(gu, F, out);
+    }
+    return cudaGetLastError();
+}
+
+static __global__ void k_geglu(const float *gu, int F, uint16_t *out)
+{
+    int t = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= F)
+        return;
+    const float *r = gu + (size_t)t * 2 * F;
+    float g = r[i], u = r[F + i];
+    float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(g, __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(g, g), g))));
+    float a = __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
+    out[(size_t)t * F + i] = f2bf(__fmul_rn(a, u));
+}
+
+extern "C" cudaError_t cuda_k_geglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st)
+{
+    if (T > 0 && F > 0) {
+        dim3 grid((unsigned)((F + 255) / 256), (unsigned)T);
+        k_geglu<<<grid, 256, 0, st>>>(gu, F, out);
     }
     return cudaGetLastError();
 }

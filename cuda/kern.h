@@ -20,10 +20,27 @@
 extern "C" {
 #endif
 
-/* x[t][:] = table[tok][:] widened to f32 for t < T, where tok = tokens[t],
- * or, for a placeholder tokens[t] = -1 - i, prev_ids[i]. */
+/* x[t][:] = table[tok][:] widened to f32, times scale (1: exactly the
+ * row; Gemma's sqrt(hidden)), for t < T, where tok = tokens[t], or, for a
+ * placeholder tokens[t] = -1 - i, prev_ids[i]. */
 cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
-                         const int32_t *prev_ids, int T, float *x, cudaStream_t st);
+                         const int32_t *prev_ids, int T, float scale, float *x, cudaStream_t st);
+
+/* x[i] = x[i] * (1 / sqrt(mean(x[i]^2) + eps)) * gain for rows i < n of
+ * [n][D] f32, in place: Gemma's norm of a sublayer's output before the
+ * residual add. */
+cudaError_t cuda_k_rmsnorm_f32(float *x, const float *gain, int D, float eps, int n,
+                               cudaStream_t st);
+
+/* Before RoPE, per token t < T of qkv [T][(Hl + 2 KVl) hd]: adds bias
+ * [(Hl + 2 KVl) hd] (NULL: none), then (qk_gain [2][hd], NULL: none)
+ * RMSNorm over each q head with gain qk_gain[0] and each k head with
+ * qk_gain[1]. */
+cudaError_t cuda_k_qkv_prep(float *qkv, int T, const float *bias, const float *qk_gain, int Hl,
+                            int KVl, int hd, float eps, cudaStream_t st);
+
+/* x[i] = cap * tanh(x[i] / cap) for i < n (the final logits' soft-cap). */
+cudaError_t cuda_k_softcap(float *x, size_t n, float cap, cudaStream_t st);
 
 /* For i < n and r = rows ? rows[i] : i: x[r] += delta[r] (skipped when delta
  * is NULL), then out[i] = bf16(x[r] * (1 / sqrt(mean(x[r]^2) + eps)) * gain):
@@ -33,19 +50,34 @@ cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain, 
                                float eps, const int32_t *rows, int n, uint16_t *out,
                                cudaStream_t st);
 
+/* One layer's RoPE (engine/mdesc.h's md_rope), its tables on the device. */
+typedef struct cuda_rope {
+    const double *inv_freq; /* [rot / 2]                                     */
+    const double *inv_long; /* [rot / 2] for positions >= long_from; NULL none */
+    int long_from;
+    int rot;                /* dimensions rotated per head (even, <= hd)     */
+    double attn_factor;     /* cos and sin times it (1: none)                 */
+} cuda_rope;
+
 /* qkv [T][(Hl + 2 KVl) hd] holds q | k | v of each token. Rotates q in place
- * and k (HF rotate-half: pairs (i, i + hd/2), angle position * inv_freq[i]
- * in double), then writes k and v as bf16 to the layer's cache at slots[t]. */
+ * and k (HF rotate-half: pairs (i, i + rot/2) of the first rot dims, angle
+ * position * inv_freq[i] in double, cos and sin times attn_factor), then
+ * writes k and v as bf16 to the layer's cache at slots[t]. */
 cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions,
-                           const int32_t *slots, const double *inv_freq, int Hl, int KVl,
+                           const int32_t *slots, const cuda_rope *rope, int Hl, int KVl,
                            int hd, uint16_t *kc, uint16_t *vc, int block_size,
                            cudaStream_t st);
 
 /* out[t][i] = bf16(g / (1 + exp(-g)) * u) with g = gu[t][i], u = gu[t][F + i]. */
 cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st);
 
+/* The same with GELU's tanh form: out = bf16(0.5 g (1 + tanh(sqrt(2/pi)
+ * (g + 0.044715 g^3))) * u) (Gemma's GeGLU). */
+cudaError_t cuda_k_geglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st);
+
 /* Paged attention over one layer. Token t (of sequence tok_seq[t]) attends
- * to positions 0..positions[t] of its sequence, read through
+ * to positions 0..positions[t] of its sequence (the last `window` of them
+ * when window > 0), read through
  * table[seq][p / block_size]; q comes from the rotated qkv rows, the result
  * goes to out [T][ldo] bf16 at head h's columns h*hd. */
 typedef struct cuda_attn_args {
@@ -58,7 +90,9 @@ typedef struct cuda_attn_args {
     const int32_t *table;    /* [S][MB]                                       */
     int MB;
     int KVl, G, hd, block_size;
-    float scale;             /* 1 / sqrt(hd)                                  */
+    float scale;             /* multiplies q.k (mdesc attn_scale)             */
+    float softcap;           /* scores -> softcap * tanh(s / softcap); 0 none */
+    int window;              /* token at p attends p-window+1..p; 0: all      */
     const int32_t *dec;      /* decode: token indices                         */
     int chunk, max_splits;   /* decode split-K (cuda_plan_splitk)             */
     float *part;             /* [n_dec][KVl][max_splits][G][hd + 2]          */

@@ -141,6 +141,9 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     d->attn_mma = d->invariant && cuda_attn_mma_fits(d->hd, G);
     d->tile_tokens = (d->attn_mma ? CUDA_MMA_ROWS : CUDA_ATTN_ROWS) / G;
     d->lm_head = sh->rank == 0;
+    d->bias = c->desc.bias_qkv || c->desc.bias_o;
+    d->qk_norm = c->desc.qk_norm;
+    d->sandwich = c->desc.sandwich;
     return INF_OK;
 }
 
@@ -152,7 +155,7 @@ void cuda_plan_weights(const cuda_dims *d, int tied, cuda_wlayout *w)
     if (d->lm_head)
         w->lm_head = tied ? w->embed : bump(&off, V * D * 2);
     w->norm = bump(&off, D * sizeof(float));
-    w->rope = bump(&off, (size_t)(d->hd / 2) * sizeof(double));
+    w->rope = bump(&off, 4 * (size_t)(d->hd / 2) * sizeof(double));
 
     w->w_rows[CUDA_W_QKV] = (size_t)d->qkv;
     w->w_cols[CUDA_W_QKV] = D;
@@ -166,6 +169,12 @@ void cuda_plan_weights(const cuda_dims *d, int tied, cuda_wlayout *w)
     size_t lo = 0, mats = 0;
     w->attn_norm = bump(&lo, D * sizeof(float));
     w->ffn_norm = bump(&lo, D * sizeof(float));
+    if (d->sandwich)
+        w->post_norm = bump(&lo, 2 * D * sizeof(float));
+    if (d->qk_norm)
+        w->qk_gain = bump(&lo, 2 * (size_t)d->hd * sizeof(float));
+    if (d->bias)
+        w->bias = bump(&lo, ((size_t)d->qkv + D) * sizeof(float));
     for (int i = 0; i < CUDA_W_COUNT; i++) {
         w->w[i] = bump(&lo, w->w_rows[i] * w->w_cols[i] * 2);
         mats += w->w_rows[i] * w->w_cols[i] * 2;

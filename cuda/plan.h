@@ -97,6 +97,9 @@ typedef struct cuda_dims {
                        tensor-core kernel (cuda_k_attn_tiles) over tiles of
                        tile_tokens = 16 / G tokens; else the split-K kernel */
     int lm_head;    /* 1 on the rank that computes logits (rank 0)           */
+    int bias;       /* per-layer q|k|v and o biases (mdesc bias_qkv/bias_o)  */
+    int qk_norm;    /* per-layer q_norm, k_norm gains                        */
+    int sandwich;   /* per-layer post-attention / post-MLP norms (Gemma)     */
 } cuda_dims;
 
 /* What one forward may carry. */
@@ -135,10 +138,14 @@ typedef struct cuda_wlayout {
     size_t embed;        /* [V][D] bf16                                      */
     size_t lm_head;      /* [V][D] bf16; == embed when tied; 0 unused         */
     size_t norm;         /* [D] f32 final RMSNorm gain                        */
-    size_t rope;         /* [hd/2] f64 inverse frequencies                    */
+    size_t rope;         /* [4][hd/2] f64 inverse frequencies: global layers'
+                            short and long, local layers' short and long     */
     size_t layer0;       /* first layer; layer l at layer0 + l * layer_stride */
     size_t layer_stride;
     size_t attn_norm, ffn_norm;          /* [D] f32, inside a layer           */
+    size_t post_norm;    /* [2][D] f32 post-attention, post-MLP (sandwich)    */
+    size_t qk_gain;      /* [2][hd] f32 (qk_norm)                              */
+    size_t bias;         /* [qkv + D] f32 q|k|v then o (bias)                  */
     size_t w[CUDA_W_COUNT];              /* bf16 matrices, inside a layer     */
     size_t w_rows[CUDA_W_COUNT], w_cols[CUDA_W_COUNT];
     size_t total;

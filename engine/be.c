@@ -40,7 +40,9 @@ int be_batch_check(const be_backend *be, const be_batch *b, int max_tokens, int 
         }
         for (int i = 0; i * be->block_size < b->seq_len[s]; i++) {
             int32_t blk = b->block_table[(size_t)s * b->max_blocks + i];
-            if (blk < 1 || blk >= be->num_blocks)
+            /* 0, the null block (zeros): positions a sliding window no
+             * longer reads (kv_seq_drop_front) */
+            if (blk < 0 || blk >= be->num_blocks)
                 return inf_fail(err, INF_ERR_INVALID,
                                 "batch: sequence %d block %d is %d (out of range)", s, i, blk);
         }

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The release without git; engine/version.h says what a build is. */
 #define INFERD_VERSION "0.1.0"
 
 /* Error codes: 0 is success, negative values are failures. */

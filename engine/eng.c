@@ -232,7 +232,8 @@ int eng_create(const eng_config *cfg, const model *m, const tok *tk, be_backend 
     sched_config sc = {.max_num_seqs = cfg->max_num_seqs,
                        .max_num_batched_tokens = cfg->max_num_batched_tokens,
                        .max_model_len = cfg->max_model_len,
-                       .max_prefill_while_decoding = cfg->max_prefill_while_decoding};
+                       .max_prefill_while_decoding = cfg->max_prefill_while_decoding,
+                       .kv_window = mdesc_kv_window(&m->cfg.desc)};
     int rc;
     if ((rc = kv_create(&kc, &e->kv, err)) || (rc = sched_create(&sc, e->kv, &e->sch, err)) ||
         (rc = smp_create(e->vocab, &e->smp, err)))

@@ -130,6 +130,8 @@ typedef struct eng_out {
     int n_alts, cap_alts;
     char *pool;           /* strings of lps and alts                        */
     size_t pool_len, pool_cap;
+    int32_t *ids;         /* the new tokens' ids, a stop token's included   */
+    int n_ids, cap_ids;
     int finish;           /* ENG_FINISH_*; NONE while running                */
     int stop_index;       /* which stop string ended it, or -1              */
     int32_t stop_token;   /* which stop token id ended it, or -1            */

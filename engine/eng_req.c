@@ -23,6 +23,7 @@ void eng_out_free(eng_out *o)
     free(o->lps);
     free(o->alts);
     free(o->pool);
+    free(o->ids);
     memset(o, 0, sizeof *o);
 }
 
@@ -192,6 +193,7 @@ void eng_req_take(eng_req *r, eng_out *dst)
     fresh.len = 0;
     fresh.n_lps = fresh.n_alts = 0;
     fresh.pool_len = 0;
+    fresh.n_ids = 0;
     /* counters and the finish state stay current in both */
     fresh.finish = dst->finish;
     fresh.stop_index = dst->stop_index;
@@ -236,31 +238,6 @@ static int out_pool(eng_out *o, const char *s, size_t n, size_t *off)
     return 1;
 }
 
-/* The text a vocabulary piece stands for on its own: SentencePiece's word
- * marker as a space, byte pieces as their byte. */
-static size_t piece_text(const tok *tk, int32_t id, char *buf, size_t cap)
-{
-    const char *p = tok_piece(tk, id);
-    if (!p)
-        return 0;
-    unsigned v;
-    if (strlen(p) == 6 && sscanf(p, "<0x%2X>", &v) == 1) {
-        buf[0] = (char)v;
-        return 1;
-    }
-    size_t n = 0;
-    for (; *p && n + 1 < cap; p++) {
-        if ((unsigned char)p[0] == 0xE2 && (unsigned char)p[1] == 0x96 &&
-            (unsigned char)p[2] == 0x81) { /* U+2581 */
-            buf[n++] = ' ';
-            p += 2;
-        } else {
-            buf[n++] = *p;
-        }
-    }
-    return n;
-}
-
 /* log-softmax of the raw logits for the sampled token and the top n. */
 void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
                           int32_t tokid, const char *text, size_t text_len)
@@ -295,10 +272,10 @@ void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *log
     lp->alt0 = o->n_alts;
     lp->n_alt = 0;
     for (int i = 0; i < nt; i++) {
-        char buf[64];
-        size_t bl = piece_text(tk, top[i], buf, sizeof buf);
+        size_t bl = 0;
+        const char *buf = tok_token_bytes(tk, top[i], &bl);
         eng_lp_alt *a = &o->alts[o->n_alts];
-        if (!out_pool(o, buf, bl, &a->off))
+        if (!out_pool(o, buf ? buf : "", bl, &a->off))
             return;
         a->len = bl;
         a->logprob = (float)(logits[top[i]] - lse);

@@ -92,6 +92,8 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
 
     pthread_mutex_lock(&r->mu);
     eng_out *o = &r->out;
+    if (eng__grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids))
+        o->ids[o->n_ids++] = t;
     size_t before = o->len;
     int matched = eng__emit(r, text, len, 0);
     if (reason != ENG_FINISH_NONE && matched < 0) { /* release what is held */

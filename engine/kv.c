@@ -20,6 +20,10 @@ struct kv_pool {
     uint8_t *cached;      /* [num_blocks]                                  */
     uint64_t *hash;       /* [num_blocks] chained hash of the block        */
     int32_t *parent;      /* [num_blocks] block before it, or 0            */
+    uint32_t *gen;        /* [num_blocks] bumped each time it is indexed   */
+    uint32_t *parent_gen; /* [num_blocks] the parent's gen when indexed: a
+                             parent freed early (a window's front) and
+                             indexed again with other tokens is not it    */
     uint64_t *salt;       /* [num_blocks] cache_salt of its sequence       */
     int32_t *toks;        /* [num_blocks][block_size]                      */
     int32_t *bucket;      /* [n_buckets] first block with that hash slot   */
@@ -85,12 +89,14 @@ static void index_remove(kv_pool *p, int32_t b)
     p->cached[b] = 0;
 }
 
-/* The cached block holding exactly these tokens after parent, or -1. */
-static int32_t index_find(const kv_pool *p, uint64_t h, int32_t parent, const int32_t *toks,
-                          uint64_t salt)
+/* The cached block holding exactly these tokens after parent (as indexed
+ * at generation pgen), or -1. */
+static int32_t index_find(const kv_pool *p, uint64_t h, int32_t parent, uint32_t pgen,
+                          const int32_t *toks, uint64_t salt)
 {
     for (int32_t b = p->bucket[h & (p->n_buckets - 1)]; b >= 0; b = p->chain[b])
-        if (p->hash[b] == h && p->parent[b] == parent && p->salt[b] == salt &&
+        if (p->hash[b] == h && p->parent[b] == parent && p->parent_gen[b] == pgen &&
+            p->salt[b] == salt &&
             !memcmp(p->toks + (size_t)b * p->block_size, toks,
                     sizeof(int32_t) * (size_t)p->block_size))
             return b;
@@ -126,12 +132,14 @@ int kv_create(const kv_config *cfg, kv_pool **out, inf_err *err)
         p->cached = calloc(n, 1);
         p->hash = calloc(n, sizeof *p->hash);
         p->parent = calloc(n, sizeof *p->parent);
+        p->gen = calloc(n, sizeof *p->gen);
+        p->parent_gen = calloc(n, sizeof *p->parent_gen);
         p->salt = calloc(n, sizeof *p->salt);
         p->toks = malloc(n * (size_t)cfg->block_size * sizeof *p->toks);
         p->chain = malloc(n * sizeof *p->chain);
         p->bucket = malloc(p->n_buckets * sizeof *p->bucket);
         if (!p->cached || !p->hash || !p->parent || !p->salt || !p->toks || !p->chain ||
-            !p->bucket)
+            !p->bucket || !p->gen || !p->parent_gen)
             goto nomem;
         memset(p->bucket, 0xff, p->n_buckets * sizeof *p->bucket); /* all -1 */
     }
@@ -152,6 +160,7 @@ void kv_destroy(kv_pool *p)
         return;
     free(p->refs), free(p->prev), free(p->next), free(p->cached), free(p->hash);
     free(p->parent), free(p->salt), free(p->toks), free(p->chain), free(p->bucket);
+    free(p->gen), free(p->parent_gen);
     free(p);
 }
 
@@ -255,12 +264,31 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens)
 {
     int keep = blocks_for(p, n_tokens);
     /* last block first: a shared prefix is freed last, so evicted last */
-    while (s->n_blocks > keep)
-        kv_unref(p, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > keep) {
+        int32_t b = s->blocks[--s->n_blocks];
+        if (b > 0) /* 0: dropped from a window's front (kv_seq_drop_front) */
+            kv_unref(p, b);
+    }
+    if (s->n_dropped > s->n_blocks)
+        s->n_dropped = s->n_blocks;
     if (s->n_hashed * p->block_size > n_tokens) { /* a hashed block was cut: */
         s->n_hashed = 0;                          /* commit re-walks        */
         s->last_hash = 0;
         s->last_id = 0;
+        s->last_gen = 0;
+    }
+}
+
+void kv_seq_drop_front(kv_pool *p, kv_seq *s, int first_needed)
+{
+    int end = first_needed > 0 ? first_needed / p->block_size : 0;
+    if (end > s->n_blocks)
+        end = s->n_blocks;
+    if (p->caching && end > s->n_hashed) /* only what the cache already has */
+        end = s->n_hashed;
+    for (; s->n_dropped < end; s->n_dropped++) {
+        kv_unref(p, s->blocks[s->n_dropped]);
+        s->blocks[s->n_dropped] = 0; /* the null block: never read again */
     }
 }
 
@@ -289,22 +317,25 @@ int kv_seq_match_prefix(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_toke
     int max_blocks = (n_tokens - 1) / bs; /* the last token is always computed */
     uint64_t h = 0;
     int32_t parent = 0;
+    uint32_t pgen = 0;
     int hits = 0;
     while (hits < max_blocks) {
         const int32_t *t = tokens + (size_t)hits * bs;
         uint64_t bh = block_hash(h, t, bs, salt);
-        int32_t b = index_find(p, bh, parent, t, salt);
+        int32_t b = index_find(p, bh, parent, pgen, t, salt);
         if (b < 0 || !seq_grow_table(s, hits + 1))
             break;
         kv_ref(p, b);
         s->blocks[s->n_blocks++] = b;
         h = bh;
         parent = b;
+        pgen = p->gen[b];
         hits++;
     }
     s->n_hashed = hits;
     s->last_hash = h;
     s->last_id = parent;
+    s->last_gen = pgen;
     return hits * bs;
 }
 
@@ -318,17 +349,22 @@ void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_computed,
     while (s->n_hashed < full) {
         int i = s->n_hashed;
         int32_t b = s->blocks[i], parent = i ? s->last_id : 0;
+        uint32_t pgen = i ? s->last_gen : 0;
+        if (b == 0) /* dropped before it was indexed: the chain ends here */
+            return;
         const int32_t *t = tokens + (size_t)i * bs;
         uint64_t bh = block_hash(s->last_hash, t, bs, salt);
         /* an identical block already cached (computed twice by requests
          * that ran together) keeps its place and stands for this one, which
          * stays uncached, as the parent of the blocks after it */
-        int32_t found = p->cached[b] ? b : index_find(p, bh, parent, t, salt);
+        int32_t found = p->cached[b] ? b : index_find(p, bh, parent, pgen, t, salt);
         if (found < 0) {
             found = b;
             p->cached[b] = 1;
+            p->gen[b]++;
             p->hash[b] = bh;
             p->parent[b] = parent;
+            p->parent_gen[b] = pgen;
             p->salt[b] = salt;
             memcpy(p->toks + (size_t)b * bs, t, sizeof(int32_t) * (size_t)bs);
             uint32_t slot = (uint32_t)(bh & (p->n_buckets - 1));
@@ -336,6 +372,7 @@ void kv_seq_commit(kv_pool *p, kv_seq *s, const int32_t *tokens, int n_computed,
             p->bucket[slot] = b;
         }
         s->last_id = found;
+        s->last_gen = p->gen[found];
         s->last_hash = bh;
         s->n_hashed++;
     }

@@ -61,6 +61,8 @@ typedef struct kv_seq {
     int32_t last_id;     /* the indexed block standing for block n_hashed-1
                             (itself, or an identical one cached first): the
                             parent of the next block                       */
+    uint32_t last_gen;   /* last_id's generation in the index then         */
+    int n_dropped;       /* leading blocks given back (kv_seq_drop_front)  */
 } kv_seq;
 
 /* Makes the table cover positions [0, n_tokens): all or nothing, so on
@@ -70,6 +72,13 @@ int kv_seq_reserve(kv_pool *p, kv_seq *s, int n_tokens);
 /* Keeps only the blocks needed for n_tokens positions (rollback, eviction);
  * frees from the last block backwards. */
 void kv_seq_truncate(kv_pool *p, kv_seq *s, int n_tokens);
+/* Sliding-window attention: gives back the leading blocks that hold only
+ * positions below first_needed (no later token attends to them), their
+ * table entries becoming the null block, so a long sequence's KV stays
+ * bounded. With prefix caching, only blocks already registered (commit
+ * first), so the cache keeps them while they last. */
+void kv_seq_drop_front(kv_pool *p, kv_seq *s, int first_needed);
+
 /* Drops every block and frees the table; the struct is zeroed. */
 void kv_seq_release(kv_pool *p, kv_seq *s);
 /* Slot of position pos (which the table must cover). */

@@ -7,6 +7,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "json_esc.h"
+
 struct logger {
     log_config cfg;
     pthread_mutex_t mu;
@@ -53,23 +55,6 @@ static void timestamp(char *buf, size_t n)
     snprintf(buf + k, n - k, ".%03ldZ", (long)(tv.tv_usec / 1000));
 }
 
-/* Appends s to b as JSON string contents. */
-static size_t json_escape(char *b, size_t cap, size_t at, const char *s)
-{
-    for (; s && *s && at + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            b[at++] = '\\';
-            b[at++] = (char)c;
-        } else if (c < 0x20) {
-            at += (size_t)snprintf(b + at, cap - at, "\\u%04x", c);
-        } else {
-            b[at++] = (char)c;
-        }
-    }
-    return at;
-}
-
 static void write_line(logger *l, const char *line, size_t len)
 {
     FILE *f = l ? l->cfg.out : stderr;
@@ -96,13 +81,13 @@ void log_msg(logger *l, log_level lv, const char *component, const char *request
     if (log_is_json(l)) {
         n = (size_t)snprintf(line, sizeof line, "{\"ts\":\"%s\",\"level\":\"%s\",\"component\":\"",
                              ts, level_name[lv]);
-        n = json_escape(line, sizeof line, n, component);
+        n = json_esc_into(line, sizeof line, n, component);
         if (request_id) {
             n += (size_t)snprintf(line + n, sizeof line - n, "\",\"request_id\":\"");
-            n = json_escape(line, sizeof line, n, request_id);
+            n = json_esc_into(line, sizeof line, n, request_id);
         }
         n += (size_t)snprintf(line + n, sizeof line - n, "\",\"msg\":\"");
-        n = json_escape(line, sizeof line, n, msg);
+        n = json_esc_into(line, sizeof line, n, msg);
         n += (size_t)snprintf(line + n, sizeof line - n, "\"}\n");
     } else {
         n = (size_t)snprintf(line, sizeof line, "%s %-5s %s%s%s%s %s\n", ts, level_name[lv],
@@ -127,15 +112,15 @@ void log_access(logger *l, const log_access_rec *r)
         n = (size_t)snprintf(line, sizeof line,
                              "{\"ts\":\"%s\",\"level\":\"info\",\"component\":\"access\","
                              "\"method\":\"", ts);
-        n = json_escape(line, sizeof line, n, r->method);
+        n = json_esc_into(line, sizeof line, n, r->method);
         n += (size_t)snprintf(line + n, sizeof line - n, "\",\"path\":\"");
-        n = json_escape(line, sizeof line, n, r->path);
+        n = json_esc_into(line, sizeof line, n, r->path);
         n += (size_t)snprintf(line + n, sizeof line - n, "\",\"status\":%d,\"client\":\"",
                               r->status);
-        n = json_escape(line, sizeof line, n, r->client ? r->client : "");
+        n = json_esc_into(line, sizeof line, n, r->client ? r->client : "");
         if (r->request_id) {
             n += (size_t)snprintf(line + n, sizeof line - n, "\",\"request_id\":\"");
-            n = json_escape(line, sizeof line, n, r->request_id);
+            n = json_esc_into(line, sizeof line, n, r->request_id);
         }
         n += (size_t)snprintf(line + n, sizeof line - n,
                               "\",\"tokens_in\":%d,\"tokens_out\":%d,\"latency_s\":%.6f}\n",

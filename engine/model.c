@@ -1,10 +1,10 @@
-/* model_: Llama-family config.json parsing and weight binding. The config is
- * read strictly: anything we would compute wrongly (another architecture,
- * rope_scaling, another activation, biases) is refused by name, and a value
- * of the wrong JSON type is a format error naming its key. */
-#include "model.h"
+/* model_: config.json parsing and weight binding. The config is read
+ * strictly: anything we would compute wrongly is refused by name (the
+ * family's recipe: mdesc.c), and a value of the wrong JSON type is a format
+ * error naming its key. */
+#include "model_int.h"
 
-#include <cJSON.h>
+#include <math.h>
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
@@ -38,7 +38,7 @@ static int model__read_json(const char *path, cJSON **out, inf_err *err)
 }
 
 /* key's value, or NULL when absent or null (both mean "use the default"). */
-static const cJSON *model__item(const cJSON *o, const char *key)
+const cJSON *model__item(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNull(v) ? NULL : v;
@@ -57,7 +57,7 @@ static int model__is_int(const cJSON *v, int *out)
 
 /* An integer key; when absent *out keeps its default, or it is an error if
  * required. */
-static int model__int(const cJSON *o, const char *key, int required, int *out,
+int model__int(const cJSON *o, const char *key, int required, int *out,
                       const char *path, inf_err *err)
 {
     const cJSON *v = model__item(o, key);
@@ -71,7 +71,7 @@ static int model__int(const cJSON *o, const char *key, int required, int *out,
     return INF_OK;
 }
 
-static int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err)
+int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err)
 {
     const cJSON *v = model__item(o, key);
     if (!v)
@@ -82,7 +82,7 @@ static int model__num(const cJSON *o, const char *key, double *out, const char *
     return INF_OK;
 }
 
-static int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err)
+int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err)
 {
     const cJSON *v = model__item(o, key);
     if (!v)
@@ -136,76 +136,8 @@ static int model__bos(model_config *c, const cJSON *o, const char *path, inf_err
     return INF_OK;
 }
 
-/* architectures[0], or model_type when there is no architectures list. */
-static int model__arch(const cJSON *root, model_config *c, const char *path, inf_err *err)
-{
-    static const char *const ok[] = {"LlamaForCausalLM", "MistralForCausalLM"};
-    const char *arch = NULL;
-    const cJSON *a = model__item(root, "architectures");
-    if (a) {
-        const cJSON *a0 = cJSON_GetArrayItem(a, 0);
-        if (!cJSON_IsArray(a) || !cJSON_IsString(a0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'architectures' must be a list of names", path);
-        arch = a0->valuestring;
-    } else {
-        const cJSON *t = model__item(root, "model_type");
-        if (!t)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: neither 'architectures' nor 'model_type' is set", path);
-        if (!cJSON_IsString(t))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'model_type' must be a string", path);
-        if (strcmp(t->valuestring, "llama") == 0)
-            arch = ok[0];
-        else if (strcmp(t->valuestring, "mistral") == 0)
-            arch = ok[1];
-        else
-            return inf_fail(err, INF_ERR_UNSUPPORTED,
-                            "%s: model_type '%s' is not supported (Llama family only)", path, t->valuestring);
-    }
-    if (strcmp(arch, ok[0]) != 0 && strcmp(arch, ok[1]) != 0)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: architecture '%s' is not supported (Llama family only)", path, arch);
-    snprintf(c->arch, sizeof c->arch, "%s", arch);
-    return INF_OK;
-}
-
-/* What we would compute wrongly rather than refuse: say so by key. */
-static int model__refuse(const cJSON *root, const char *path, inf_err *err)
-{
-    const cJSON *rs = model__item(root, "rope_scaling");
-    if (rs) {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!cJSON_IsString(t))
-            t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        /* transformers writes {"rope_type": "default"} for plain RoPE */
-        if (!(cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0)) {
-            if (cJSON_IsString(t))
-                return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: rope_scaling (type '%s') is not supported yet",
-                                path, t->valuestring);
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: rope_scaling is not supported yet", path);
-        }
-    }
-    const cJSON *act = model__item(root, "hidden_act");
-    if (act) {
-        if (!cJSON_IsString(act))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'hidden_act' must be a string", path);
-        if (strcmp(act->valuestring, "silu") != 0)
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (silu only)",
-                            path, act->valuestring);
-    }
-    static const char *const biases[] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++) {
-        int on = 0;
-        int rc = model__bool(root, biases[i], &on, path, err);
-        if (rc)
-            return rc;
-        if (on)
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s true is not supported (no biases)",
-                            path, biases[i]);
-    }
-    return INF_OK;
-}
-
-static int model__sizes(const cJSON *root, model_config *c, const char *path, inf_err *err)
+static int model__sizes(const cJSON *root, model_config *c, int default_hd, const char *path,
+                        inf_err *err)
 {
     static const struct { const char *key; size_t off; } req[] = {
         {"hidden_size", offsetof(model_config, hidden_size)},
@@ -235,7 +167,9 @@ static int model__sizes(const cJSON *root, model_config *c, const char *path, in
     c->head_dim = 0;
     if ((rc = model__int(root, "head_dim", 0, &c->head_dim, path, err)))
         return rc;
-    if (!model__item(root, "head_dim")) {
+    if (!model__item(root, "head_dim") && default_hd > 0) {
+        c->head_dim = default_hd;
+    } else if (!model__item(root, "head_dim")) {
         if (c->hidden_size % c->n_heads != 0)
             return inf_fail(err, INF_ERR_FORMAT,
                             "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d) and head_dim is not set",
@@ -263,11 +197,13 @@ int model_config_load(const char *path, model_config *cfg, inf_err *err)
     int rc = model__read_json(path, &root, err);
     if (rc)
         return rc;
-    if ((rc = model__arch(root, &c, path, err)) || (rc = model__refuse(root, path, err)) ||
-        (rc = model__sizes(root, &c, path, err)))
+    int default_hd = 0;
+    if ((rc = mdesc__family(root, &c, &default_hd, path, err)) ||
+        (rc = model__sizes(root, &c, default_hd, path, err)))
         goto done;
+    if (strcmp(c.desc.family, "gemma3") == 0)
+        c.rope_theta = 1000000.0; /* Gemma3TextConfig's default */
     if ((rc = model__int(root, "max_position_embeddings", 0, &c.max_position_embeddings, path, err)) ||
-        (rc = model__int(root, "sliding_window", 0, &c.sliding_window, path, err)) ||
         (rc = model__num(root, "rope_theta", &c.rope_theta, path, err)) ||
         (rc = model__num(root, "rms_norm_eps", &c.rms_norm_eps, path, err)) ||
         (rc = model__bool(root, "tie_word_embeddings", &c.tie_word_embeddings, path, err)) ||
@@ -279,16 +215,13 @@ int model_config_load(const char *path, model_config *cfg, inf_err *err)
                       path, c.max_position_embeddings);
         goto done;
     }
-    if (c.sliding_window < 0) {
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window' must not be negative (is %d)",
-                      path, c.sliding_window);
-        goto done;
-    }
     if (!(c.rope_theta > 0.0) || !(c.rms_norm_eps > 0.0)) {
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be positive", path,
                       c.rope_theta > 0.0 ? "rms_norm_eps" : "rope_theta");
         goto done;
     }
+    if ((rc = mdesc__parse(root, &c, path, err)))
+        goto done;
     *cfg = c;
 done:
     cJSON_Delete(root);
@@ -312,7 +245,7 @@ static int model__gen_config(const char *path, model_config *c, inf_err *err)
 }
 
 /* Which dimension of the config a tensor's rows or cols must equal. */
-typedef enum { DIM_1, DIM_D, DIM_F, DIM_V, DIM_Q, DIM_KV } model__dim;
+typedef enum { DIM_1, DIM_D, DIM_F, DIM_V, DIM_Q, DIM_KV, DIM_HD, DIM_QKV, DIM_2F } model__dim;
 
 static int64_t model__dim_value(const model_config *c, model__dim d)
 {
@@ -322,6 +255,9 @@ static int64_t model__dim_value(const model_config *c, model__dim d)
     case DIM_V: return c->vocab_size;
     case DIM_Q: return (int64_t)c->n_heads * c->head_dim;
     case DIM_KV: return (int64_t)c->n_kv_heads * c->head_dim;
+    case DIM_HD: return c->head_dim;
+    case DIM_QKV: return (int64_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    case DIM_2F: return 2 * (int64_t)c->intermediate_size;
     default: return 1;
     }
 }
@@ -334,6 +270,9 @@ static const char *model__dim_key(model__dim d)
     case DIM_V: return "vocab_size";
     case DIM_Q: return "num_attention_heads*head_dim";
     case DIM_KV: return "num_key_value_heads*head_dim";
+    case DIM_HD: return "head_dim";
+    case DIM_QKV: return "(num_attention_heads+2*num_key_value_heads)*head_dim";
+    case DIM_2F: return "2*intermediate_size";
     default: return "1";
     }
 }
@@ -418,19 +357,105 @@ done:
     return rc;
 }
 
+/* Rows r0.. r0+n of a bound [rows, cols] tensor, as a tensor of its own. */
+static model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n)
+{
+    model_tensor v = *t;
+    v.data = (const char *)t->data + (size_t)(r0 * t->cols) * inf_dtype_size(t->dtype);
+    v.rows = n;
+    return v;
+}
+
+/* One per-layer tensor: its name after "model.layers.N.", where it goes,
+ * its shape, and which families have it. */
+typedef struct model__slot {
+    const char *suffix;
+    size_t off;
+    model__dim rows, cols;
+    int when;
+} model__slot;
+
+enum { W_ALL, W_SPLIT, W_FUSED, W_LLAMA_NORM, W_SANDWICH, W_BIAS_QKV, W_BIAS_O, W_QK_NORM };
+
+static int model__slot_on(const mdesc *d, int when)
+{
+    switch (when) {
+    case W_SPLIT: return !d->fused_qkv;
+    case W_FUSED: return d->fused_qkv;
+    case W_LLAMA_NORM: return !d->sandwich;
+    case W_SANDWICH: return d->sandwich;
+    case W_BIAS_QKV: return d->bias_qkv;
+    case W_BIAS_O: return d->bias_o;
+    case W_QK_NORM: return d->qk_norm;
+    default: return 1;
+    }
+}
+
+#define L_(f) offsetof(model_layer, f)
+/* Fused tensors land in wq / w_gate first and are split after. */
+static const model__slot model__slots[] = {
+    {"input_layernorm.weight", L_(attn_norm), DIM_1, DIM_D, W_ALL},
+    {"self_attn.q_proj.weight", L_(wq), DIM_Q, DIM_D, W_SPLIT},
+    {"self_attn.k_proj.weight", L_(wk), DIM_KV, DIM_D, W_SPLIT},
+    {"self_attn.v_proj.weight", L_(wv), DIM_KV, DIM_D, W_SPLIT},
+    {"self_attn.qkv_proj.weight", L_(wq), DIM_QKV, DIM_D, W_FUSED},
+    {"self_attn.o_proj.weight", L_(wo), DIM_D, DIM_Q, W_ALL},
+    {"self_attn.q_proj.bias", L_(bq), DIM_1, DIM_Q, W_BIAS_QKV},
+    {"self_attn.k_proj.bias", L_(bk), DIM_1, DIM_KV, W_BIAS_QKV},
+    {"self_attn.v_proj.bias", L_(bv), DIM_1, DIM_KV, W_BIAS_QKV},
+    {"self_attn.o_proj.bias", L_(bo), DIM_1, DIM_D, W_BIAS_O},
+    {"self_attn.q_norm.weight", L_(q_norm), DIM_1, DIM_HD, W_QK_NORM},
+    {"self_attn.k_norm.weight", L_(k_norm), DIM_1, DIM_HD, W_QK_NORM},
+    {"post_attention_layernorm.weight", L_(ffn_norm), DIM_1, DIM_D, W_LLAMA_NORM},
+    {"post_attention_layernorm.weight", L_(post_attn_norm), DIM_1, DIM_D, W_SANDWICH},
+    {"pre_feedforward_layernorm.weight", L_(ffn_norm), DIM_1, DIM_D, W_SANDWICH},
+    {"post_feedforward_layernorm.weight", L_(post_ffn_norm), DIM_1, DIM_D, W_SANDWICH},
+    {"mlp.gate_proj.weight", L_(w_gate), DIM_F, DIM_D, W_SPLIT},
+    {"mlp.up_proj.weight", L_(w_up), DIM_F, DIM_D, W_SPLIT},
+    {"mlp.gate_up_proj.weight", L_(w_gate), DIM_2F, DIM_D, W_FUSED},
+    {"mlp.down_proj.weight", L_(w_down), DIM_D, DIM_F, W_ALL},
+};
+#undef L_
+
+static int model__bind_layer(const model__binder *b, int i, model_layer *ly, inf_err *err)
+{
+    const model_config *c = &b->m->cfg;
+    for (size_t j = 0; j < sizeof model__slots / sizeof model__slots[0]; j++) {
+        const model__slot *s = &model__slots[j];
+        if (!model__slot_on(&c->desc, s->when))
+            continue;
+        char name[160];
+        snprintf(name, sizeof name, "model.layers.%d.%s", i, s->suffix);
+        int rc = model__bind(b, name, s->rows, s->cols, (model_tensor *)((char *)ly + s->off), err);
+        if (rc)
+            return rc;
+    }
+    if (c->desc.fused_qkv) { /* HF splits q | k | v and gate | up by rows */
+        int64_t q = model__dim_value(c, DIM_Q), kv = model__dim_value(c, DIM_KV);
+        model_tensor qkv = ly->wq, gu = ly->w_gate;
+        ly->wq = model__rows(&qkv, 0, q);
+        ly->wk = model__rows(&qkv, q, kv);
+        ly->wv = model__rows(&qkv, q + kv, kv);
+        ly->w_gate = model__rows(&gu, 0, c->intermediate_size);
+        ly->w_up = model__rows(&gu, c->intermediate_size, c->intermediate_size);
+    }
+    return INF_OK;
+}
+
+/* HF multiplies by the scale as a tensor of the activations' dtype: in a
+ * bf16 or f16 checkpoint, the scale rounded to it. */
+static float model__embed_scale(const model *m)
+{
+    float s = (float)m->cfg.desc.embed_scale;
+    if (m->embed.dtype == INF_BF16)
+        return inf_bf16_to_f32(inf_f32_to_bf16(s));
+    if (m->embed.dtype == INF_F16)
+        return inf_f16_to_f32(inf_f32_to_f16(s));
+    return s;
+}
+
 static int model__bind_all(model *m, inf_err *err)
 {
-    static const struct { const char *suffix; size_t off; model__dim rows, cols; } per_layer[] = {
-        {"input_layernorm.weight", offsetof(model_layer, attn_norm), DIM_1, DIM_D},
-        {"self_attn.q_proj.weight", offsetof(model_layer, wq), DIM_Q, DIM_D},
-        {"self_attn.k_proj.weight", offsetof(model_layer, wk), DIM_KV, DIM_D},
-        {"self_attn.v_proj.weight", offsetof(model_layer, wv), DIM_KV, DIM_D},
-        {"self_attn.o_proj.weight", offsetof(model_layer, wo), DIM_D, DIM_Q},
-        {"post_attention_layernorm.weight", offsetof(model_layer, ffn_norm), DIM_1, DIM_D},
-        {"mlp.gate_proj.weight", offsetof(model_layer, w_gate), DIM_F, DIM_D},
-        {"mlp.up_proj.weight", offsetof(model_layer, w_up), DIM_F, DIM_D},
-        {"mlp.down_proj.weight", offsetof(model_layer, w_down), DIM_D, DIM_F},
-    };
     model__binder b = {.m = m};
     int rc = model__source(&b, err);
     if (rc)
@@ -448,15 +473,10 @@ static int model__bind_all(model *m, inf_err *err)
     }
     if (rc)
         return rc;
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
-            char name[160];
-            snprintf(name, sizeof name, "model.layers.%d.%s", i, per_layer[j].suffix);
-            model_tensor *t = (model_tensor *)((char *)&m->layers[i] + per_layer[j].off);
-            if ((rc = model__bind(&b, name, per_layer[j].rows, per_layer[j].cols, t, err)))
-                return rc;
-        }
-    }
+    m->embed_scale = model__embed_scale(m);
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        if ((rc = model__bind_layer(&b, i, &m->layers[i], err)))
+            return rc;
     return INF_OK;
 }
 
@@ -522,7 +542,9 @@ size_t model_weight_bytes(const model *m)
     for (int i = 0; i < m->cfg.n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo,
-                                    &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down};
+                                    &l->ffn_norm, &l->w_gate, &l->w_up, &l->w_down,
+                                    &l->bq, &l->bk, &l->bv, &l->bo, &l->q_norm, &l->k_norm,
+                                    &l->post_attn_norm, &l->post_ffn_norm};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
             n += model__bytes(ts[j]);
     }
@@ -554,6 +576,5 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
 
 int model_context(const model_config *cfg)
 {
-    int n = cfg->max_position_embeddings;
-    return cfg->sliding_window > 0 && cfg->sliding_window < n ? cfg->sliding_window : n;
+    return cfg->max_position_embeddings;
 }

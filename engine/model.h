@@ -1,12 +1,14 @@
-/* model_: Llama-family configuration and weights bound to a checkpoint.
+/* model_: a decoder's configuration and weights bound to a checkpoint.
  *
- * Supported: architectures LlamaForCausalLM / MistralForCausalLM (model_type
- * "llama" or "mistral"), hidden_act silu, no biases, RoPE without scaling.
- * Weights are used in place from the mapped safetensors (f32, f16, bf16). */
+ * The families and their settings are engine/mdesc.h's (docs/architectures.md);
+ * the sizes are here. Weights are used in place from the mapped safetensors
+ * (f32, f16, bf16); fused tensors (Phi-3's qkv_proj, gate_up_proj) become
+ * views of their rows. */
 #ifndef INFERD_MODEL_H
 #define INFERD_MODEL_H
 
 #include "common.h"
+#include "mdesc.h"
 #include "st.h"
 
 #define MODEL_MAX_EOS 8
@@ -23,22 +25,24 @@ typedef struct model_config {
     int max_position_embeddings;
     double rope_theta;         /* default 10000                           */
     double rms_norm_eps;       /* default 1e-6                            */
-    int tie_word_embeddings;   /* default 0 (HF's Llama default)          */
-    int sliding_window;        /* Mistral's window; 0 when none. The engine
-                                  caps the context at it (no windowed
-                                  attention yet).                         */
+    int tie_word_embeddings;   /* the family's HF default when absent     */
+    int sliding_window;        /* the config's window; 0 when none (which
+                                  layers use it: desc.window / desc.local) */
     int bos_token_id;          /* -1 when absent                          */
     int n_eos;                 /* eos_token_id may be one id or a list     */
     int eos_token_ids[MODEL_MAX_EOS];
+    mdesc desc;                /* the forward recipe                       */
 } model_config;
 
-/* Parses config.json at path into cfg. Refuses (INF_ERR_UNSUPPORTED, message
- * naming the file and key) what we would otherwise compute wrongly: another
- * architecture, rope_scaling, a hidden_act other than silu, biases. */
+/* Parses config.json at path into cfg, cfg->desc included. Refuses
+ * (INF_ERR_UNSUPPORTED, message naming the file and key) what we would
+ * otherwise compute wrongly: another architecture, an unknown rope_scaling
+ * type, another activation, mlp_bias. */
 int model_config_load(const char *path, model_config *cfg, inf_err *err);
 
-/* The longest context the engine computes for this model: its positions,
- * capped by a sliding window (windowed attention is not implemented). */
+/* The longest context the engine computes for this model: its positions
+ * (a sliding window is attended as a window: it caps nothing; a backend
+ * without windowed attention refuses a context longer than the window). */
 int model_context(const model_config *cfg);
 
 /* A 1-D or 2-D row-major weight in place: rows x cols (1-D: rows = 1). */
@@ -59,6 +63,12 @@ typedef struct model_layer {
     model_tensor w_gate;       /* [F, D]                                  */
     model_tensor w_up;         /* [F, D]                                  */
     model_tensor w_down;       /* [D, F]                                  */
+    /* What some families add; data NULL when the family has none. */
+    model_tensor bq, bk, bv;   /* [H*hd], [KV*hd], [KV*hd] biases          */
+    model_tensor bo;           /* [D]                                     */
+    model_tensor q_norm, k_norm;       /* [hd] QK-norm gains              */
+    model_tensor post_attn_norm;       /* [D] on the attention output     */
+    model_tensor post_ffn_norm;        /* [D] on the MLP output           */
 } model_layer;
 
 typedef struct model {
@@ -66,6 +76,8 @@ typedef struct model {
     model_tensor embed;        /* [V, D]                                  */
     model_tensor norm;         /* [D]                                     */
     model_tensor lm_head;      /* [V, D]; the embedding when tied         */
+    float embed_scale;         /* desc.embed_scale in the embedding's dtype,
+                                  as HF multiplies (1: none)             */
     model_layer *layers;       /* [n_layers]                              */
     st_set *st;                /* owns the mappings                       */
     char *dir;

@@ -167,6 +167,8 @@ void sched_schedule(sched *s, sched_plan **out)
     int n_decoding = 0;
     for (sched_seq *q = s->running.head; q; q = q->next) { /* last step's blocks */
         kv_seq_commit(s->kv, &q->kv, q->tokens, q->n_computed, q->salt);
+        if (s->cfg.kv_window > 0) /* the next token at n_computed looks back W - 1 */
+            kv_seq_drop_front(s->kv, &q->kv, q->n_computed - s->cfg.kv_window + 1);
         n_decoding += q->n_computed >= q->prefill_end;
     }
 

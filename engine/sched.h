@@ -30,6 +30,10 @@ typedef struct sched_config {
      * of a decode step, so a 512-token chunk would stall every stream for
      * dozens of decode steps. */
     int max_prefill_while_decoding;
+    /* Every layer attends to at most this many positions (the model's
+     * sliding window; 0: none): a running sequence's blocks wholly before
+     * its window are given back each step (kv_seq_drop_front). */
+    int kv_window;
 } sched_config;
 
 enum { SCHED_WAITING = 0, SCHED_RUNNING = 1, SCHED_DONE = 2 };

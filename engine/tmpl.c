@@ -8,6 +8,7 @@
  * kept. Python's str.strip() and Jinja's trim remove Unicode whitespace
  * (str.isspace) at both ends: tmpl__strip_since does the same. */
 #include "tmpl.h"
+#include "tmpl_jinja.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -23,7 +24,9 @@ struct tmpl {
     char *bos_text; /* the model's bos_token, or the kind's default          */
     char *eos_text; /* the model's eos_token, or the kind's default          */
     int add_bos;    /* plain: begin with BOS (tokenizer_config add_bos_token) */
-    char *source;   /* the model's Jinja source, or NULL                     */
+    char *source;   /* the Jinja source, or NULL                             */
+    tmpl_jx *jx;    /* TMPL_JINJA: the parsed template and its inputs' setup */
+    int split_bos, split_eos; /* TMPL_JINJA: the model names these tokens    */
 };
 
 /* Per kind: name, the reference model's special tokens, a description. */
@@ -47,6 +50,9 @@ static const struct {
     [TMPL_LLAMA3] = {"llama-3", "<|begin_of_text|>", "<|end_of_text|>",
                      "llama-3: <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>"
                      "\\n\\n{content}<|eot_id|> per message, then the assistant's header"},
+    [TMPL_JINJA] = {"jinja", "<s>", "</s>",
+                    "jinja: the Jinja chat template, rendered as Hugging Face's "
+                    "apply_chat_template renders it"},
 };
 #define TMPL_N_KINDS ((int)(sizeof TMPL_KINDS / sizeof TMPL_KINDS[0]))
 #define TMPL_NAMES "llama-2, mistral, chatml, zephyr, llama-3, plain"
@@ -390,6 +396,9 @@ static int tmpl__plain(const tmpl *t, const tmpl_msg *m, int n, tmpl_out *o, inf
     return rc;
 }
 
+static int tmpl__jinja_msgs(const tmpl *t, const tmpl_msg *msgs, int n, int gen, tmpl_out *out,
+                            inf_err *err);
+
 int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_prompt,
                 tmpl_out *out, inf_err *err)
 {
@@ -406,6 +415,8 @@ int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_p
         if (!msgs[i].role)
             return inf_fail(err, INF_ERR_INVALID, "chat template: message %d has no role", i);
     int gen = add_generation_prompt != 0, rc;
+    if (t->kind == TMPL_JINJA)
+        return tmpl__jinja_msgs(t, msgs, n, gen, out, err);
     switch (t->kind) {
     case TMPL_LLAMA2: rc = tmpl__llama2(msgs, n, out, err); break;
     case TMPL_MISTRAL: rc = tmpl__mistral(msgs, n, out, err); break;
@@ -420,6 +431,141 @@ int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_p
         out->len = 0;
         out->text[0] = 0;
     }
+    return rc;
+}
+
+/* --------------------------------------------------------------- Jinja */
+
+/* Appends text[0:n] to out, the model's bos/eos token strings as markers. */
+static int tmpl__split(const tmpl *t, const char *text, size_t n, tmpl_out *o, inf_err *err)
+{
+    size_t nb = t->split_bos ? strlen(t->bos_text) : 0, ne = t->split_eos ? strlen(t->eos_text) : 0;
+    size_t run = 0, i = 0;
+    while (i < n) {
+        /* the next place either token could start */
+        const char *pb = nb ? memchr(text + i, t->bos_text[0], n - i) : NULL;
+        const char *pe = ne ? memchr(text + i, t->eos_text[0], n - i) : NULL;
+        const char *p = pb && (!pe || pb < pe) ? pb : pe;
+        if (!p)
+            break;
+        i = (size_t)(p - text);
+        tmpl_seg_kind k = TMPL_SEG_TEXT;
+        size_t l = 0;
+        if (nb && n - i >= nb && memcmp(text + i, t->bos_text, nb) == 0)
+            k = TMPL_SEG_BOS, l = nb;
+        else if (ne && n - i >= ne && memcmp(text + i, t->eos_text, ne) == 0)
+            k = TMPL_SEG_EOS, l = ne;
+        if (k == TMPL_SEG_TEXT) {
+            i++;
+            continue;
+        }
+        if (tmpl__text(o, text + run, i - run, err) || tmpl__marker(o, k, err))
+            return INF_ERR_NOMEM;
+        i += l;
+        run = i;
+    }
+    return tmpl__text(o, text + run, n - run, err);
+}
+
+static void tmpl__clear(tmpl_out *out)
+{
+    out->n = 0;
+    out->len = 0;
+    if (out->text)
+        out->text[0] = 0;
+}
+
+int tmpl_render_chat(const tmpl *t, const tmpl_chat *chat, tmpl_out *out, inf_err *err)
+{
+    if (!t || !chat || !out)
+        return inf_fail(err, INF_ERR_INVALID, "tmpl_render_chat: NULL argument");
+    tmpl__clear(out);
+    if (tmpl__text_room(out, 0, err))
+        return INF_ERR_NOMEM;
+    out->text[0] = 0;
+    if (t->kind == TMPL_JINJA) {
+        char *text;
+        size_t len;
+        int rc = tmpl_jx_render(t->jx, chat, &text, &len, err);
+        if (rc == INF_OK)
+            rc = tmpl__split(t, text, len, out, err);
+        free(text);
+        if (rc)
+            tmpl__clear(out);
+        return rc;
+    }
+    /* a built-in: roles and contents (text parts joined by "\n") */
+    if (chat->continue_final_message)
+        return inf_fail(err, INF_ERR_INVALID,
+                        "continue_final_message needs a Jinja chat template (the %s template is "
+                        "built in)", TMPL_KINDS[t->kind].name);
+    cJSON *msgs = chat->messages_json ? cJSON_Parse(chat->messages_json) : NULL;
+    if (!cJSON_IsArray(msgs)) {
+        cJSON_Delete(msgs);
+        return inf_fail(err, INF_ERR_INVALID, "chat template: messages must be a list");
+    }
+    int n = cJSON_GetArraySize(msgs), rc = INF_OK, i = 0;
+    tmpl_msg *m = calloc((size_t)(n ? n : 1), sizeof *m);
+    char **owned = calloc((size_t)(n ? n : 1), sizeof *owned);
+    const cJSON *it;
+    if (!m || !owned)
+        rc = tmpl__nomem(err);
+    cJSON_ArrayForEach(it, msgs) {
+        if (rc)
+            break;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
+        m[i].role = cJSON_IsString(role) ? role->valuestring : NULL;
+        if (cJSON_IsString(c)) {
+            m[i].content = c->valuestring;
+        } else if (cJSON_IsArray(c)) {
+            inf_buf b = {0};
+            const cJSON *p;
+            int first = 1;
+            inf_buf_put(&b, "", 0);
+            cJSON_ArrayForEach(p, c) {
+                const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
+                if (!cJSON_IsString(tx))
+                    continue;
+                if (!first)
+                    inf_buf_put(&b, "\n", 1);
+                first = 0;
+                inf_buf_put(&b, tx->valuestring, strlen(tx->valuestring));
+            }
+            if (b.oom)
+                rc = tmpl__nomem(err);
+            m[i].content = owned[i] = b.p;
+        }
+        i++;
+    }
+    if (!rc)
+        rc = tmpl_render(t, m, n, chat->add_generation_prompt, out, err);
+    for (int k = 0; owned && k < n; k++)
+        free(owned[k]);
+    free(owned);
+    free(m);
+    cJSON_Delete(msgs);
+    return rc;
+}
+
+/* tmpl_render's messages through a Jinja template. */
+static int tmpl__jinja_msgs(const tmpl *t, const tmpl_msg *msgs, int n, int gen, tmpl_out *out,
+                            inf_err *err)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, m);
+        cJSON_AddStringToObject(m, "role", msgs[i].role);
+        cJSON_AddStringToObject(m, "content", msgs[i].content ? msgs[i].content : "");
+    }
+    char *json = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    if (!json)
+        return tmpl__nomem(err);
+    tmpl_chat chat = {.messages_json = json, .add_generation_prompt = gen};
+    int rc = tmpl_render_chat(t, &chat, out, err);
+    free(json);
     return rc;
 }
 
@@ -484,7 +630,7 @@ static int tmpl__new(tmpl_kind kind, tmpl_origin origin, const char *bos, const 
 
 static tmpl_kind tmpl__lookup(const char *name)
 {
-    for (int k = 0; k < TMPL_N_KINDS; k++)
+    for (int k = 0; k < TMPL_JINJA; k++) /* the built-ins */
         if (strcmp(name, TMPL_KINDS[k].name) == 0)
             return (tmpl_kind)k;
     return TMPL_NONE;
@@ -509,6 +655,7 @@ void tmpl_destroy(tmpl *t)
     free(t->bos_text);
     free(t->eos_text);
     free(t->source);
+    tmpl_jx_destroy(t->jx);
     free(t);
 }
 
@@ -557,14 +704,14 @@ static int tmpl__token(const cJSON *root, const char *key, const char **out, con
     return INF_OK;
 }
 
-/* The chat_template: a string, or the "default" entry of a list of
- * {"name", "template"}; *src = NULL when absent or null, *no_default set
- * when a list has no "default" entry. Points into root. */
-static int tmpl__template(const cJSON *root, const char **src, int *no_default, const char *path,
-                          inf_err *err)
+/* The chat_template: a string, or the "default" (and "tool_use") entries
+ * of a list of {"name", "template"}; *src = NULL when absent or null,
+ * *no_default set when a list has no "default" entry. Points into root. */
+static int tmpl__template(const cJSON *root, const char **src, const char **tools_src,
+                          int *no_default, const char *path, inf_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-    *src = NULL;
+    *src = *tools_src = NULL;
     *no_default = 0;
     if (!v || cJSON_IsNull(v))
         return INF_OK;
@@ -586,6 +733,8 @@ static int tmpl__template(const cJSON *root, const char **src, int *no_default, 
                             "\"template\": string}", path);
         if (strcmp(name->valuestring, "default") == 0 && !*src)
             *src = text->valuestring;
+        if (strcmp(name->valuestring, "tool_use") == 0 && !*tools_src)
+            *tools_src = text->valuestring;
     }
     *no_default = *src == NULL;
     return INF_OK;
@@ -624,7 +773,44 @@ static void tmpl__note(char *note, size_t cap, const char *fmt, ...)
 
 #define TMPL_PLAIN_NOTE "using the plain default (BOS, then the messages' contents joined by \"\\n\")"
 
-int tmpl_from_config(const char *path, const char *override_name, tmpl **out, char *note,
+/* A Jinja tmpl from src (and tools_src), the model's tokens from root. */
+static int tmpl__jinja(const char *src, const char *tools_src, const cJSON *root,
+                       const char *from, tmpl_origin origin, tmpl **out, inf_err *err)
+{
+    tmpl_jx *jx;
+    int rc = tmpl_jx_create(src, tools_src, root, from, &jx, err);
+    if (rc)
+        return rc;
+    const char *bos = tmpl_jx_token(jx, "bos_token"), *eos = tmpl_jx_token(jx, "eos_token");
+    if ((rc = tmpl__new(TMPL_JINJA, origin, bos, eos, 0, src, out, err))) {
+        tmpl_jx_destroy(jx);
+        return rc;
+    }
+    (*out)->jx = jx;
+    (*out)->split_bos = bos && bos[0];
+    (*out)->split_eos = eos && eos[0];
+    return INF_OK;
+}
+
+/* --chat-template that is not a built-in's name: a file, or the template
+ * itself when it holds a tag. *src is malloc'd; *is_file says which. */
+static int tmpl__override_src(const char *override, char **src, int *is_file, inf_err *err)
+{
+    struct stat st;
+    *src = NULL;
+    *is_file = stat(override, &st) == 0 && S_ISREG(st.st_mode);
+    if (*is_file)
+        return inf_read_file(override, 16u << 20, src, NULL, NULL, err);
+    if (strstr(override, "{{") || strstr(override, "{%")) {
+        *src = strdup(override);
+        return *src ? INF_OK : tmpl__nomem(err);
+    }
+    return inf_fail(err, INF_ERR_INVALID,
+                    "--chat-template \"%.200s\" is not a built-in template (" TMPL_NAMES "), "
+                    "a readable file or a Jinja template", override);
+}
+
+int tmpl_from_config(const char *path, const char *override, tmpl **out, char *note,
                      size_t note_len, inf_err *err)
 {
     if (!path || !out)
@@ -632,15 +818,19 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
     *out = NULL;
     if (note && note_len)
         note[0] = 0;
-    tmpl_kind forced = TMPL_NONE;
-    if (override_name && (forced = tmpl__lookup(override_name)) == TMPL_NONE)
-        return inf_fail(err, INF_ERR_INVALID, "unknown chat template \"%s\"; known: " TMPL_NAMES,
-                        override_name);
+    tmpl_kind forced = override ? tmpl__lookup(override) : TMPL_NONE;
+    char *ov_src = NULL;
+    int ov_file = 0;
+    if (override && forced == TMPL_NONE &&
+        tmpl__override_src(override, &ov_src, &ov_file, err))
+        return err ? err->code : INF_ERR_INVALID;
 
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (stat(path, &st) != 0) {
+        free(ov_src);
         return inf_fail(err, INF_ERR_IO, "chat template: cannot open %s: %s", path,
                         strerror(errno));
+    }
     int is_dir = S_ISDIR(st.st_mode);
     char *cfg_path = is_dir ? inf_path_join(path, "tokenizer_config.json") : strdup(path);
     char *jinja_path = inf_path_join(path, "chat_template.jinja");
@@ -652,7 +842,8 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
         goto done;
     }
 
-    const char *bos = NULL, *eos = NULL, *src = NULL, *from = tmpl__base(cfg_path);
+    const char *bos = NULL, *eos = NULL, *src = NULL, *tools_src = NULL;
+    const char *from = tmpl__base(cfg_path);
     int add_bos = 1, no_default = 0;
     rc = inf_read_file(cfg_path, 0, &json, NULL, &missing, err);
     if (rc && !missing)
@@ -666,11 +857,11 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
         if ((rc = tmpl__token(root, "bos_token", &bos, cfg_path, err)) ||
             (rc = tmpl__token(root, "eos_token", &eos, cfg_path, err)) ||
             (rc = tmpl__add_bos(root, &add_bos, cfg_path, err)) ||
-            (rc = tmpl__template(root, &src, &no_default, cfg_path, err)))
+            (rc = tmpl__template(root, &src, &tools_src, &no_default, cfg_path, err)))
             goto done;
     }
     if (is_dir && !src && !no_default) {
-        rc = inf_read_file(jinja_path, 0, &jinja, NULL, &missing, err);
+        rc = inf_read_file(jinja_path, 16u << 20, &jinja, NULL, &missing, err);
         if (rc && !missing)
             goto done;
         if (jinja) {
@@ -679,37 +870,35 @@ int tmpl_from_config(const char *path, const char *override_name, tmpl **out, ch
         }
     }
 
-    tmpl_kind kind = forced;
-    tmpl_origin origin = TMPL_FROM_NAME;
     if (forced != TMPL_NONE) {
-        tmpl__note(note, note_len, "chat template: %s (chosen by name)", TMPL_KINDS[forced].name);
-    } else if (src && (kind = tmpl_detect(src)) != TMPL_NONE) {
-        origin = TMPL_FROM_MODEL;
-        tmpl__note(note, note_len, "chat template: %s (recognised from %s)", TMPL_KINDS[kind].name,
-                   from);
+        tmpl__note(note, note_len, "chat template: %s (built in, chosen by name)",
+                   TMPL_KINDS[forced].name);
+        rc = tmpl__new(forced, TMPL_FROM_NAME, bos, eos, add_bos, NULL, out, err);
+    } else if (ov_src) {
+        rc = tmpl__jinja(ov_src, NULL, root, ov_file ? override : "--chat-template",
+                         TMPL_FROM_OVERRIDE, out, err);
+        tmpl__note(note, note_len, "chat template: Jinja from --chat-template %s",
+                   ov_file ? override : "(inline)");
     } else if (src) {
-        kind = TMPL_PLAIN;
-        origin = TMPL_FROM_FALLBACK;
-        tmpl__note(note, note_len, "chat template in %s not recognised (built in: %s); "
-                   TMPL_PLAIN_NOTE, from, TMPL_NAMES);
+        rc = tmpl__jinja(src, tools_src, root, from, TMPL_FROM_MODEL, out, err);
+        tmpl__note(note, note_len, "chat template: the model's own (Jinja, from %s%s)", from,
+                   tools_src ? "; its \"tool_use\" template for requests with tools" : "");
     } else if (no_default) {
-        kind = TMPL_PLAIN;
-        origin = TMPL_FROM_FALLBACK;
         tmpl__note(note, note_len, "chat_template list in %s has no \"default\" entry; "
                    TMPL_PLAIN_NOTE, from);
+        rc = tmpl__new(TMPL_PLAIN, TMPL_FROM_FALLBACK, bos, eos, add_bos, NULL, out, err);
     } else {
-        kind = TMPL_PLAIN;
-        origin = TMPL_FROM_DEFAULT;
         tmpl__note(note, note_len, "no chat template in %s; " TMPL_PLAIN_NOTE,
                    json ? from : "the model (no tokenizer_config.json)");
+        rc = tmpl__new(TMPL_PLAIN, TMPL_FROM_DEFAULT, bos, eos, add_bos, NULL, out, err);
     }
-    rc = tmpl__new(kind, origin, bos, eos, add_bos, src, out, err);
 done:
     cJSON_Delete(root);
     free(json);
     free(jinja);
     free(cfg_path);
     free(jinja_path);
+    free(ov_src);
     return rc;
 }
 
@@ -776,18 +965,15 @@ int tmpl_tokens(const tmpl *t, const tmpl_out *o, const tok *tk, int32_t **ids, 
             continue;
         }
         /* Text follows a marker unless it is first (adjacent text is one
-         * segment); mistral's always follows one. */
-        const char *s = o->text + g->off;
-        size_t len = g->len;
-        if (t->kind == TMPL_MISTRAL && i > 0 && s[0] == ' ') {
-            s++;
-            len--;
-        }
+         * segment); the tokenizer knows what that means for its spaces.
+         * plain's only marker is the BOS a completion prompt gets, which is
+         * not text the prompt continues (its tokens equal the completion's). */
         int32_t *part = NULL;
         int n_part = 0;
-        if (len == 0)
+        if (g->len == 0)
             continue;
-        rc = tok_encode(tk, s, len, 0, &part, &n_part, err);
+        unsigned fl = i > 0 && t->kind != TMPL_PLAIN ? TOK_AFTER_SPECIAL : 0;
+        rc = tok_encode_ex(tk, o->text + g->off, g->len, fl, &part, &n_part, err);
         if (!rc)
             rc = tmpl__append_ids(&all, &n_all, &cap, part, n_part, err);
         free(part);

@@ -1,6 +1,12 @@
 /* tmpl_: chat templates: turn a chat's messages into a prompt.
  *
- * The common formats are built in, each rendering exactly what the Jinja
+ * A model's own template (chat_template in tokenizer_config.json, a string
+ * or a list of named ones, or chat_template.jinja beside it), or one given
+ * with --chat-template (a file or the template itself), is rendered by the
+ * Jinja interpreter (jinja.h) exactly as vLLM renders it through Hugging
+ * Face's apply_chat_template: kind TMPL_JINJA. The common formats are also
+ * built in (by name with --chat-template, and plain for a model without a
+ * template), each rendering exactly what the Jinja
  * template in the reference model's tokenizer_config.json renders (tmpl.c
  * quotes each one):
  *   llama-2  meta-llama/Llama-2-7b-chat-hf   <s>[INST] <<SYS>>\n..\n<</SYS>>\n\n.. [/INST] .. </s>
@@ -39,6 +45,7 @@ typedef enum tmpl_kind {
     TMPL_CHATML,
     TMPL_ZEPHYR,
     TMPL_LLAMA3,
+    TMPL_JINJA,     /* a Jinja template: the model's or --chat-template's */
 } tmpl_kind;
 
 /* Where a tmpl_from_config template came from (for the caller's log line). */
@@ -46,8 +53,9 @@ typedef enum tmpl_origin {
     TMPL_FROM_NAME,     /* asked for by name (--chat-template)               */
     TMPL_FROM_MODEL,    /* recognised from the model's chat_template         */
     TMPL_FROM_DEFAULT,  /* the model has no chat template: plain             */
-    TMPL_FROM_FALLBACK, /* the model's chat template was not recognised:
-                           plain (worth a warning)                          */
+    TMPL_FROM_FALLBACK, /* a chat_template list without "default": plain
+                           (worth a warning)                               */
+    TMPL_FROM_OVERRIDE, /* --chat-template: a Jinja file or inline template */
 } tmpl_origin;
 
 /* One chat message. Roles are matched exactly ("system", "user",
@@ -68,6 +76,22 @@ typedef struct tmpl_seg {
     tmpl_seg_kind kind;
     size_t off, len; /* TEXT: the bytes text[off : off + len] of the tmpl_out */
 } tmpl_seg;
+
+/* A chat as the client sent it, for a Jinja template: the JSON texts of
+ * the request's fields (NULL when absent). messages is the list of message
+ * objects as sent (roles, content strings or lists of parts, tool_calls,
+ * tool_call_id, name, reasoning_content); kwargs is chat_template_kwargs
+ * (extra template variables, e.g. {"enable_thinking": false}). A built-in
+ * template uses only the roles and the contents (parts joined by "\n"). */
+typedef struct tmpl_chat {
+    const char *messages_json;
+    const char *tools_json;
+    const char *documents_json;
+    const char *kwargs_json;
+    int add_generation_prompt;
+    int continue_final_message; /* render without a generation prompt and cut
+                                   after the final message's content (HF)  */
+} tmpl_chat;
 
 /* A rendered prompt: segments in order; adjacent text is one segment, and
  * no text segment is empty. Zero-initialize (or tmpl_out_init) before first
@@ -91,8 +115,8 @@ void tmpl_out_free(tmpl_out *o); /* frees the storage; o is empty again */
  * message) is recognised as mistral. */
 tmpl_kind tmpl_detect(const char *chat_template);
 
-/* "llama-2", "mistral", "chatml", "zephyr", "llama-3", "plain"; NULL for
- * TMPL_NONE or out of range. */
+/* "llama-2", "mistral", "chatml", "zephyr", "llama-3", "plain", "jinja";
+ * NULL for TMPL_NONE or out of range. */
 const char *tmpl_kind_name(tmpl_kind k);
 
 /* A built-in by name, with its reference model's special tokens ("<s>",
@@ -102,17 +126,20 @@ int tmpl_by_name(const char *name, tmpl **out, inf_err *err);
 
 /* The template for a model. path is the model directory or its
  * tokenizer_config.json. Reads chat_template (a string, or a list of
- * {"name", "template"} objects, of which "default" is used; in a directory
- * whose tokenizer_config.json has none, chat_template.jinja is read),
- * bos_token / eos_token (strings or {"content": ...}) and add_bos_token (for
- * plain). override_name (may be NULL) picks a built-in by name instead of
- * recognising the model's. A missing tokenizer_config.json or chat_template,
- * or one not recognised, gives plain. note (may be NULL) receives one line
- * for the log, e.g. "chat template: chatml (recognised from
- * tokenizer_config.json)". Errors: INF_ERR_INVALID for an unknown
- * override_name, INF_ERR_IO / INF_ERR_FORMAT for an unreadable or malformed
- * file. */
-int tmpl_from_config(const char *path, const char *override_name, tmpl **out,
+ * {"name", "template"} objects: "default" is used, and "tool_use" when a
+ * request has tools; in a directory whose tokenizer_config.json has none,
+ * chat_template.jinja is read) and the special tokens (bos_token /
+ * eos_token and the rest: strings or {"content": ...}), add_bos_token (for
+ * plain). The model's template is parsed here: a syntax error is
+ * INF_ERR_FORMAT naming the file and the line. override (may be NULL) is
+ * --chat-template as vLLM takes it: a built-in's name, else a file holding
+ * a Jinja template, else (when it holds "{{" or "{%") the template itself.
+ * A model without a template gets plain. note (may be NULL) receives one
+ * line for the log, e.g. "chat template: the model's own (Jinja, from
+ * tokenizer_config.json)". Errors: INF_ERR_INVALID for an override that is
+ * none of those, INF_ERR_IO / INF_ERR_FORMAT for an unreadable or
+ * malformed file. */
+int tmpl_from_config(const char *path, const char *override, tmpl **out,
                      char *note, size_t note_len, inf_err *err);
 
 void tmpl_destroy(tmpl *t); /* NULL-safe */
@@ -124,8 +151,8 @@ tmpl_origin tmpl_get_origin(const tmpl *t);
 /* One line saying what the template renders, for logs and --help. Static. */
 const char *tmpl_describe(const tmpl *t);
 
-/* The model's Jinja source when it came from one, else NULL (for a Jinja
- * engine later). Valid for t's lifetime. */
+/* The Jinja source when the template is one, else NULL. Valid for t's
+ * lifetime. */
 const char *tmpl_source(const tmpl *t);
 
 /* Renders n messages into out (its previous contents are dropped).
@@ -139,6 +166,14 @@ const char *tmpl_source(const tmpl *t);
 int tmpl_render(const tmpl *t, const tmpl_msg *msgs, int n, int add_generation_prompt,
                 tmpl_out *out, inf_err *err);
 
+/* Renders a chat with all its fields (tmpl_chat). A Jinja template's text
+ * is split at the model's bos_token / eos_token strings into BOS/EOS
+ * markers (Hugging Face's tokenizer recognises them in the text), so
+ * tmpl_tokens gives the special ids and never adds a second BOS. Errors as
+ * tmpl_render; a Jinja template's own errors are INF_ERR_INVALID carrying
+ * its message (raise_exception's verbatim). */
+int tmpl_render_chat(const tmpl *t, const tmpl_chat *chat, tmpl_out *out, inf_err *err);
+
 /* The rendered prompt as one string, markers spelled as the model's
  * bos_token / eos_token (what the Jinja template would have produced):
  * malloc'd, NUL-terminated (caller frees), *len (may be NULL) its length. */
@@ -146,10 +181,9 @@ int tmpl_out_string(const tmpl *t, const tmpl_out *o, char **s, size_t *len, inf
 
 /* The rendered prompt as token ids: each text segment through
  * tok_encode(..., add_special = 0), BOS/EOS markers as tok_bos_id /
- * tok_eos_id (left out when the tokenizer has none). mistral: a text segment
- * right after a marker loses one leading space before encoding, so
- * "<s> [INST]" gives <s> "▁[INST]" as Mistral's tokenizer does instead of
- * SentencePiece's dummy prefix plus the space ("▁▁[INST]"). *ids is
+ * tok_eos_id (left out when the tokenizer has none). A text segment right
+ * after a marker is encoded with TOK_AFTER_SPECIAL, so "<s> [INST]" gives
+ * <s> "[INST]" with one word start, as Mistral's tokenizer does. *ids is
  * malloc'd (caller frees), *n its length. */
 int tmpl_tokens(const tmpl *t, const tmpl_out *o, const tok *tk, int32_t **ids, int *n,
                 inf_err *err);

@@ -1,10 +1,16 @@
 #!/usr/bin/python3
-"""Make a Hugging Face Llama model directory: random tiny models for tests, or a relayout.
+"""Make a Hugging Face decoder model directory: random tiny models for tests, or a relayout.
 
-  make_model.py OUT [--seed S] [--vocab 384] [--hidden 64] [--intermediate 160]
+  make_model.py OUT [--family F] [--seed S] [--vocab 384] [--hidden 64] [--intermediate 160]
       [--layers 2] [--heads 4] [--kv-heads 2] [--head-dim N] [--max-pos 256]
       [--rope-theta 10000] [--eps 1e-5] [--dtype f32|f16|bf16] [--shards N]
       [--untied] [--tokenizer PATH] [--from SRC_DIR]
+
+--family (default llama) writes that family's config keys and tensor names as
+Hugging Face does, with its settings switched on where a tiny model can show
+them (FAMILIES below: rope-scaling variants, biases, QK-norm, Gemma's norms and
+soft-caps, a sliding window shorter than the test prompts, Phi-3's fused tensors
+and LongRoPE).
 
 Why: tests must run on a fresh clone without ../shared, so they need real-format
 models (config.json, safetensors single or sharded, SentencePiece tokenizer) made on
@@ -30,7 +36,7 @@ import sys
 import numpy as np
 
 DTYPES = {"f32": ("F32", "float32"), "f16": ("F16", "float16"), "bf16": ("BF16", "bfloat16")}
-SHAPE_OPTS = ("seed", "vocab", "hidden", "intermediate", "layers", "heads", "kv_heads",
+SHAPE_OPTS = ("family", "seed", "vocab", "hidden", "intermediate", "layers", "heads", "kv_heads",
               "head_dim", "max_pos", "rope_theta", "eps", "tokenizer")
 # Random models: logit std (wide enough that the top-2 gap over 100 greedy steps is
 # rarely below 1e-3) and attention score std (sharp enough that attention depends on
@@ -208,6 +214,50 @@ def tokenizer_size(path):
 
 # ---------------------------------------------------------------- random model
 
+# Each family's config keys beyond the Llama ones (merged over make_config's).
+# Windows are 8 positions: shorter than the test prompts plus their greedy tokens.
+FAMILIES = {
+    "llama": {},
+    "llama3": {"rope_theta": 500000.0, "eos_token_id": [2, 3],
+               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+    "llama-linear": {"rope_scaling": {"type": "linear", "factor": 4.0}},
+    "mistral": {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "sliding_window": 8},
+    "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "rope_theta": 1000000.0,
+              "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1,
+              "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": 32,
+              "rope_theta": 1000000.0, "use_sliding_window": False, "sliding_window": None},
+    "gemma2": {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2",
+               "hidden_activation": "gelu_pytorch_tanh", "hidden_act": "gelu_pytorch_tanh",
+               "query_pre_attn_scalar": 24, "attn_logit_softcapping": 5.0,
+               "final_logit_softcapping": 15.0, "sliding_window": 8, "rms_norm_eps": 1e-6},
+    "gemma3": {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+               "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 24,
+               "attn_logit_softcapping": None, "final_logit_softcapping": None,
+               "sliding_window": 8, "sliding_window_pattern": 2, "rope_theta": 1000000.0,
+               "rope_local_base_freq": 10000.0, "rms_norm_eps": 1e-6,
+               "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "partial_rotary_factor": 0.5,
+             "original_max_position_embeddings": 16, "sliding_window": None},
+}
+
+
+def family_config(a, c):
+    """c with a.family's keys; LongRoPE factors sized to the rotary dims."""
+    c.update(FAMILIES[a.family])
+    if a.family.startswith("gemma"):
+        if a.family == "gemma3":
+            c.pop("hidden_act", None)
+    if a.family == "phi3":
+        n = int(c["head_dim"] * c["partial_rotary_factor"]) // 2
+        rng = np.random.default_rng(a.seed + 7)
+        c["rope_scaling"] = {"type": "longrope",
+                             "short_factor": [float(x) for x in 1.0 + rng.random(n)],
+                             "long_factor": [float(x) for x in 1.0 + 8.0 * rng.random(n)]}
+    return c
+
+
 def make_config(a, vocab):
     """HF LlamaConfig dict for the requested shape."""
     return {
@@ -221,6 +271,55 @@ def make_config(a, vocab):
         "tie_word_embeddings": not a.untied, "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": DTYPES[a.dtype][1],
     }
+
+
+def family_weights(c, family, seed, tensors):
+    """The Llama-named random tensors reshaped to the family's names: biases,
+    QK-norm gains, Gemma's four norms per layer (gains as offsets from 1),
+    Phi-3's fused tensors."""
+    rng = np.random.default_rng(seed + 1000)
+    w = dict(tensors)
+    gemma = family.startswith("gemma")
+    d, hd = c["hidden_size"], c["head_dim"]
+
+    def gain(n, scale=1.0):
+        g = scale * (1.0 + NORM_NOISE * rng.standard_normal(n))
+        return (g - 1.0 if gemma else g).astype(np.float32)
+    if gemma:  # stored gains are w with the norm computing x * (1 + w)
+        for k in list(w):
+            if k.endswith("layernorm.weight") or k == "model.norm.weight":
+                w[k] = (w[k] - 1.0).astype(np.float32)
+    out = []
+    for name, t in tensors:
+        if not name.startswith("model.layers."):
+            out.append((name, w[name]))
+            continue
+        p = name[:name.index(".", len("model.layers.")) + 1]
+        suffix = name[len(p):]
+        if family == "phi3" and suffix in ("self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                           "mlp.up_proj.weight"):
+            continue
+        if family == "phi3" and suffix == "self_attn.q_proj.weight":
+            qkv = np.concatenate([w[p + "self_attn.q_proj.weight"], w[p + "self_attn.k_proj.weight"],
+                                  w[p + "self_attn.v_proj.weight"]])
+            out.append((p + "self_attn.qkv_proj.weight", qkv))
+            continue
+        if family == "phi3" and suffix == "mlp.gate_proj.weight":
+            out.append((p + "mlp.gate_up_proj.weight",
+                        np.concatenate([w[name], w[p + "mlp.up_proj.weight"]])))
+            continue
+        out.append((name, w[name]))
+        if suffix in ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                      "self_attn.v_proj.weight") and family == "qwen2":
+            out.append((name[:-len("weight")] + "bias",
+                        (0.3 * rng.standard_normal(t.shape[0])).astype(np.float32)))
+        if suffix == "self_attn.k_proj.weight" and family in ("qwen3", "gemma3"):
+            out.append((p + "self_attn.q_norm.weight", gain(hd, np.sqrt(SCORE_STD))))
+            out.append((p + "self_attn.k_norm.weight", gain(hd, np.sqrt(SCORE_STD))))
+        if suffix == "post_attention_layernorm.weight" and gemma:
+            out.append((p + "pre_feedforward_layernorm.weight", gain(d)))
+            out.append((p + "post_feedforward_layernorm.weight", gain(d)))
+    return out
 
 
 def random_weights(c, seed):
@@ -289,9 +388,9 @@ def make_random(a):
         vocab = tokenizer_size(tok)
     else:
         vocab = train_tokenizer(tok, a.vocab)
-    c = make_config(a, vocab)
+    c = family_config(a, make_config(a, vocab))
     write_side_files(a.out, c, os.path.basename(os.path.abspath(a.out)))
-    return c, random_weights(c, a.seed)
+    return c, family_weights(c, a.family, a.seed, random_weights(c, a.seed))
 
 
 def relayout(a):
@@ -327,6 +426,7 @@ def parse_args():
     """Command line; shape options are refused together with --from."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
+    ap.add_argument("--family", default="llama", choices=sorted(FAMILIES))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vocab", type=int, default=384)
     ap.add_argument("--hidden", type=int, default=64)

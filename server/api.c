@@ -1,12 +1,13 @@
 #include "server/api.h"
 
-#include <cJSON.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "engine/json_esc.h"
+#include "engine/version.h"
 #include "server/gcall.h"
 
 struct api {
@@ -95,93 +96,70 @@ static void do_models(api *a, srv_conn *c)
 
 static void do_version(srv_conn *c)
 {
-    reply_json(c, 200, strdup("{\"version\":\"" INFERD_VERSION "\"}"));
+    inf_buf b = {0};
+    inf_buf_printf(&b, "{\"version\":\"%s\",\"build\":", inf_version());
+    json_esc_put(&b, inf_version_build(), strlen(inf_version_build()));
+    inf_buf_put(&b, "}", 2); /* with the NUL */
+    if (b.oom) {
+        free(b.p);
+        b.p = NULL;
+    }
+    reply_json(c, 200, b.p);
 }
 
 /* POST /tokenize (vLLM): {"prompt": "...", "add_special_tokens": true} or
  * {"messages": [...]} -> {"count", "max_model_len", "tokens"}. */
 static void do_tokenize(api *a, srv_conn *c, const char *body, size_t len)
 {
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "prompt");
-    cJSON *msgs = cJSON_GetObjectItemCaseSensitive(j, "messages");
+    oai_tokenize t;
+    oai_error err = {0};
     int32_t *ids = NULL;
     int n = 0;
-    oai_error err = {0};
-    if (!cJSON_IsObject(j)) {
-        oai_fail(&err, 400, "invalid_request_error", "", "the body is not a JSON object");
-    } else if (cJSON_IsString(p)) {
-        cJSON *spec = cJSON_GetObjectItemCaseSensitive(j, "add_special_tokens");
-        int add = spec ? cJSON_IsTrue(spec) : 1;
+    if (oai_parse_tokenize(body, len, &a->cfg.limits, &t, &err) == 0) {
         inf_err ie = {0};
-        if (tok_encode(a->tk, p->valuestring, strlen(p->valuestring), add, &ids, &n, &ie))
-            oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
-    } else if (cJSON_IsArray(msgs)) {
-        /* reuse the chat parser so messages are validated the same way */
-        oai_request r;
-        oai_limits lim = a->cfg.limits;
-        if (oai_parse(OAI_CHAT, body, len, &lim, &r, &err) == 0) {
-            chat_prompt(a, &r, &ids, &n, &err);
-            oai_request_free(&r);
+        if (t.prompt) {
+            if (tok_encode(a->tk, t.prompt, strlen(t.prompt), t.add_special_tokens, &ids, &n,
+                           &ie))
+                oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+        } else {
+            chat_prompt(a, &t.chat, &ids, &n, &err);
         }
-    } else {
-        oai_fail(&err, 400, "invalid_request_error", "prompt",
-                 "either \"prompt\" (a string) or \"messages\" is required");
+        oai_tokenize_free(&t);
     }
-    cJSON_Delete(j);
     if (err.status) {
         gcall_reply_error(c, &err, NULL);
         free(ids);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "count", n);
-    cJSON_AddNumberToObject(o, "max_model_len", a->cfg.max_model_len);
-    cJSON *arr = cJSON_AddArrayToObject(o, "tokens");
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(arr, cJSON_CreateNumber(ids[i]));
+    reply_json(c, 200, oai_tokenize_json(ids, n, a->cfg.max_model_len));
     free(ids);
-    reply_json(c, 200, cJSON_PrintUnformatted(o));
-    cJSON_Delete(o);
 }
 
 /* POST /detokenize (vLLM): {"tokens": [...]} -> {"prompt": "..."}. */
 static void do_detokenize(api *a, srv_conn *c, const char *body, size_t len)
 {
-    cJSON *j = cJSON_ParseWithLength(body, len);
-    cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    oai_detokenize d;
     oai_error err = {0};
-    int n = cJSON_IsArray(t) ? cJSON_GetArraySize(t) : -1;
-    int32_t *ids = n > 0 ? malloc(sizeof *ids * (size_t)n) : NULL;
-    if (n < 0)
-        oai_fail(&err, 400, "invalid_request_error", "tokens", "\"tokens\" must be a list of token ids");
-    else if (n > 0 && !ids)
-        oai_fail(&err, 500, "internal_error", "", "out of memory");
-    for (int i = 0; i < n && !err.status; i++) {
-        cJSON *x = cJSON_GetArrayItem(t, i);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 ||
-            x->valuedouble >= tok_vocab_size(a->tk) || x->valuedouble != (int)x->valuedouble)
-            oai_fail(&err, 400, "invalid_request_error", "tokens",
-                     "token %d is not an id in the vocabulary (0..%d)", i,
-                     tok_vocab_size(a->tk) - 1);
-        else
-            ids[i] = (int32_t)x->valuedouble;
-    }
-    cJSON_Delete(j);
     char *text = NULL;
-    inf_err ie = {0};
-    if (!err.status && tok_decode(a->tk, ids, n > 0 ? n : 0, &text, NULL, &ie))
-        oai_fail(&err, 400, "invalid_request_error", "tokens", "%s", ie.msg);
-    free(ids);
+    size_t text_len = 0;
+    if (oai_parse_detokenize(body, len, &d, &err) == 0) {
+        for (int i = 0; i < d.n_tokens && !err.status; i++)
+            if (d.tokens[i] >= tok_vocab_size(a->tk))
+                oai_fail(&err, 400, "invalid_request_error", "tokens",
+                         "token %d is not an id in the vocabulary (0..%d)", i,
+                         tok_vocab_size(a->tk) - 1);
+        inf_err ie = {0};
+        if (!err.status && tok_decode(a->tk, d.tokens, d.n_tokens, &text, &text_len, &ie))
+            oai_fail(&err, 400, "invalid_request_error", "tokens", "%s", ie.msg);
+        oai_detokenize_free(&d);
+    }
     if (err.status) {
         gcall_reply_error(c, &err, NULL);
+        free(text);
         return;
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "prompt", text);
+    reply_json(c, 200, oai_detokenize_json(text, text_len));
     free(text);
-    reply_json(c, 200, cJSON_PrintUnformatted(o));
-    cJSON_Delete(o);
 }
 
 /* ---- prompts ----------------------------------------------------------------------- */
@@ -199,7 +177,16 @@ static int chat_prompt(api *a, const oai_request *r, int32_t **ids, int *n, oai_
     tmpl_out out;
     tmpl_out_init(&out);
     inf_err ie = {0};
-    int rc = tmpl_render(a->t, msgs, r->n_messages, r->add_generation_prompt, &out, &ie);
+    /* a Jinja template sees the messages as sent, tools and the rest;
+     * a built-in, the roles and contents */
+    tmpl_chat chat = {.messages_json = r->messages_json, .tools_json = r->tools_json,
+                      .documents_json = r->documents_json,
+                      .kwargs_json = r->chat_template_kwargs_json,
+                      .add_generation_prompt = r->add_generation_prompt,
+                      .continue_final_message = r->continue_final_message};
+    int rc = (tmpl_get_kind(a->t) == TMPL_JINJA || r->continue_final_message) && r->messages_json
+                 ? tmpl_render_chat(a->t, &chat, &out, &ie)
+                 : tmpl_render(a->t, msgs, r->n_messages, r->add_generation_prompt, &out, &ie);
     if (rc == INF_OK)
         rc = tmpl_tokens(a->t, &out, a->tk, ids, n, &ie);
     tmpl_out_free(&out);

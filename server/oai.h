@@ -18,9 +18,12 @@ typedef struct oai_prompt {
 } oai_prompt;
 
 /* One chat message; list-of-parts content is flattened (text parts joined
- * with "\n"; non-text parts are a 400). */
+ * with "\n"; non-text parts are a 400). The message as sent (tool_calls,
+ * tool_call_id, name, the parts) is in oai_request.messages_json for a
+ * Jinja chat template. */
 typedef struct oai_message {
-    char *role;     /* "system", "user", "assistant" (others are a 400) */
+    char *role;     /* "system" (also for "developer"), "user", "assistant",
+                       "tool" (others are a 400)                          */
     char *content;  /* NUL-terminated UTF-8 (empty allowed)             */
 } oai_message;
 
@@ -34,6 +37,11 @@ typedef struct oai_request {
     oai_message *messages;       /* chat: >= 1                                  */
     int n_messages;
     int add_generation_prompt;   /* chat; default 1                             */
+    int continue_final_message;  /* chat (vLLM); default 0; not with the above  */
+    char *messages_json;         /* chat: "messages" as sent (JSON text)        */
+    char *tools_json;            /* chat: "tools" (JSON list text) or NULL      */
+    char *documents_json;        /* chat: "documents" (JSON list text) or NULL  */
+    char *chat_template_kwargs_json; /* chat (vLLM): JSON object text or NULL   */
     int stream;                  /* default 0                                   */
     int include_usage;           /* stream_options.include_usage; default 0     */
     int max_tokens;              /* max_tokens or max_completion_tokens; -1 when
@@ -187,5 +195,35 @@ char *oai_error_json(const oai_error *err);
 
 /* GET /v1/models body for one served model (malloc'd). */
 char *oai_models_json(const char *model_id, long created, int max_model_len);
+
+/* ---- /tokenize and /detokenize (vLLM's) ----------------------------------- */
+
+/* POST /tokenize: {"prompt": "...", "add_special_tokens": true}, or a chat
+ * body with "messages" (validated as oai_parse validates a chat request). */
+typedef struct oai_tokenize {
+    char *prompt;              /* the text to encode, or NULL: chat below   */
+    int add_special_tokens;    /* default 1                                 */
+    oai_request chat;          /* prompt NULL: the chat request             */
+} oai_tokenize;
+
+/* Returns 0, or the status with err filled (out then holds nothing). */
+int oai_parse_tokenize(const char *body, size_t len, const oai_limits *lim, oai_tokenize *out,
+                       oai_error *err);
+void oai_tokenize_free(oai_tokenize *t);
+
+/* POST /detokenize: {"tokens": [ids]}; the vocabulary range is the caller's. */
+typedef struct oai_detokenize {
+    int32_t *tokens;
+    int n_tokens;
+} oai_detokenize;
+
+int oai_parse_detokenize(const char *body, size_t len, oai_detokenize *out, oai_error *err);
+void oai_detokenize_free(oai_detokenize *d);
+
+/* {"count": n, "max_model_len": N, "tokens": [...]} (malloc'd). */
+char *oai_tokenize_json(const int32_t *ids, int n, int max_model_len);
+
+/* {"prompt": text} (malloc'd); text may hold any bytes, as above. */
+char *oai_detokenize_json(const char *text, size_t len);
 
 #endif

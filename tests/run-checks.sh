@@ -9,6 +9,8 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" tests/ref/check_mlp_spec.py --build "$BUILD"
 # The daemon end to end: the official openai SDK and raw HTTP (node:test).
 INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 tests/e2e/
+# Models by Hub id: the Hub client against a mock Hub on loopback.
+"$PYTHON" tests/hub/check_hub.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
 # Running as a service: systemd notifications, the config file, the access log.
 "$PYTHON" tests/service/check_service.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
 # Packaging: the man page matches --help; the Dockerfiles and the systemd unit

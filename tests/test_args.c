@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "server/args.h"
+#include "app/args.h"
 
 typedef struct opts {
     const char *model;

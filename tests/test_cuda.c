@@ -188,7 +188,7 @@ static void test_cuda_kern_embed_exact(void **state)
     uint16_t *dt = to_dev(table, (size_t)V * D * 2);
     int32_t *dtok = to_dev(tok, sizeof tok), *dprev = to_dev(prev, sizeof prev);
     float *dx = dmalloc((size_t)T * D * 4), *x = malloc((size_t)T * D * 4);
-    CK(cuda_k_embed(dt, D, dtok, dprev, T, dx, 0));
+    CK(cuda_k_embed(dt, D, dtok, dprev, T, 1.0f, dx, 0));
     to_host(x, dx, (size_t)T * D * 4);
     for (int t = 0; t < T; t++) {
         int id = tok[t] >= 0 ? tok[t] : prev[-1 - tok[t]];
@@ -293,7 +293,8 @@ static void test_cuda_kern_rope_kv(void **state)
             int32_t *dp = to_dev(pos, sizeof pos), *ds = to_dev(slots, sizeof slots);
             double *di = to_dev(inv, (size_t)(hd / 2) * sizeof *inv);
             uint16_t *dk = to_dev(kc, cache * 2), *dv = to_dev(vc, cache * 2);
-            CK(cuda_k_rope_kv(dq, T, dp, ds, di, H, KV, hd, dk, dv, bs, 0));
+            cuda_rope rp = {.inv_freq = di, .rot = hd, .attn_factor = 1.0};
+            CK(cuda_k_rope_kv(dq, T, dp, ds, &rp, H, KV, hd, dk, dv, bs, 0));
             to_host(qo, dq, (size_t)T * ld * 4);
             to_host(kc, dk, cache * 2);
             to_host(vc, dv, cache * 2);
@@ -974,63 +975,87 @@ static double row_err(const float *a, const float *b, int V, double *tol)
  * the same bf16 weights (3% of the row's range), prefilled at once, in
  * chunks of 7 and one token at a time (decode), with the batch-invariant
  * kernels and with cuBLAS. Batch-invariant, the three are the same bits. */
+/* The GPU's logits of a 40-token sequence, at once, in chunks of 7 and
+ * decoded, against the CPU backend on the same bf16-rounded weights, in
+ * both GPU modes (batch-invariant: the same bits all three ways). */
+static void logits_match_cpu(const char *dir)
+{
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    int V = m->cfg.vocab_size, n = 40;
+    int32_t toks[40];
+    toks[0] = 1;
+    for (int i = 1; i < n; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % V);
+    size_t bytes = (size_t)n * V * 4;
+    float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
+    float *lg1 = malloc(bytes);
+    mcopy *mc = bf16_copy(m); /* the CPU reference, once for both GPU modes */
+    be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+    seq_logits(cpu, toks, n, 0, lc);
+    be_destroy(cpu);
+    mcopy_free(mc);
+    for (int inv = 1; inv >= 0; inv--) {
+        cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+        gc.batch_invariant = inv;
+        be_backend *gpu = gpu_create(m, &gc);
+        seq_logits(gpu, toks, n, 0, lg);
+        seq_logits(gpu, toks, n, 7, lg7);
+        seq_logits(gpu, toks, n, 1, lg1);
+        be_destroy(gpu);
+        double worst = 0, worst7 = 0;
+        for (int i = 0; i < n; i++) {
+            double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+            double e7 = row_err(lg7 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+            double e1 = row_err(lg1 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
+            worst = fmax(worst, e / tol);
+            worst7 = fmax(worst7, fmax(e7, e1) / tol);
+            if (e > tol || e7 > tol || e1 > tol)
+                fail_msg("%s position %d: |gpu - cpu| %g (chunks of 7 %g, decode %g) > %g",
+                         dir, i, e, e7, e1, tol);
+        }
+        int same = !memcmp(lg, lg7, bytes) && !memcmp(lg, lg1, bytes);
+        print_message("%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
+                      "decoded); at once, in chunks and decoded: %s\n", dir,
+                      inv ? "batch-invariant" : "cuBLAS", worst, worst7,
+                      same ? "the same bits" : "different bits");
+        if (inv && !same)
+            fail_msg("%s: batch-invariant logits differ between prefill at once, chunks "
+                     "of 7 and decode", dir);
+    }
+    model_destroy(m);
+    free(lc);
+    free(lg);
+    free(lg7);
+    free(lg1);
+}
+
 static void test_cuda_model_logits_match_cpu(void **state)
 {
     (void)state;
     NEED_GPU();
     char dirs[4][600];
     int nd = model_dirs(dirs, 0);
-    for (int k = 0; k < nd; k++) {
-        model *m = NULL;
-        inf_err err = {0};
-        if (model_load(dirs[k], &m, &err))
-            fail_msg("%s", err.msg);
-        int V = m->cfg.vocab_size, n = 40;
-        int32_t toks[40];
-        toks[0] = 1;
-        for (int i = 1; i < n; i++)
-            toks[i] = (int32_t)((i * 37 + 11) % V);
-        size_t bytes = (size_t)n * V * 4;
-        float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
-        float *lg1 = malloc(bytes);
-        mcopy *mc = bf16_copy(m); /* the CPU reference, once for both GPU modes */
-        be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
-        seq_logits(cpu, toks, n, 0, lc);
-        be_destroy(cpu);
-        mcopy_free(mc);
-        for (int inv = 1; inv >= 0; inv--) {
-            cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
-            gc.batch_invariant = inv;
-            be_backend *gpu = gpu_create(m, &gc);
-            seq_logits(gpu, toks, n, 0, lg);
-            seq_logits(gpu, toks, n, 7, lg7);
-            seq_logits(gpu, toks, n, 1, lg1);
-            be_destroy(gpu);
-            double worst = 0, worst7 = 0;
-            for (int i = 0; i < n; i++) {
-                double tol, e = row_err(lg + (size_t)i * V, lc + (size_t)i * V, V, &tol);
-                double e7 = row_err(lg7 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
-                double e1 = row_err(lg1 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
-                worst = fmax(worst, e / tol);
-                worst7 = fmax(worst7, fmax(e7, e1) / tol);
-                if (e > tol || e7 > tol || e1 > tol)
-                    fail_msg("%s position %d: |gpu - cpu| %g (chunks of 7 %g, decode %g) > %g",
-                             dirs[k], i, e, e7, e1, tol);
-            }
-            int same = !memcmp(lg, lg7, bytes) && !memcmp(lg, lg1, bytes);
-            print_message("%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
-                          "decoded); at once, in chunks and decoded: %s\n", dirs[k],
-                          inv ? "batch-invariant" : "cuBLAS", worst, worst7,
-                          same ? "the same bits" : "different bits");
-            if (inv && !same)
-                fail_msg("%s: batch-invariant logits differ between prefill at once, chunks "
-                         "of 7 and decode", dirs[k]);
-        }
-        model_destroy(m);
-        free(lc);
-        free(lg);
-        free(lg7);
-        free(lg1);
+    for (int k = 0; k < nd; k++)
+        logits_match_cpu(dirs[k]);
+}
+
+/* The same for every architecture family's fixture (biases, QK-norm,
+ * Gemma's norms, soft-caps and windows, partial rotary, LongRoPE). */
+static void test_cuda_families_match_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const char *const fams[] = {"llama3", "mistral", "qwen2", "qwen3",
+                                       "gemma2", "gemma3", "phi3"};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/fam-%s", fixtures(), fams[i]);
+        if (!is_dir(dir))
+            fail_msg("%s is missing (the Makefile makes it)", dir);
+        logits_match_cpu(dir);
     }
 }
 
@@ -1548,6 +1573,7 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_attention_paged),
         cmocka_unit_test(test_cuda_kern_sample_matches_smp),
         cmocka_unit_test(test_cuda_model_logits_match_cpu),
+        cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),

@@ -312,7 +312,7 @@ static void test_cuda_plan_weights_layout(void **state)
     sp[n++] = (span){w.embed, V * D * 2};
     sp[n++] = (span){w.lm_head, V * D * 2};
     sp[n++] = (span){w.norm, D * 4};
-    sp[n++] = (span){w.rope, 64 * 8};
+    sp[n++] = (span){w.rope, 4 * 64 * 8};
     for (int l = 0; l < 32; l++) {
         size_t base = w.layer0 + (size_t)l * w.layer_stride;
         sp[n++] = (span){base + w.attn_norm, D * 4};

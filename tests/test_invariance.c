@@ -238,6 +238,22 @@ static void test_invariance_fixture_wide_model(void **state)
     fixture_model("wide");
 }
 
+/* Every architecture family's fixture (scripts/make_model.py --family):
+ * biases, QK-norm, Gemma's norms, soft-caps and local/global layers with
+ * windows shorter than the prompts, partial rotary and LongRoPE. */
+static void test_invariance_families(void **state)
+{
+    (void)state;
+    static const char *const fams[] = {"llama3", "mistral", "qwen2", "qwen3",
+                                       "gemma2", "gemma3", "phi3"};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "fam-%s", fams[i]);
+        printf("family %s\n", fams[i]);
+        fixture_model(name);
+    }
+}
+
 static void real_model(const char *dir)
 {
     if (!have_dir(dir)) {
@@ -266,6 +282,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance_fixture_model),
         cmocka_unit_test(test_invariance_fixture_wide_model),
+        cmocka_unit_test(test_invariance_families),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };

@@ -298,6 +298,67 @@ static void test_kv_prefix_random_consistent(void **state)
     kv_destroy(p);
 }
 
+/* A window's front: blocks holding only positions below first_needed go
+ * back to the pool and read as the null block; later truncation and
+ * release do not free them twice; without caching any such block goes. */
+static void test_kv_seq_drop_front(void **state)
+{
+    (void)state;
+    kv_config c = {.num_blocks = 9, .block_size = 4};
+    kv_pool *p = NULL;
+    inf_err e = {0};
+    assert_int_equal(kv_create(&c, &p, &e), INF_OK);
+    kv_seq s = {0};
+    assert_int_equal(kv_seq_reserve(p, &s, 20), INF_OK); /* 5 blocks */
+    assert_int_equal(kv_num_free(p), 3);
+    kv_seq_drop_front(p, &s, 7); /* block 0 (0-3) only: 4-7 holds 7 */
+    assert_int_equal(kv_num_free(p), 4);
+    assert_int_equal(s.blocks[0], 0);
+    assert_true(s.blocks[1] > 0);
+    kv_seq_drop_front(p, &s, 12); /* blocks 1 and 2 */
+    kv_seq_drop_front(p, &s, 12); /* again: nothing more */
+    assert_int_equal(kv_num_free(p), 6);
+    assert_int_equal(kv_seq_slot(p, &s, 13) / 4, s.blocks[3]);
+    kv_seq_truncate(p, &s, 14); /* keeps 4 entries, frees the 5th */
+    assert_int_equal(kv_num_free(p), 7);
+    kv_seq_release(p, &s);
+    assert_int_equal(kv_num_free(p), 8);
+    kv_destroy(p);
+}
+
+/* With prefix caching only registered blocks are dropped; a dropped parent
+ * that is evicted and indexed again with other tokens is not taken for the
+ * old one, so the blocks cached after it are no longer found. */
+static void test_kv_prefix_drop_front_generation(void **state)
+{
+    (void)state;
+    kv_pool *p = make_cache_pool(5, 4); /* 4 usable blocks */
+    int32_t t[16], u[16];
+    for (int i = 0; i < 16; i++)
+        t[i] = 100 + i, u[i] = 200 + i;
+    kv_seq a = {0}, b = {0}, c = {0};
+    assert_int_equal(kv_seq_reserve(p, &a, 12), INF_OK);
+    kv_seq_drop_front(p, &a, 9); /* nothing registered yet: nothing dropped */
+    assert_int_equal(kv_num_free(p), 1);
+    kv_seq_commit(p, &a, t, 12, 0);
+    int32_t first = a.blocks[0];
+    kv_seq_drop_front(p, &a, 5); /* block 0 back to the pool, still cached */
+    assert_int_equal(kv_num_free(p), 2);
+    /* still findable while it lasts: the whole chain matches */
+    assert_int_equal(kv_seq_match_prefix(p, &c, t, 13, 0), 12);
+    kv_seq_release(p, &c);
+    /* evict it: b takes the two free blocks (the old block 0 first) with u */
+    assert_int_equal(kv_seq_reserve(p, &b, 8), INF_OK);
+    assert_true(b.blocks[0] == first || b.blocks[1] == first);
+    kv_seq_commit(p, &b, u, 8, 0);
+    /* t's chain now stops at its first block: a's later blocks are not found
+     * through the reused id */
+    assert_int_equal(kv_seq_match_prefix(p, &c, t, 13, 0), 0);
+    kv_seq_release(p, &a), kv_seq_release(p, &b), kv_seq_release(p, &c);
+    assert_int_equal(kv_num_free(p), 4);
+    kv_destroy(p);
+}
+
 /* Bad sizes are refused with a message. */
 static void test_kv_create_rejects_bad_config(void **state)
 {
@@ -332,6 +393,8 @@ int main(void)
         cmocka_unit_test(test_kv_seq_reserve_slots_truncate),
         cmocka_unit_test(test_kv_seq_reserve_all_or_nothing),
         cmocka_unit_test(test_kv_seq_random_no_leak),
+        cmocka_unit_test(test_kv_seq_drop_front),
+        cmocka_unit_test(test_kv_prefix_drop_front_generation),
         cmocka_unit_test(test_kv_create_rejects_bad_config),
         cmocka_unit_test(test_kv_prefix_hits_share_blocks),
         cmocka_unit_test(test_kv_prefix_twin_blocks_keep_the_chain),

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -18,46 +17,9 @@
 #include <unistd.h>
 
 #include "engine/model.h"
+#include "tests/tdir.h"
 
-/* ---- fixture: one temporary directory per test ---- */
-
-typedef struct fx {
-    char dir[512];
-} fx;
-
-static int fx_setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    const char *base = getenv("INFERD_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    snprintf(f->dir, sizeof f->dir, "%s/test_model-XXXXXX", base);
-    if (!mkdtemp(f->dir)) {
-        fprintf(stderr, "test_model: cannot make a directory under %s\n", base);
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int fx_teardown(void **state)
-{
-    fx *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(f);
-    return 0;
-}
+/* ---- fixture: one temporary directory per test (tests/tdir.h) ---- */
 
 static void pjoin(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -303,10 +265,10 @@ static size_t tbytes(const model_tensor *t)
 /* A minimal config gets the documented defaults. */
 static void test_model_config_defaults_minimal(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     model_config c;
     inf_err err = {0, ""};
-    assert_int_equal(load_config_text(f->dir, "{\"architectures\": [\"LlamaForCausalLM\"], " MINIMAL_KEYS "}",
+    assert_int_equal(load_config_text(f->path, "{\"architectures\": [\"LlamaForCausalLM\"], " MINIMAL_KEYS "}",
                                       &c, &err), INF_OK);
     assert_string_equal(c.arch, "LlamaForCausalLM");
     assert_int_equal(c.hidden_size, 64);
@@ -329,17 +291,17 @@ static void test_model_config_defaults_minimal(void **state)
  * sliding_window and head_dim mean their defaults. */
 static void test_model_config_model_type_mistral(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     model_config c;
     inf_err err = {0, ""};
-    assert_int_equal(load_config_text(f->dir,
+    assert_int_equal(load_config_text(f->path,
                                       "{\"model_type\": \"mistral\", \"sliding_window\": null, "
                                       "\"head_dim\": null, \"rope_scaling\": null, " MINIMAL_KEYS "}",
                                       &c, &err), INF_OK);
     assert_string_equal(c.arch, "MistralForCausalLM");
     assert_int_equal(c.sliding_window, 0);
     assert_int_equal(c.head_dim, 16);
-    assert_int_equal(load_config_text(f->dir,
+    assert_int_equal(load_config_text(f->path,
                                       "{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": 4096, "
                                       MINIMAL_KEYS "}", &c, &err), INF_OK);
     assert_int_equal(c.sliding_window, 4096);
@@ -348,10 +310,10 @@ static void test_model_config_model_type_mistral(void **state)
 /* eos_token_id may be a list; duplicates collapse; over MODEL_MAX_EOS is refused. */
 static void test_model_config_eos_list(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     model_config c;
     inf_err err = {0, ""};
-    assert_int_equal(load_config_text(f->dir,
+    assert_int_equal(load_config_text(f->path,
                                       "{\"architectures\": [\"LlamaForCausalLM\"], \"bos_token_id\": 1, "
                                       "\"eos_token_id\": [2, 7, 2, 9], " MINIMAL_KEYS "}", &c, &err), INF_OK);
     assert_int_equal(c.bos_token_id, 1);
@@ -359,14 +321,14 @@ static void test_model_config_eos_list(void **state)
     assert_int_equal(c.eos_token_ids[0], 2);
     assert_int_equal(c.eos_token_ids[1], 7);
     assert_int_equal(c.eos_token_ids[2], 9);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], "
                        "\"eos_token_id\": [1,2,3,4,5,6,7,8,9], " MINIMAL_KEYS "}",
                        INF_ERR_UNSUPPORTED, "eos_token_id", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"eos_token_id\": [2, \"x\"], " MINIMAL_KEYS
                        "}", INF_ERR_FORMAT, "eos_token_id", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"eos_token_id\": 100, " MINIMAL_KEYS "}",
                        INF_ERR_FORMAT, "eos_token_id", "vocab_size");
 }
@@ -374,55 +336,64 @@ static void test_model_config_eos_list(void **state)
 /* Another architecture is refused by name. */
 static void test_model_config_unsupported_arch(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir, "{\"architectures\": [\"GPT2LMHeadModel\"], " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported", "Llama family");
-    expect_config_fail(f->dir, "{\"model_type\": \"gpt2\", " MINIMAL_KEYS "}", INF_ERR_UNSUPPORTED, "'gpt2'",
+    tdir *f = *state;
+    expect_config_fail(f->path, "{\"architectures\": [\"GPT2LMHeadModel\"], " MINIMAL_KEYS "}",
+                       INF_ERR_UNSUPPORTED, "architecture 'GPT2LMHeadModel' is not supported", "Qwen3");
+    expect_config_fail(f->path, "{\"model_type\": \"gpt2\", " MINIMAL_KEYS "}", INF_ERR_UNSUPPORTED, "'gpt2'",
                        NULL);
-    expect_config_fail(f->dir, "{" MINIMAL_KEYS "}", INF_ERR_FORMAT, "architectures", NULL);
+    expect_config_fail(f->path, "{" MINIMAL_KEYS "}", INF_ERR_FORMAT, "architectures", NULL);
 }
 
-/* rope_scaling is refused, naming its type; {"rope_type": "default"} is plain RoPE. */
+/* An unknown rope_scaling type is refused by name, a known one missing a
+ * key it needs is a format error naming the key; {"rope_type": "default"}
+ * is plain RoPE. */
 static void test_model_config_rope_scaling_refused(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir,
+    tdir *f = *state;
+    expect_config_fail(f->path,
+                       "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
+                       "{\"rope_type\": \"ntk-by-parts\", \"factor\": 8.0}, " MINIMAL_KEYS "}",
+                       INF_ERR_UNSUPPORTED, "rope_scaling type 'ntk-by-parts' is not supported", NULL);
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
                        "{\"rope_type\": \"llama3\", \"factor\": 8.0}, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "rope_scaling (type 'llama3') is not supported", NULL);
-    expect_config_fail(f->dir,
-                       "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
-                       "{\"type\": \"linear\", \"factor\": 2.0}, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "rope_scaling (type 'linear')", NULL);
+                       INF_ERR_FORMAT, "original_max_position_embeddings", NULL);
     model_config c;
     inf_err err = {0, ""};
-    assert_int_equal(load_config_text(f->dir,
+    assert_int_equal(load_config_text(f->path,
                                       "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
                                       "{\"rope_type\": \"default\"}, " MINIMAL_KEYS "}", &c, &err), INF_OK);
+    assert_int_equal(mdesc_features(&c.desc), 0);
+    assert_int_equal(load_config_text(f->path,
+                                      "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_scaling\": "
+                                      "{\"type\": \"linear\", \"factor\": 2.0}, " MINIMAL_KEYS "}", &c, &err),
+                     INF_OK);
+    assert_int_equal(c.desc.rope[0].kind, MD_ROPE_LINEAR);
 }
 
 /* hidden_act other than silu is refused, naming it. */
 static void test_model_config_hidden_act_refused(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir,
+    tdir *f = *state;
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_act\": \"gelu\", " MINIMAL_KEYS "}",
                        INF_ERR_UNSUPPORTED, "hidden_act 'gelu'", NULL);
 }
 
-/* attention_bias / mlp_bias true are refused by key. */
+/* mlp_bias true is refused by key; attention_bias true is the q, k, v and
+ * o biases. */
 static void test_model_config_bias_refused(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir,
-                       "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": true, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "attention_bias", NULL);
-    expect_config_fail(f->dir,
-                       "{\"architectures\": [\"LlamaForCausalLM\"], \"mlp_bias\": true, " MINIMAL_KEYS "}",
-                       INF_ERR_UNSUPPORTED, "mlp_bias", NULL);
+    tdir *f = *state;
     model_config c;
     inf_err err = {0, ""};
-    assert_int_equal(load_config_text(f->dir,
+    assert_int_equal(load_config_text(f->path, "{\"architectures\": [\"LlamaForCausalLM\"], "
+                                      "\"attention_bias\": true, " MINIMAL_KEYS "}", &c, &err), INF_OK);
+    assert_true(c.desc.bias_qkv && c.desc.bias_o);
+    expect_config_fail(f->path,
+                       "{\"architectures\": [\"LlamaForCausalLM\"], \"mlp_bias\": true, " MINIMAL_KEYS "}",
+                       INF_ERR_UNSUPPORTED, "mlp_bias", NULL);
+    assert_int_equal(load_config_text(f->path,
                                       "{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, "
                                       "\"mlp_bias\": false, " MINIMAL_KEYS "}", &c, &err), INF_OK);
 }
@@ -430,44 +401,44 @@ static void test_model_config_bias_refused(void **state)
 /* Values of the wrong JSON type are format errors naming the key. */
 static void test_model_config_wrong_type(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir,
+    tdir *f = *state;
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"64\", "
                        "\"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
                        "\"vocab_size\": 100}",
                        INF_ERR_FORMAT, "'hidden_size'", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"tie_word_embeddings\": 1, " MINIMAL_KEYS "}",
                        INF_ERR_FORMAT, "'tie_word_embeddings'", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_theta\": \"1e4\", " MINIMAL_KEYS "}",
                        INF_ERR_FORMAT, "'rope_theta'", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"num_key_value_heads\": 2.5, " MINIMAL_KEYS
                        "}", INF_ERR_FORMAT, "'num_key_value_heads'", NULL);
-    expect_config_fail(f->dir, "{\"architectures\": \"LlamaForCausalLM\", " MINIMAL_KEYS "}", INF_ERR_FORMAT,
+    expect_config_fail(f->path, "{\"architectures\": \"LlamaForCausalLM\", " MINIMAL_KEYS "}", INF_ERR_FORMAT,
                        "'architectures'", NULL);
-    expect_config_fail(f->dir, "{\"architectures\": [\"LlamaForCausalLM\"], ", INF_ERR_FORMAT,
+    expect_config_fail(f->path, "{\"architectures\": [\"LlamaForCausalLM\"], ", INF_ERR_FORMAT,
                        "not valid JSON", NULL);
 }
 
 /* Missing required keys and inconsistent sizes are format errors. */
 static void test_model_config_bad_sizes(void **state)
 {
-    fx *f = *state;
-    expect_config_fail(f->dir,
+    tdir *f = *state;
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
                        "\"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4}",
                        INF_ERR_FORMAT, "missing required key 'vocab_size'", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 0, "
                        "\"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
                        "\"vocab_size\": 100}",
                        INF_ERR_FORMAT, "'hidden_size' must be positive", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"num_key_value_heads\": 3, " MINIMAL_KEYS "}",
                        INF_ERR_FORMAT, "num_key_value_heads (3)", NULL);
-    expect_config_fail(f->dir,
+    expect_config_fail(f->path,
                        "{\"architectures\": [\"LlamaForCausalLM\"], \"head_dim\": 15, " MINIMAL_KEYS "}",
                        INF_ERR_FORMAT, "head_dim (15)", NULL);
 }
@@ -478,12 +449,12 @@ static void test_model_config_bad_sizes(void **state)
  * embedding, and per-token weight bytes counting the embedding once. */
 static void test_model_load_tied_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    int rc = model_load(f->dir, &m, &err);
+    int rc = model_load(f->path, &m, &err);
     if (rc)
         print_error("%s\n", err.msg);
     assert_int_equal(rc, INF_OK);
@@ -495,7 +466,7 @@ static void test_model_load_tied_ok(void **state)
     assert_int_equal(m->cfg.bos_token_id, 1);
     assert_int_equal(m->cfg.n_eos, 1);
     assert_int_equal(m->cfg.eos_token_ids[0], 2);
-    assert_string_equal(m->dir, f->dir);
+    assert_string_equal(m->dir, f->path);
     assert_int_equal(m->embed.rows, 32);
     assert_int_equal(m->embed.cols, 16);
     assert_int_equal(m->embed.dtype, INF_F32);
@@ -526,14 +497,14 @@ static void test_model_load_tied_ok(void **state)
  * per-token bytes. */
 static void test_model_load_untied_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.tied = 0;
     t.lm_head = 1;
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    assert_int_equal(model_load(f->dir, &m, &err), INF_OK);
+    assert_int_equal(model_load(f->path, &m, &err), INF_OK);
     assert_ptr_not_equal(m->lm_head.data, m->embed.data);
     assert_string_equal(m->lm_head.name, "lm_head.weight");
     assert_int_equal(m->lm_head.rows, 32);
@@ -546,13 +517,13 @@ static void test_model_load_untied_ok(void **state)
 /* Tied in config but lm_head.weight present: the checkpoint's lm_head is used. */
 static void test_model_load_tied_with_lm_head(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.lm_head = 1;
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    assert_int_equal(model_load(f->dir, &m, &err), INF_OK);
+    assert_int_equal(model_load(f->path, &m, &err), INF_OK);
     assert_ptr_not_equal(m->lm_head.data, m->embed.data);
     assert_string_equal(m->lm_head.name, "lm_head.weight");
     model_destroy(m);
@@ -561,11 +532,11 @@ static void test_model_load_tied_with_lm_head(void **state)
 /* Untied with no lm_head.weight is an error naming the file and the tensor. */
 static void test_model_load_untied_missing_lm_head(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.tied = 0;
-    write_tiny(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_FORMAT, "model.safetensors: missing tensor 'lm_head.weight'",
+    write_tiny(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_FORMAT, "model.safetensors: missing tensor 'lm_head.weight'",
                      "tie_word_embeddings");
 }
 
@@ -573,15 +544,15 @@ static void test_model_load_untied_missing_lm_head(void **state)
  * heads and head_dim. */
 static void test_model_load_gqa_shapes(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.H = 8;
     t.KV = 2;
     t.hd = 6;
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    int rc = model_load(f->dir, &m, &err);
+    int rc = model_load(f->path, &m, &err);
     if (rc)
         print_error("%s\n", err.msg);
     assert_int_equal(rc, INF_OK);
@@ -603,13 +574,13 @@ static void test_model_load_gqa_shapes(void **state)
  * only when config.json has none. */
 static void test_model_load_generation_config_eos(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
-    write_tiny(f->dir, &t);
-    write_text(f->dir, "generation_config.json", "{\"bos_token_id\": 5, \"eos_token_id\": [2, 7, 9]}");
+    write_tiny(f->path, &t);
+    write_text(f->path, "generation_config.json", "{\"bos_token_id\": 5, \"eos_token_id\": [2, 7, 9]}");
     model *m = NULL;
     inf_err err = {0, ""};
-    assert_int_equal(model_load(f->dir, &m, &err), INF_OK);
+    assert_int_equal(model_load(f->path, &m, &err), INF_OK);
     assert_int_equal(m->cfg.bos_token_id, 1);
     assert_int_equal(m->cfg.n_eos, 3);
     assert_int_equal(m->cfg.eos_token_ids[0], 2);
@@ -623,27 +594,27 @@ static void test_model_load_generation_config_eos(void **state)
              "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 16, \"intermediate_size\": 24, "
              "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
              "\"vocab_size\": 32, \"tie_word_embeddings\": true}");
-    write_text(f->dir, "config.json", cfg);
-    assert_int_equal(model_load(f->dir, &m, &err), INF_OK);
+    write_text(f->path, "config.json", cfg);
+    assert_int_equal(model_load(f->path, &m, &err), INF_OK);
     assert_int_equal(m->cfg.bos_token_id, 5);
     assert_int_equal(m->cfg.n_eos, 3);
     model_destroy(m);
 
-    write_text(f->dir, "generation_config.json", "{\"eos_token_id\": \"2\"}");
-    expect_load_fail(f->dir, INF_ERR_FORMAT, "generation_config.json", "eos_token_id");
+    write_text(f->path, "generation_config.json", "{\"eos_token_id\": \"2\"}");
+    expect_load_fail(f->path, INF_ERR_FORMAT, "generation_config.json", "eos_token_id");
 }
 
 /* Mixed dtypes across tensors load; bytes follow each tensor's dtype. */
 static void test_model_load_mixed_dtypes(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.bf16 = "model.layers.0.self_attn.q_proj.weight";
     t.f16 = "model.layers.1.mlp.down_proj.weight";
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    assert_int_equal(model_load(f->dir, &m, &err), INF_OK);
+    assert_int_equal(model_load(f->path, &m, &err), INF_OK);
     assert_int_equal(m->layers[0].wq.dtype, INF_BF16);
     assert_int_equal(m->layers[1].w_down.dtype, INF_F16);
     assert_int_equal(m->layers[1].wq.dtype, INF_F32);
@@ -663,15 +634,15 @@ static void test_model_load_mixed_dtypes(void **state)
 /* A sharded checkpoint loads through its index. */
 static void test_model_load_sharded_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.shards = 2;
     t.tied = 0;
     t.lm_head = 1;
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     model *m = NULL;
     inf_err err = {0, ""};
-    int rc = model_load(f->dir, &m, &err);
+    int rc = model_load(f->path, &m, &err);
     if (rc)
         print_error("%s\n", err.msg);
     assert_int_equal(rc, INF_OK);
@@ -683,92 +654,92 @@ static void test_model_load_sharded_ok(void **state)
 /* A tensor missing from a sharded checkpoint names the index and the tensor. */
 static void test_model_load_sharded_missing_tensor(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.shards = 2;
     t.omit = "model.layers.1.self_attn.o_proj.weight";
-    write_tiny(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_FORMAT, "model.safetensors.index.json (2 shards)",
+    write_tiny(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json (2 shards)",
                      "missing tensor 'model.layers.1.self_attn.o_proj.weight'");
 }
 
 /* No config.json: I/O error naming it. */
 static void test_model_load_missing_config(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     char path[700];
-    pjoin(path, sizeof path, f->dir, "config.json");
+    pjoin(path, sizeof path, f->path, "config.json");
     remove(path);
-    expect_load_fail(f->dir, INF_ERR_IO, path, NULL);
+    expect_load_fail(f->path, INF_ERR_IO, path, NULL);
 }
 
 /* config.json but no weights: I/O error naming the directory and the files. */
 static void test_model_load_missing_weights(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
-    write_config(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_IO, f->dir, "model.safetensors");
+    write_config(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_IO, f->path, "model.safetensors");
 }
 
 /* An unsupported architecture stops the load before the weights. */
 static void test_model_load_unsupported_arch(void **state)
 {
-    fx *f = *state;
-    write_text(f->dir, "config.json",
-               "{\"architectures\": [\"Qwen2ForCausalLM\"], \"model_type\": \"qwen2\", " MINIMAL_KEYS "}");
-    expect_load_fail(f->dir, INF_ERR_UNSUPPORTED, "config.json: architecture 'Qwen2ForCausalLM'", NULL);
+    tdir *f = *state;
+    write_text(f->path, "config.json",
+               "{\"architectures\": [\"GPTNeoXForCausalLM\"], \"model_type\": \"gpt_neox\", " MINIMAL_KEYS "}");
+    expect_load_fail(f->path, INF_ERR_UNSUPPORTED, "config.json: architecture 'GPTNeoXForCausalLM'", NULL);
 }
 
 /* A missing layer tensor: the message names the file and the tensor. */
 static void test_model_load_missing_tensor(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.omit = "model.layers.1.mlp.up_proj.weight";
-    write_tiny(f->dir, &t);
+    write_tiny(f->path, &t);
     char want[700];
-    snprintf(want, sizeof want, "%s/model.safetensors: missing tensor 'model.layers.1.mlp.up_proj.weight'", f->dir);
-    expect_load_fail(f->dir, INF_ERR_FORMAT, want, NULL);
+    snprintf(want, sizeof want, "%s/model.safetensors: missing tensor 'model.layers.1.mlp.up_proj.weight'", f->path);
+    expect_load_fail(f->path, INF_ERR_FORMAT, want, NULL);
 }
 
 /* A tensor of the wrong shape: names the tensor, both shapes and the keys. */
 static void test_model_load_wrong_shape(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.bad = "model.layers.0.self_attn.k_proj.weight";
-    write_tiny(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_FORMAT,
+    write_tiny(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_FORMAT,
                      "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' has shape [9, 16]",
                      "expected [8, 16] (num_key_value_heads*head_dim, hidden_size)");
     t.bad = "model.norm.weight";
-    write_tiny(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_FORMAT, "tensor 'model.norm.weight' has shape [17]",
+    write_tiny(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_FORMAT, "tensor 'model.norm.weight' has shape [17]",
                      "expected [16] (hidden_size)");
 }
 
 /* An integer tensor bound as a weight is refused, naming tensor and dtype. */
 static void test_model_load_unsupported_dtype(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
     t.i64 = "model.layers.1.mlp.down_proj.weight";
-    write_tiny(f->dir, &t);
-    expect_load_fail(f->dir, INF_ERR_UNSUPPORTED,
+    write_tiny(f->path, &t);
+    expect_load_fail(f->path, INF_ERR_UNSUPPORTED,
                      "model.safetensors: tensor 'model.layers.1.mlp.down_proj.weight' has dtype I64", NULL);
 }
 
 /* A corrupt safetensors header surfaces st_'s message through model_load. */
 static void test_model_load_corrupt_weights(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     tiny t = tiny_default();
-    write_config(f->dir, &t);
-    write_text(f->dir, "model.safetensors", "\x05");
-    expect_load_fail(f->dir, INF_ERR_FORMAT, "model.safetensors", "1 bytes");
+    write_config(f->path, &t);
+    write_text(f->path, "model.safetensors", "\x05");
+    expect_load_fail(f->path, INF_ERR_FORMAT, "model.safetensors", "1 bytes");
 }
 
 /* model_destroy(NULL) is a no-op; model_weight_bytes(NULL) is 0. */
@@ -887,7 +858,7 @@ static void test_model_load_real_babyllama(void **state)
     model_destroy(m);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, tdir_setup, tdir_teardown)
 
 int main(void)
 {

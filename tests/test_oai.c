@@ -381,6 +381,37 @@ static void test_oai_parse_chat_roles(void **state)
     oai_request_free(&r);
 }
 
+/* What a Jinja chat template needs is kept as JSON text: the messages as
+ * sent (tool calls, tool results, the original role), tools, documents,
+ * chat_template_kwargs; continue_final_message with add_generation_prompt
+ * false. */
+static void test_oai_parse_chat_template_inputs(void **state)
+{
+    (void)state;
+    oai_request r;
+    parse_ok(OAI_CHAT,
+             "{\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},"
+             "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\","
+             "\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},"
+             "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"r\"}],"
+             "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+             "\"documents\":[{\"text\":\"t\"}],\"chat_template_kwargs\":{\"enable_thinking\":false},"
+             "\"add_generation_prompt\":false,\"continue_final_message\":true}",
+             &r);
+    assert_string_equal(r.messages[2].role, "tool");
+    assert_string_equal(r.messages_json,
+                        "[{\"role\":\"developer\",\"content\":\"D\"},{\"role\":\"assistant\","
+                        "\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+                        "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                        "\"tool_call_id\":\"c\",\"content\":\"r\"}]");
+    assert_string_equal(r.tools_json, "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]");
+    assert_string_equal(r.documents_json, "[{\"text\":\"t\"}]");
+    assert_string_equal(r.chat_template_kwargs_json, "{\"enable_thinking\":false}");
+    assert_int_equal(r.continue_final_message, 1);
+    assert_int_equal(r.add_generation_prompt, 0);
+    oai_request_free(&r);
+}
+
 /* max_completion_tokens is max_tokens; given both, it wins (as vLLM). */
 static void test_oai_parse_max_completion_tokens_alias(void **state)
 {
@@ -681,9 +712,14 @@ static const bad_case bad_cases[] = {
     {H, "{\"messages\":[]}", "messages", "messages must be a non-empty list of messages, got []"},
     {H, "{\"messages\":\"hi\"}", "messages", "messages must be a non-empty list of messages, got string"},
     {H, "{\"messages\":[1]}", "messages.[0]", "messages[0] must be an object, got number"},
-    {H, "{\"messages\":[{\"content\":\"x\"}]}", "messages.[0].role", "messages[0].role must be one of \"system\", \"user\", \"assistant\", got nothing"},
+    {H, "{\"messages\":[{\"content\":\"x\"}]}", "messages.[0].role", "messages[0].role must be one of \"system\", \"developer\", \"user\", \"assistant\", \"tool\", got nothing"},
     {H, "{\"messages\":[{\"role\":7,\"content\":\"x\"}]}", "messages.[0].role", "got number"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.[1].role", "got \"tool\""},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"tool\",\"content\":7}]}", "messages.[1].content", "got number"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", "messages.[0].tool_calls", "on an assistant message"},
+    {H, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", "messages.[0].tool_calls", "must be a list"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools", "tools must be a list, got object"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"chat_template_kwargs\":[]}", "chat_template_kwargs", "must be an object"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"continue_final_message\":true}", "continue_final_message", "Cannot set both"},
     {H, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages.[0].role", "got \"function\""},
     {H, "{\"messages\":[{\"role\":\"User\",\"content\":\"x\"}]}", "messages.[0].role", "got \"User\""},
     {H, "{\"messages\":[{\"role\":\"a\\nb\\u0001\",\"content\":\"x\"}]}", "messages.[0].role", "got \"a\\nb\\u0001\""},
@@ -1601,6 +1637,7 @@ int main(void)
         cmocka_unit_test(test_oai_parse_prompt_max_prompts),
         cmocka_unit_test(test_oai_parse_chat_content_parts),
         cmocka_unit_test(test_oai_parse_chat_roles),
+        cmocka_unit_test(test_oai_parse_chat_template_inputs),
         cmocka_unit_test(test_oai_parse_max_completion_tokens_alias),
         cmocka_unit_test(test_oai_parse_integral_floats),
         cmocka_unit_test(test_oai_parse_nulls_are_defaults),

@@ -338,6 +338,51 @@ static void test_sched_random_no_leak(void **state)
     random_no_leak(0);
 }
 
+/* With every layer windowed (kv_window), a sequence decoding to 4x the
+ * window holds a flat number of blocks once the window has filled: the
+ * blocks behind it go back to the pool each step. Without a window it grows. */
+static void test_sched_window_kv_flat(void **state)
+{
+    (void)state;
+    for (int caching = 0; caching < 2; caching++) {
+        kv_config kc = {.num_blocks = 65, .block_size = 4, .enable_prefix_caching = caching};
+        sched_config sc = {.max_num_seqs = 4, .max_num_batched_tokens = 64,
+                           .max_model_len = 256, .kv_window = 16};
+        fixture f;
+        inf_err e = {0};
+        assert_int_equal(kv_create(&kc, &f.kv, &e), INF_OK);
+        assert_int_equal(sched_create(&sc, f.kv, &f.s, &e), INF_OK);
+        sched_seq *q = seq_new(10, 256);
+        assert_int_equal(sched_add(f.s, q, &e), INF_OK);
+        int early = 0, late = 0; /* most blocks held in tokens 24-40, 40-64 */
+        while (q->n_tokens < 64) {
+            fake_step(&f);
+            int used = kv_num_blocks(f.kv) - kv_num_free(f.kv);
+            if (q->n_computed >= 24 && q->n_computed < 40)
+                early = used > early ? used : early;
+            else if (q->n_computed >= 40)
+                late = used > late ? used : late;
+            /* the window's blocks (5 when unaligned) and the next token's */
+            assert_true(used <= (16 + 4 - 1) / 4 + 2);
+        }
+        assert_true(early > 0 && late == early);
+        sched_remove(f.s, q);
+        assert_int_equal(kv_num_free(f.kv), 64);
+        seq_free(q);
+        drop(&f);
+    }
+    fixture g = make(64, 4, 4, 64, 256); /* no window: 64 tokens, 16 blocks */
+    sched_seq *q = seq_new(10, 256);
+    inf_err e = {0};
+    assert_int_equal(sched_add(g.s, q, &e), INF_OK);
+    while (q->n_tokens < 64)
+        fake_step(&g);
+    assert_int_equal(kv_num_blocks(g.kv) - kv_num_free(g.kv), 16);
+    sched_remove(g.s, q);
+    seq_free(q);
+    drop(&g);
+}
+
 /* The same with prefix caching on: shared, ref-counted blocks all return. */
 static void test_sched_random_no_leak_prefix_caching(void **state)
 {
@@ -354,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_sched_preempts_newest_and_resumes),
         cmocka_unit_test(test_sched_refuses_what_never_fits),
         cmocka_unit_test(test_sched_prefix_hit_skips_cached_blocks),
+        cmocka_unit_test(test_sched_window_kv_flat),
         cmocka_unit_test(test_sched_random_no_leak),
         cmocka_unit_test(test_sched_random_no_leak_prefix_caching),
     };

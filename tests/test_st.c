@@ -6,53 +6,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "engine/st.h"
+#include "tests/tdir.h"
 
-/* ---- fixture: one temporary directory per test ---- */
-
-typedef struct fx {
-    char dir[512];
-} fx;
-
-static int fx_setup(void **state)
-{
-    fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    const char *base = getenv("INFERD_TEST_TMP");
-    if (!base || !*base)
-        base = "/tmp";
-    snprintf(f->dir, sizeof f->dir, "%s/test_st-XXXXXX", base);
-    if (!mkdtemp(f->dir)) {
-        fprintf(stderr, "test_st: cannot make a directory under %s\n", base);
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int fx_teardown(void **state)
-{
-    fx *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(f);
-    return 0;
-}
+/* ---- fixture: one temporary directory per test (tests/tdir.h) ---- */
 
 static void pjoin(char *out, size_t cap, const char *dir, const char *name)
 {
@@ -172,9 +134,9 @@ static void expect_dir_fail(const char *dir, int code, const char *want1, const 
  * with their name kept; __metadata__ is not a tensor; a 0-d scalar works. */
 static void test_st_open_valid_single(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "model.safetensors");
+    pjoin(path, sizeof path, f->path, "model.safetensors");
     const float f32[6] = {1.5f, -2.25f, 0.0f, 3.0e-5f, 65504.0f, -1.0e10f};
     const uint16_t f16[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};  /* 1, -2, 2^-24, 65504 */
     const float f16_want[4] = {1.0f, -2.0f, 5.9604644775390625e-8f, 65504.0f};
@@ -262,9 +224,9 @@ static void test_st_open_valid_single(void **state)
 /* Data at odd offsets (after a 3-byte U8 tensor) is accepted and reads back. */
 static void test_st_open_unaligned_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "u.safetensors");
+    pjoin(path, sizeof path, f->path, "u.safetensors");
     const uint8_t u8[3] = {1, 2, 3};
     const float v[2] = {0.5f, -0.75f};
     const wt ts[] = {{"bytes", "U8", 1, {3}, u8, 3}, {"w", "F32", 1, {2}, v, sizeof v}};
@@ -284,9 +246,9 @@ static void test_st_open_unaligned_ok(void **state)
 /* Empty tensors (a zero dimension, zero bytes) are valid and overlap nothing. */
 static void test_st_open_empty_tensor_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "e.safetensors");
+    pjoin(path, sizeof path, f->path, "e.safetensors");
     write_header(path,
                  "{\"e\":{\"dtype\":\"F32\",\"shape\":[0,4],\"data_offsets\":[0,0]},"
                  "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
@@ -301,9 +263,9 @@ static void test_st_open_empty_tensor_ok(void **state)
 /* st_find finds every one of many tensors, whatever order they were written. */
 static void test_st_find_many_all_found(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "many.safetensors");
+    pjoin(path, sizeof path, f->path, "many.safetensors");
     enum { N = 500 };
     wt *ts = calloc(N, sizeof *ts);
     char (*names)[32] = calloc(N, sizeof *names);
@@ -341,9 +303,9 @@ static void test_st_find_many_all_found(void **state)
 /* A file shorter than the 8-byte length prefix is a format error. */
 static void test_st_open_short_file(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "short.safetensors");
+    pjoin(path, sizeof path, f->path, "short.safetensors");
     write_bytes(path, "\x01\x02\x03\x04\x05", 5);
     expect_open_fail(path, INF_ERR_FORMAT, "short.safetensors", "5 bytes");
 }
@@ -351,9 +313,9 @@ static void test_st_open_short_file(void **state)
 /* A header length larger than the rest of the file is a format error. */
 static void test_st_open_header_len_beyond_file(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "long.safetensors");
+    pjoin(path, sizeof path, f->path, "long.safetensors");
     write_raw(path, 4096, "{}", NULL, 0);
     expect_open_fail(path, INF_ERR_FORMAT, "long.safetensors", "4096");
 }
@@ -361,9 +323,9 @@ static void test_st_open_header_len_beyond_file(void **state)
 /* A header length near 2^64 must not wrap around any size arithmetic. */
 static void test_st_open_header_len_huge(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "huge.safetensors");
+    pjoin(path, sizeof path, f->path, "huge.safetensors");
     write_raw(path, UINT64_MAX - 3, "{}", NULL, 0);
     expect_open_fail(path, INF_ERR_FORMAT, "huge.safetensors", "header length");
 }
@@ -371,9 +333,9 @@ static void test_st_open_header_len_huge(void **state)
 /* A header that is not JSON (cut short) is a format error. */
 static void test_st_open_invalid_json(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "bad.safetensors");
+    pjoin(path, sizeof path, f->path, "bad.safetensors");
     write_header(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],", 4);
     expect_open_fail(path, INF_ERR_FORMAT, "bad.safetensors", "not valid JSON");
 }
@@ -381,9 +343,9 @@ static void test_st_open_invalid_json(void **state)
 /* A JSON header that is not an object is a format error. */
 static void test_st_open_header_not_object(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "arr.safetensors");
+    pjoin(path, sizeof path, f->path, "arr.safetensors");
     write_header(path, "[1,2,3]", 0);
     expect_open_fail(path, INF_ERR_FORMAT, "arr.safetensors", "not a JSON object");
 }
@@ -391,9 +353,9 @@ static void test_st_open_header_not_object(void **state)
 /* Offsets reaching past the data region name the tensor and the region size. */
 static void test_st_open_offsets_out_of_range(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "oob.safetensors");
+    pjoin(path, sizeof path, f->path, "oob.safetensors");
     write_header(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "oob.safetensors: tensor 'x'", "exceed the data region (8 bytes)");
 }
@@ -401,9 +363,9 @@ static void test_st_open_offsets_out_of_range(void **state)
 /* Offsets whose end comes before their begin are refused. */
 static void test_st_open_offsets_reversed(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "rev.safetensors");
+    pjoin(path, sizeof path, f->path, "rev.safetensors");
     write_header(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,4]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "rev.safetensors: tensor 'x'", "[8, 4]");
 }
@@ -411,9 +373,9 @@ static void test_st_open_offsets_reversed(void **state)
 /* Offsets that are not a pair of non-negative integers are refused. */
 static void test_st_open_offsets_malformed(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "neg.safetensors");
+    pjoin(path, sizeof path, f->path, "neg.safetensors");
     write_header(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "tensor 'x'", "data_offsets");
     write_header(path, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}}", 8);
@@ -423,9 +385,9 @@ static void test_st_open_offsets_malformed(void **state)
 /* A byte count that does not match shape x element size is refused. */
 static void test_st_open_size_mismatch(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "size.safetensors");
+    pjoin(path, sizeof path, f->path, "size.safetensors");
     write_header(path, "{\"w\":{\"dtype\":\"BF16\",\"shape\":[2,3],\"data_offsets\":[0,8]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "size.safetensors: tensor 'w'", "[2, 3] needs 12");
 }
@@ -433,9 +395,9 @@ static void test_st_open_size_mismatch(void **state)
 /* A shape whose product overflows 64 bits is a size mismatch, not a wrap. */
 static void test_st_open_size_overflow(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "ovf.safetensors");
+    pjoin(path, sizeof path, f->path, "ovf.safetensors");
     write_header(path,
                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,0]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "tensor 'w'", "needs more than");
@@ -444,9 +406,9 @@ static void test_st_open_size_overflow(void **state)
 /* A negative or fractional dimension is refused. */
 static void test_st_open_shape_negative(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "shape.safetensors");
+    pjoin(path, sizeof path, f->path, "shape.safetensors");
     write_header(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4);
     expect_open_fail(path, INF_ERR_FORMAT, "tensor 'w'", "shape[0]");
     write_header(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4);
@@ -456,9 +418,9 @@ static void test_st_open_shape_negative(void **state)
 /* More than ST_MAX_DIMS dimensions is refused, naming the limit. */
 static void test_st_open_shape_too_many_dims(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "dims.safetensors");
+    pjoin(path, sizeof path, f->path, "dims.safetensors");
     write_header(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4);
     expect_open_fail(path, INF_ERR_UNSUPPORTED, "tensor 'w'", "9 dimensions");
 }
@@ -466,9 +428,9 @@ static void test_st_open_shape_too_many_dims(void **state)
 /* Two tensors sharing bytes are refused, naming both. */
 static void test_st_open_overlap(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "ovl.safetensors");
+    pjoin(path, sizeof path, f->path, "ovl.safetensors");
     write_header(path,
                  "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                  "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
@@ -479,9 +441,9 @@ static void test_st_open_overlap(void **state)
 /* A dtype string the format does not define is a format error naming it. */
 static void test_st_open_unknown_dtype(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "dt.safetensors");
+    pjoin(path, sizeof path, f->path, "dt.safetensors");
     write_header(path, "{\"w\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1);
     expect_open_fail(path, INF_ERR_FORMAT, "dt.safetensors: tensor 'w'", "unknown dtype 'F4'");
 }
@@ -489,9 +451,9 @@ static void test_st_open_unknown_dtype(void **state)
 /* Known dtypes we do not compute in still have their sizes checked. */
 static void test_st_open_other_dtype_size_checked(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "i64.safetensors");
+    pjoin(path, sizeof path, f->path, "i64.safetensors");
     write_header(path, "{\"w\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
     expect_open_fail(path, INF_ERR_FORMAT, "tensor 'w'", "needs 16");
 }
@@ -499,9 +461,9 @@ static void test_st_open_other_dtype_size_checked(void **state)
 /* An entry without a dtype string is refused. */
 static void test_st_open_missing_dtype(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "nodt.safetensors");
+    pjoin(path, sizeof path, f->path, "nodt.safetensors");
     write_header(path, "{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
     expect_open_fail(path, INF_ERR_FORMAT, "tensor 'w'", "dtype");
 }
@@ -509,9 +471,9 @@ static void test_st_open_missing_dtype(void **state)
 /* The same tensor name twice in one header is ambiguous and refused. */
 static void test_st_open_duplicate_name(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "dup.safetensors");
+    pjoin(path, sizeof path, f->path, "dup.safetensors");
     write_header(path,
                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                  "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
@@ -522,9 +484,9 @@ static void test_st_open_duplicate_name(void **state)
 /* A file that is not there is an I/O error naming it. */
 static void test_st_open_missing_file(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "absent.safetensors");
+    pjoin(path, sizeof path, f->path, "absent.safetensors");
     expect_open_fail(path, INF_ERR_IO, "absent.safetensors", "cannot open");
 }
 
@@ -533,14 +495,14 @@ static void test_st_open_missing_file(void **state)
 /* DIR/model.safetensors is used when there is no index. */
 static void test_st_dir_single_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "model.safetensors");
+    pjoin(path, sizeof path, f->path, "model.safetensors");
     const float v = 2.0f;
     const wt ts[] = {{"w", "F32", 1, {1}, &v, 4}};
     write_st(path, ts, 1);
     char dir_slash[600];
-    snprintf(dir_slash, sizeof dir_slash, "%s/", f->dir); /* a trailing slash is fine */
+    snprintf(dir_slash, sizeof dir_slash, "%s/", f->path); /* a trailing slash is fine */
     st_set *s = NULL;
     inf_err err = {0, ""};
     assert_int_equal(st_open_dir(dir_slash, &s, &err), INF_OK);
@@ -572,14 +534,14 @@ static void write_two_shards(const char *dir)
 /* An index with two shards opens both; each tensor points into its shard. */
 static void test_st_dir_sharded_ok(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    write_two_shards(f->dir);
-    pjoin(path, sizeof path, f->dir, "model.safetensors.index.json");
+    write_two_shards(f->path);
+    pjoin(path, sizeof path, f->path, "model.safetensors.index.json");
     write_bytes(path, INDEX2, strlen(INDEX2));
     st_set *s = NULL;
     inf_err err = {0, ""};
-    int rc = st_open_dir(f->dir, &s, &err);
+    int rc = st_open_dir(f->path, &s, &err);
     if (rc)
         print_error("%s\n", err.msg);
     assert_int_equal(rc, INF_OK);
@@ -601,62 +563,62 @@ static void test_st_dir_sharded_ok(void **state)
 /* An index naming a shard file that is not there: I/O error naming both. */
 static void test_st_dir_index_missing_shard(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    write_two_shards(f->dir);
-    pjoin(path, sizeof path, f->dir, "model-00002-of-00002.safetensors");
+    write_two_shards(f->path);
+    pjoin(path, sizeof path, f->path, "model-00002-of-00002.safetensors");
     remove(path);
-    pjoin(path, sizeof path, f->dir, "model.safetensors.index.json");
+    pjoin(path, sizeof path, f->path, "model.safetensors.index.json");
     write_bytes(path, INDEX2, strlen(INDEX2));
-    expect_dir_fail(f->dir, INF_ERR_IO, "model-00002-of-00002.safetensors", "model.safetensors.index.json");
+    expect_dir_fail(f->path, INF_ERR_IO, "model-00002-of-00002.safetensors", "model.safetensors.index.json");
 }
 
 /* An index naming a tensor its shard does not hold: names tensor and shard. */
 static void test_st_dir_index_tensor_absent(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    write_two_shards(f->dir);
-    pjoin(path, sizeof path, f->dir, "model.safetensors.index.json");
+    write_two_shards(f->path);
+    pjoin(path, sizeof path, f->path, "model.safetensors.index.json");
     const char *idx = "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
                       "\"z\":\"model-00002-of-00002.safetensors\"}}";
     write_bytes(path, idx, strlen(idx));
-    expect_dir_fail(f->dir, INF_ERR_FORMAT, "tensor 'z'", "model-00002-of-00002.safetensors");
+    expect_dir_fail(f->path, INF_ERR_FORMAT, "tensor 'z'", "model-00002-of-00002.safetensors");
 }
 
 /* An index placing a tensor in the wrong shard is refused, naming both. */
 static void test_st_dir_index_wrong_shard(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    write_two_shards(f->dir);
-    pjoin(path, sizeof path, f->dir, "model.safetensors.index.json");
+    write_two_shards(f->path);
+    pjoin(path, sizeof path, f->path, "model.safetensors.index.json");
     const char *idx = "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
                       "\"c\":\"model-00001-of-00002.safetensors\","
                       "\"b\":\"model-00002-of-00002.safetensors\"}}";
     write_bytes(path, idx, strlen(idx));
-    expect_dir_fail(f->dir, INF_ERR_FORMAT, "tensor 'c'", "not in shard 'model-00001-of-00002.safetensors'");
+    expect_dir_fail(f->path, INF_ERR_FORMAT, "tensor 'c'", "not in shard 'model-00001-of-00002.safetensors'");
 }
 
 /* An index without a weight_map object is a format error naming the index. */
 static void test_st_dir_index_malformed(void **state)
 {
-    fx *f = *state;
+    tdir *f = *state;
     char path[600];
-    pjoin(path, sizeof path, f->dir, "model.safetensors.index.json");
+    pjoin(path, sizeof path, f->path, "model.safetensors.index.json");
     write_bytes(path, "{\"weight_map\": [1]}", 19);
-    expect_dir_fail(f->dir, INF_ERR_FORMAT, "model.safetensors.index.json", "weight_map");
+    expect_dir_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json", "weight_map");
     write_bytes(path, "{\"weight_map\": {\"a\": 3}}", 24);
-    expect_dir_fail(f->dir, INF_ERR_FORMAT, "model.safetensors.index.json", "'a'");
+    expect_dir_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json", "'a'");
 }
 
 /* A directory with neither file: I/O error naming the directory and both. */
 static void test_st_dir_no_weights(void **state)
 {
-    fx *f = *state;
-    expect_dir_fail(f->dir, INF_ERR_IO, f->dir, "model.safetensors.index.json nor model.safetensors");
+    tdir *f = *state;
+    expect_dir_fail(f->path, INF_ERR_IO, f->path, "model.safetensors.index.json nor model.safetensors");
     char missing[600];
-    pjoin(missing, sizeof missing, f->dir, "nothere");
+    pjoin(missing, sizeof missing, f->path, "nothere");
     expect_dir_fail(missing, INF_ERR_IO, "nothere", "directory");
 }
 
@@ -671,7 +633,7 @@ static void test_st_destroy_null_safe(void **state)
     assert_int_equal(st_data_bytes(NULL), 0);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, tdir_setup, tdir_teardown)
 
 int main(void)
 {

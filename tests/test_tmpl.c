@@ -25,6 +25,7 @@
 
 #include "engine/tmpl.h"
 #include "engine/tok.h"
+#include "tests/tdir.h"
 
 #define LLAMA_MODEL "../shared/tokenizers/llama2-32000/tokenizer.model"
 
@@ -471,9 +472,7 @@ static void test_tmpl_by_name(void **state)
 
 /* ----------------------------------------------------- tokenizer_config */
 
-typedef struct cfg_dir {
-    char path[4096];
-} cfg_dir;
+typedef tdir cfg_dir; /* tests/tdir.h */
 
 static void write_file(const char *dir, const char *name, const char *text)
 {
@@ -485,26 +484,9 @@ static void write_file(const char *dir, const char *name, const char *text)
     assert_int_equal(fclose(f), 0);
 }
 
-static void make_dir(cfg_dir *d)
-{
-    const char *base = getenv("INFERD_TEST_TMP");
-    if (!base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(d->path, sizeof d->path, "%s/test_tmpl-XXXXXX", base);
-    assert_non_null(mkdtemp(d->path));
-}
+static void make_dir(cfg_dir *d) { assert_int_equal(tdir_make(d, "test_tmpl"), 0); }
 
-static void remove_dir(cfg_dir *d)
-{
-    const char *names[] = {"tokenizer_config.json", "chat_template.jinja", "other.json"};
-    char path[4352];
-    for (int i = 0; i < 3; i++) {
-        snprintf(path, sizeof path, "%s/%s", d->path, names[i]);
-        unlink(path);
-    }
-    assert_int_equal(rmdir(d->path), 0);
-}
+static void remove_dir(cfg_dir *d) { tdir_remove(d); }
 
 /* Writes tokenizer_config.json from a cJSON object (consumed). */
 static void write_config(const cfg_dir *d, cJSON *root)
@@ -532,8 +514,9 @@ static tmpl *load(const char *path, const char *override, tmpl_kind kind, tmpl_o
     return t;
 }
 
-/* A string chat_template is recognised; bos_token / eos_token given as
- * AddedToken objects or strings spell the markers. */
+/* A string chat_template is the model's Jinja template; bos_token /
+ * eos_token given as AddedToken objects or strings are its variables and
+ * become markers. Llama 2's renders what the llama-2 built-in renders. */
 static void test_tmpl_config_string_template(void **state)
 {
     (void)state;
@@ -549,24 +532,38 @@ static void test_tmpl_config_string_template(void **state)
     write_config(&d, root);
 
     char note[256];
-    tmpl *t = load(d.path, NULL, TMPL_LLAMA2, TMPL_FROM_MODEL, note, sizeof note);
-    assert_string_equal(note, "chat template: llama-2 (recognised from tokenizer_config.json)");
+    tmpl *t = load(d.path, NULL, TMPL_JINJA, TMPL_FROM_MODEL, note, sizeof note);
+    assert_string_equal(note, "chat template: the model's own (Jinja, from tokenizer_config.json)");
     assert_string_equal(tmpl_source(t), LLAMA2_CHAT);
     char *s = render_str(t, FULL + 1, 2, 1);
     assert_string_equal(s, "<BOS>[INST] Hello [/INST] Hi there <EOS>");
     free(s);
+    /* the token strings became markers: BOS, text, EOS */
+    tmpl_out o;
+    tmpl_out_init(&o);
+    inf_err e = {0};
+    assert_int_equal(tmpl_render(t, FULL + 1, 2, 1, &o, &e), INF_OK);
+    assert_int_equal(o.n, 3);
+    assert_int_equal(o.segs[0].kind, TMPL_SEG_BOS);
+    assert_int_equal(o.segs[1].kind, TMPL_SEG_TEXT);
+    assert_int_equal(o.segs[2].kind, TMPL_SEG_EOS);
+    /* the template's raise_exception is the error */
+    const tmpl_msg two_users[] = {{"user", "a"}, {"user", "b"}};
+    assert_int_equal(tmpl_render(t, two_users, 2, 1, &o, &e), INF_ERR_INVALID);
+    assert_string_equal(e.msg, "Conversation roles must alternate user/assistant/user/assistant/...");
+    tmpl_out_free(&o);
     tmpl_destroy(t);
 
     /* The file's own path works as well as the directory. */
     char path[4352];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", d.path);
-    t = load(path, NULL, TMPL_LLAMA2, TMPL_FROM_MODEL, note, sizeof note);
+    t = load(path, NULL, TMPL_JINJA, TMPL_FROM_MODEL, note, sizeof note);
     tmpl_destroy(t);
     remove_dir(&d);
 }
 
-/* A list of named templates: the "default" one is used; a list without one
- * falls back to plain and says why. */
+/* A list of named templates: "default" is used, "tool_use" for a request
+ * with tools; a list without "default" falls back to plain and says why. */
 static void test_tmpl_config_template_list(void **state)
 {
     (void)state;
@@ -586,9 +583,21 @@ static void test_tmpl_config_template_list(void **state)
     write_config(&d, root);
 
     char note[256];
-    tmpl *t = load(d.path, NULL, TMPL_LLAMA3, TMPL_FROM_MODEL, note, sizeof note);
-    assert_string_equal(note, "chat template: llama-3 (recognised from tokenizer_config.json)");
+    tmpl *t = load(d.path, NULL, TMPL_JINJA, TMPL_FROM_MODEL, note, sizeof note);
+    assert_non_null(strstr(note, "the model's own (Jinja, from tokenizer_config.json"));
+    assert_non_null(strstr(note, "tool_use"));
     assert_string_equal(tmpl_source(t), LLAMA3_INSTRUCT);
+    tmpl_out o;
+    tmpl_out_init(&o);
+    inf_err e = {0};
+    tmpl_chat chat = {.messages_json = "[{\"role\": \"user\", \"content\": \"x\"}]",
+                      .add_generation_prompt = 1};
+    assert_int_equal(tmpl_render_chat(t, &chat, &o, &e), INF_OK);
+    assert_non_null(strstr(o.text, "<|start_header_id|>user"));
+    chat.tools_json = "[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+    assert_int_equal(tmpl_render_chat(t, &chat, &o, &e), INF_OK);
+    assert_string_equal(o.text, "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+    tmpl_out_free(&o);
     tmpl_destroy(t);
 
     root = cJSON_CreateObject();
@@ -638,8 +647,8 @@ static void test_tmpl_config_no_template(void **state)
     remove_dir(&d);
 }
 
-/* A template that is none of the built-ins falls back to plain, keeps the
- * source, and the note says it was not recognised. */
+/* A template none of the built-ins matches (Gemma's) renders as itself;
+ * one with a syntax error fails to load, naming the file and the line. */
 static void test_tmpl_config_unrecognised(void **state)
 {
     (void)state;
@@ -647,13 +656,25 @@ static void test_tmpl_config_unrecognised(void **state)
     make_dir(&d);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "chat_template", GEMMA_IT);
+    cJSON_AddStringToObject(root, "bos_token", "<bos>");
     write_config(&d, root);
     char note[512];
-    tmpl *t = load(d.path, NULL, TMPL_PLAIN, TMPL_FROM_FALLBACK, note, sizeof note);
-    assert_non_null(strstr(note, "not recognised"));
-    assert_non_null(strstr(note, "plain default"));
+    tmpl *t = load(d.path, NULL, TMPL_JINJA, TMPL_FROM_MODEL, note, sizeof note);
     assert_string_equal(tmpl_source(t), GEMMA_IT);
+    const tmpl_msg one[] = {{"user", " Hi "}};
+    char *s = render_str(t, one, 1, 1);
+    assert_string_equal(s, "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+    free(s);
     tmpl_destroy(t);
+
+    root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "chat_template", "{% for m in messages %}\n{{ m.content }\n");
+    write_config(&d, root);
+    inf_err e = {0};
+    t = (tmpl *)1;
+    assert_int_equal(tmpl_from_config(d.path, NULL, &t, note, sizeof note, &e), INF_ERR_FORMAT);
+    assert_null(t);
+    assert_non_null(strstr(e.msg, "tokenizer_config.json: line 2"));
     remove_dir(&d);
 }
 
@@ -666,14 +687,19 @@ static void test_tmpl_config_jinja_file(void **state)
     write_file(d.path, "tokenizer_config.json", "{\"eos_token\": \"</s>\"}");
     write_file(d.path, "chat_template.jinja", ZEPHYR_BETA);
     char note[256];
-    tmpl *t = load(d.path, NULL, TMPL_ZEPHYR, TMPL_FROM_MODEL, note, sizeof note);
-    assert_string_equal(note, "chat template: zephyr (recognised from chat_template.jinja)");
+    tmpl *t = load(d.path, NULL, TMPL_JINJA, TMPL_FROM_MODEL, note, sizeof note);
+    assert_string_equal(note, "chat template: the model's own (Jinja, from chat_template.jinja)");
+    const tmpl_msg one[] = {{"user", "x"}};
+    char *s = render_str(t, one, 1, 1);
+    assert_string_equal(s, "<|user|>\nx</s>\n<|assistant|>\n");
+    free(s);
     tmpl_destroy(t);
     remove_dir(&d);
 }
 
 /* An override name wins over the model's template (whose special tokens
- * still apply); an unknown one is INF_ERR_INVALID listing the names. */
+ * still apply), so do a Jinja file and an inline template (vLLM's
+ * --chat-template); anything else is INF_ERR_INVALID listing the names. */
 static void test_tmpl_config_override(void **state)
 {
     (void)state;
@@ -685,10 +711,26 @@ static void test_tmpl_config_override(void **state)
     write_config(&d, root);
     char note[256];
     tmpl *t = load(d.path, "zephyr", TMPL_ZEPHYR, TMPL_FROM_NAME, note, sizeof note);
-    assert_string_equal(note, "chat template: zephyr (chosen by name)");
+    assert_string_equal(note, "chat template: zephyr (built in, chosen by name)");
     const tmpl_msg one[] = {{"user", "x"}};
     char *s = render_str(t, one, 1, 1);
     assert_string_equal(s, "<|user|>\nx<END>\n<|assistant|>\n");
+    free(s);
+    tmpl_destroy(t);
+
+    t = load(d.path, "{{ messages[0].content ~ eos_token }}", TMPL_JINJA, TMPL_FROM_OVERRIDE, note,
+             sizeof note);
+    assert_string_equal(note, "chat template: Jinja from --chat-template (inline)");
+    s = render_str(t, one, 1, 1);
+    assert_string_equal(s, "x<END>");
+    free(s);
+    tmpl_destroy(t);
+    char file[4352];
+    snprintf(file, sizeof file, "%s/other.json", d.path);
+    write_file(d.path, "other.json", "[{{ messages | length }}]");
+    t = load(d.path, file, TMPL_JINJA, TMPL_FROM_OVERRIDE, note, sizeof note);
+    s = render_str(t, one, 1, 1);
+    assert_string_equal(s, "[1]");
     free(s);
     tmpl_destroy(t);
 
@@ -700,6 +742,84 @@ static void test_tmpl_config_override(void **state)
     assert_non_null(strstr(e.msg, "\"vicuna\""));
     assert_non_null(strstr(e.msg, "llama-2, mistral, chatml, zephyr, llama-3, plain"));
     remove_dir(&d);
+}
+
+/* Renders chat through an inline Jinja template; returns the text (or the
+ * error message), *rc the result. */
+static char *chat_str(const char *src, const tmpl_chat *chat, int *rc)
+{
+    cfg_dir d;
+    make_dir(&d);
+    write_file(d.path, "tokenizer_config.json", "{\"bos_token\": \"<s>\"}");
+    tmpl *t = NULL;
+    inf_err e = {0};
+    char note[256];
+    assert_int_equal(tmpl_from_config(d.path, src, &t, note, sizeof note, &e), INF_OK);
+    tmpl_out o;
+    tmpl_out_init(&o);
+    *rc = tmpl_render_chat(t, chat, &o, &e);
+    char *s = NULL;
+    if (*rc == INF_OK)
+        assert_int_equal(tmpl_out_string(t, &o, &s, NULL, &e), INF_OK);
+    else
+        s = strdup(e.msg);
+    tmpl_out_free(&o);
+    tmpl_destroy(t);
+    remove_dir(&d);
+    return s;
+}
+
+/* The inputs as vLLM prepares them: tool_calls arguments parsed from JSON,
+ * tool_call_id kept, text parts joined for a template that takes strings
+ * and kept as parts for one that loops over them, tools None when absent,
+ * chat_template_kwargs as variables (not replacing messages), and
+ * continue_final_message cutting after the last message's text. */
+static void test_tmpl_chat_inputs(void **state)
+{
+    (void)state;
+    int rc;
+    tmpl_chat chat = {
+        .messages_json = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                         "\"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}, {\"role\": "
+                         "\"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"c1\", "
+                         "\"type\": \"function\", \"function\": {\"name\": \"w\", "
+                         "\"arguments\": \"{\\\"city\\\": \\\"Paris\\\"}\"}}]}, {\"role\": "
+                         "\"tool\", \"tool_call_id\": \"c1\", \"content\": \"sun\"}]",
+        .kwargs_json = "{\"enable_thinking\": false, \"messages\": \"ignored\"}",
+        .add_generation_prompt = 1,
+    };
+    char *s = chat_str("{% for m in messages %}{{ m.role }}:{{ m.content }}{% if m.tool_calls %}"
+                       "{{ m.tool_calls[0].function.arguments.city }}{% endif %}{% if "
+                       "m.tool_call_id %}#{{ m.tool_call_id }}{% endif %};{% endfor %}{{ tools "
+                       "is none }}{{ enable_thinking }}{{ add_generation_prompt }}",
+                       &chat, &rc);
+    assert_int_equal(rc, INF_OK);
+    assert_string_equal(s, "user:a\nb;assistant:Paris;tool:sun#c1;TrueFalseTrue");
+    free(s);
+
+    s = chat_str("{% for m in messages %}{% for p in m.content %}[{{ p.type }}:{{ p.text }}]"
+                 "{% endfor %};{% endfor %}", &chat, &rc);
+    assert_int_equal(rc, INF_OK);
+    assert_string_equal(s, "[text:a][text:b];;[text:sun];");
+    free(s);
+
+    tmpl_chat cont = {
+        .messages_json = "[{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+                         "\"assistant\", \"content\": \"Once upon \"}]",
+        .continue_final_message = 1,
+    };
+    s = chat_str("{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>"
+                 "{% endfor %}", &cont, &rc);
+    assert_int_equal(rc, INF_OK);
+    assert_string_equal(s, "<user>x</user><assistant>Once upon");
+    free(s);
+
+    tmpl_chat bad = {.messages_json = "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+                                      "{\"name\": \"f\", \"arguments\": \"{nope\"}}]}]"};
+    s = chat_str("{{ messages }}", &bad, &rc);
+    assert_int_equal(rc, INF_ERR_INVALID);
+    assert_non_null(strstr(s, "arguments is not valid JSON"));
+    free(s);
 }
 
 /* Malformed files are INF_ERR_FORMAT naming the field; a missing path is
@@ -852,8 +972,8 @@ static void test_tmpl_tokens_plain_equals_completion(void **state)
 }
 
 /* Markers become the tokenizer's BOS/EOS ids, text segments are encoded
- * one by one without specials; mistral's text after a marker drops one
- * leading space. */
+ * one by one without specials; text after a marker is encoded as following
+ * a special token, so mistral's " [INST]" after <s> has one word start. */
 static void test_tmpl_tokens_markers(void **state)
 {
     (void)state;
@@ -963,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_tmpl_config_unrecognised),
         cmocka_unit_test(test_tmpl_config_jinja_file),
         cmocka_unit_test(test_tmpl_config_override),
+        cmocka_unit_test(test_tmpl_chat_inputs),
         cmocka_unit_test(test_tmpl_config_errors),
         cmocka_unit_test(test_tmpl_tokens_plain_equals_completion),
         cmocka_unit_test(test_tmpl_tokens_markers),

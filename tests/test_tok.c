@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "engine/tok.h"
+#include "tests/tdir.h"
 
 #define LLAMA_MODEL "../shared/tokenizers/llama2-32000/tokenizer.model"
 #define STORIES_DIR "../shared/models/stories260K"
@@ -453,12 +454,9 @@ static void make_model_dir(char *dir, size_t cap)
 {
     char fix[4096], path[4352];
     fixture_dir(fix, sizeof fix);
-    const char *base = getenv("INFERD_TEST_TMP");
-    if (!base)
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(dir, cap, "%s/test_tok-XXXXXX", base);
-    assert_non_null(mkdtemp(dir));
+    tdir t;
+    assert_int_equal(tdir_make(&t, "test_tok"), 0);
+    snprintf(dir, cap, "%s", t.path);
     snprintf(path, sizeof path, "%s/tokenizer.model", fix);
     size_t n;
     void *model = read_file(path, &n);
@@ -476,12 +474,11 @@ static void write_in(const char *dir, const char *name, const char *text)
 
 static void remove_model_dir(const char *dir)
 {
-    char path[4352];
-    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    unlink(path);
-    assert_int_equal(rmdir(dir), 0);
+    tdir t;
+    size_t n = strlen(dir);
+    assert_true(n < sizeof t.path);
+    memcpy(t.path, dir, n + 1);
+    tdir_remove(&t);
 }
 
 /* tokenizer_config.json decides specials: add_bos_token false -> no BOS,

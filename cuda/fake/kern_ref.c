@@ -18,6 +18,7 @@ static float bf(uint16_t h) { return inf_bf16_to_f32(h); }
 typedef struct embed_args {
     const uint16_t *table;
     int D, T;
+    float scale;
     const int32_t *tokens, *prev;
     float *x;
 } embed_args;
@@ -28,16 +29,88 @@ static void embed_run(const void *p)
     for (int t = 0; t < a->T; t++) {
         int tok = a->tokens[t] >= 0 ? a->tokens[t] : a->prev[-1 - a->tokens[t]];
         for (int i = 0; i < a->D; i++)
-            a->x[(size_t)t * a->D + i] = bf(a->table[(size_t)tok * a->D + i]);
+            a->x[(size_t)t * a->D + i] = bf(a->table[(size_t)tok * a->D + i]) * a->scale;
     }
 }
 
 cudaError_t cuda_k_embed(const uint16_t *table, int D, const int32_t *tokens,
-                         const int32_t *prev_ids, int T, float *x, cudaStream_t st)
+                         const int32_t *prev_ids, int T, float scale, float *x, cudaStream_t st)
 {
     (void)st;
-    embed_args a = {.table = table, .D = D, .T = T, .tokens = tokens, .prev = prev_ids, .x = x};
+    embed_args a = {.table = table, .D = D, .T = T, .scale = scale, .tokens = tokens,
+                    .prev = prev_ids, .x = x};
     return fake_launch(embed_run, &a, sizeof a);
+}
+
+typedef struct rows_args {
+    float *x;
+    const float *gain, *bias;
+    int D, n, Hl, KVl, hd;
+    float eps;
+    size_t len;
+} rows_args;
+
+/* v[0..n) / rms(v) * g in place. */
+static void rms_inplace(float *v, const float *g, int n, float eps)
+{
+    float ss = 0.0f;
+    for (int j = 0; j < n; j++)
+        ss += v[j] * v[j];
+    float inv = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int j = 0; j < n; j++)
+        v[j] = v[j] * inv * g[j];
+}
+
+static void rmsnorm_f32_run(const void *p)
+{
+    const rows_args *a = p;
+    for (int i = 0; i < a->n; i++)
+        rms_inplace(a->x + (size_t)i * a->D, a->gain, a->D, a->eps);
+}
+
+cudaError_t cuda_k_rmsnorm_f32(float *x, const float *gain, int D, float eps, int n,
+                               cudaStream_t st)
+{
+    (void)st;
+    rows_args a = {.x = x, .gain = gain, .D = D, .n = n, .eps = eps};
+    return fake_launch(rmsnorm_f32_run, &a, sizeof a);
+}
+
+static void qkv_prep_run(const void *p)
+{
+    const rows_args *a = p;
+    int heads = a->Hl + 2 * a->KVl;
+    for (int t = 0; t < a->n; t++)
+        for (int h = 0; h < heads; h++) {
+            float *v = a->x + ((size_t)t * heads + h) * a->hd;
+            for (int d = 0; a->bias && d < a->hd; d++)
+                v[d] += a->bias[(size_t)h * a->hd + d];
+            if (a->gain && h < a->Hl + a->KVl)
+                rms_inplace(v, a->gain + (h < a->Hl ? 0 : a->hd), a->hd, a->eps);
+        }
+}
+
+cudaError_t cuda_k_qkv_prep(float *qkv, int T, const float *bias, const float *qk_gain, int Hl,
+                            int KVl, int hd, float eps, cudaStream_t st)
+{
+    (void)st;
+    rows_args a = {.x = qkv, .gain = qk_gain, .bias = bias, .n = T, .Hl = Hl, .KVl = KVl,
+                   .hd = hd, .eps = eps};
+    return bias || qk_gain ? fake_launch(qkv_prep_run, &a, sizeof a) : cudaSuccess;
+}
+
+static void softcap_run(const void *p)
+{
+    const rows_args *a = p;
+    for (size_t i = 0; i < a->len; i++)
+        a->x[i] = a->eps * tanhf(a->x[i] / a->eps);
+}
+
+cudaError_t cuda_k_softcap(float *x, size_t n, float cap, cudaStream_t st)
+{
+    (void)st;
+    rows_args a = {.x = x, .len = n, .eps = cap}; /* eps carries the cap */
+    return fake_launch(softcap_run, &a, sizeof a);
 }
 
 typedef struct norm_args {
@@ -85,21 +158,28 @@ typedef struct rope_args {
     float *qkv;
     int T, Hl, KVl, hd, bs;
     const int32_t *pos, *slots;
-    const double *inv;
+    cuda_rope r;
     uint16_t *kc, *vc;
 } rope_args;
 
 static void rope_run(const void *p)
 {
     const rope_args *a = p;
-    int half = a->hd / 2, ld = (a->Hl + 2 * a->KVl) * a->hd;
+    int half = a->r.rot / 2, ld = (a->Hl + 2 * a->KVl) * a->hd;
     for (int t = 0; t < a->T; t++) {
         float *row = a->qkv + (size_t)t * ld;
         int blk = a->slots[t] / a->bs, off = a->slots[t] % a->bs;
+        const double *inv = a->r.inv_long && a->pos[t] >= a->r.long_from ? a->r.inv_long
+                                                                         : a->r.inv_freq;
+        for (int h = 0; h < a->KVl; h++) /* k's unrotated dims, as they are */
+            for (int d = a->r.rot; d < a->hd; d++)
+                a->kc[(((size_t)blk * a->KVl + h) * a->bs + off) * a->hd + d] =
+                    inf_f32_to_bf16(row[(size_t)(a->Hl + h) * a->hd + d]);
         for (int h = 0; h < a->Hl + a->KVl; h++)
             for (int i = 0; i < half; i++) {
-                double ang = (double)a->pos[t] * a->inv[i];
-                float c = (float)cos(ang), s = (float)sin(ang);
+                double ang = (double)a->pos[t] * inv[i];
+                float c = (float)(cos(ang) * a->r.attn_factor);
+                float s = (float)(sin(ang) * a->r.attn_factor);
                 float *v = row + (size_t)h * a->hd, x0 = v[i], x1 = v[i + half];
                 float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
                 if (h < a->Hl) {
@@ -120,12 +200,12 @@ static void rope_run(const void *p)
 }
 
 cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *positions, const int32_t *slots,
-                           const double *inv_freq, int Hl, int KVl, int hd, uint16_t *kc,
+                           const cuda_rope *rope, int Hl, int KVl, int hd, uint16_t *kc,
                            uint16_t *vc, int block_size, cudaStream_t st)
 {
     (void)st;
     rope_args a = {.qkv = qkv, .T = T, .Hl = Hl, .KVl = KVl, .hd = hd, .bs = block_size,
-                   .pos = positions, .slots = slots, .inv = inv_freq, .kc = kc, .vc = vc};
+                   .pos = positions, .slots = slots, .r = *rope, .kc = kc, .vc = vc};
     return fake_launch(rope_run, &a, sizeof a);
 }
 
@@ -133,6 +213,7 @@ typedef struct swiglu_args {
     const float *gu;
     int F, T;
     uint16_t *out;
+    int gelu;
 } swiglu_args;
 
 static void swiglu_run(const void *p)
@@ -141,7 +222,10 @@ static void swiglu_run(const void *p)
     for (int t = 0; t < a->T; t++)
         for (int i = 0; i < a->F; i++) {
             float g = a->gu[(size_t)t * 2 * a->F + i], u = a->gu[(size_t)t * 2 * a->F + a->F + i];
-            a->out[(size_t)t * a->F + i] = inf_f32_to_bf16(g / (1.0f + expf(-g)) * u);
+            float act = a->gelu ? 0.5f * g * (1.0f + tanhf(0.7978845608028654f *
+                                                            (g + 0.044715f * g * g * g)))
+                                : g / (1.0f + expf(-g));
+            a->out[(size_t)t * a->F + i] = inf_f32_to_bf16(act * u);
         }
 }
 
@@ -149,6 +233,13 @@ cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out, cudaStre
 {
     (void)st;
     swiglu_args a = {.gu = gu, .F = F, .T = T, .out = out};
+    return fake_launch(swiglu_run, &a, sizeof a);
+}
+
+cudaError_t cuda_k_geglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st)
+{
+    (void)st;
+    swiglu_args a = {.gu = gu, .F = F, .T = T, .out = out, .gelu = 1};
     return fake_launch(swiglu_run, &a, sizeof a);
 }
 
@@ -165,15 +256,19 @@ static size_t kv_at(const cuda_attn_args *a, int seq, int g, int p)
 static void attend(const cuda_attn_args *a, int t, int h, int p0, int p1, float *acc,
                    float *m, float *l)
 {
-    int hd = a->hd, g = h / a->G, seq = a->tok_seq[t];
+    int hd = a->hd, g = h / a->G, seq = a->tok_seq[t], lo = a->positions[t] + 1 - a->window;
     const float *q = a->q + (size_t)t * a->ldq + (size_t)h * hd;
     float mx = -INFINITY;
-    float *sc = malloc((size_t)(p1 - p0) * sizeof *sc);
+    if (a->window > 0 && p0 < lo) /* before the window: nothing (max -inf, sum 0) */
+        p0 = lo < p1 ? lo : p1;
+    float *sc = malloc((size_t)(p1 - p0 + 1) * sizeof *sc);
     for (int p = p0; p < p1; p++) {
         const uint16_t *k = a->kc + kv_at(a, seq, g, p);
         float s = 0.0f;
         for (int d = 0; d < hd; d++)
             s += q[d] * a->scale * bf(k[d]);
+        if (a->softcap > 0.0f)
+            s = a->softcap * tanhf(s / a->softcap);
         sc[p - p0] = s;
         mx = fmaxf(mx, s);
     }

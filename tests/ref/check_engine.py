@@ -3,7 +3,8 @@
 
   check_engine.py --build build --fixtures build/fixtures [--shared ../shared]
 
-For every model (the project's own random fixtures, always; the real models in
+For every model (the project's own random fixtures, one per architecture family
+among them, always; the real models in
 ../shared/models when present; and relayouts of them in bf16, f16, sharded and
 untied form made with scripts/make_model.py --from):
   * logits of every prompt position from build/dump_logits are within 1e-4
@@ -42,6 +43,8 @@ TOL = 1e-4
 TOL_INT8 = 1e-5
 TOL_INT8_TIES = 5e-2
 GREEDY = 100
+# The families' fixtures (Makefile FAMILIES, scripts/make_model.py --family).
+FAMILIES = ("llama3", "llama-linear", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 PROMPT = "Once upon a time, there was a little"
 
 # Known greedy continuations of "Once upon a time" (../shared/models/README.md).
@@ -224,6 +227,11 @@ def main():
         ("wide as f16", make_variant(os.path.join(fx, "wide"), os.path.join(fx, "wide-f16"),
                                      ["--dtype", "f16"])),
     ]
+    for fam in FAMILIES:
+        models.append((f"family {fam}", os.path.join(fx, "fam-" + fam)))
+    models.append(("family gemma3 as bf16", make_variant(os.path.join(fx, "fam-gemma3"),
+                                                          os.path.join(fx, "fam-gemma3-bf16"),
+                                                          ["--dtype", "bf16"])))
     shared_models = os.path.join(a.shared, "models")
     real = []
     for name in ("stories260K", "babyllama-105"):

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""Independent float64 numpy reference of the Hugging Face Llama forward pass.
+"""Independent float64 numpy reference of the Hugging Face decoder forward pass:
+Llama 2/3, Mistral, Qwen 2/2.5/3, Gemma 2/3 (text) and Phi-3/4, each read from
+its config.json with Hugging Face's defaults and equations (modeling_llama,
+modeling_qwen2/3, modeling_gemma2/3, modeling_phi3, modeling_rope_utils).
 
   llama_ref.py --model DIR (--tokens 1,2,3 | --prompt TEXT) [--no-bos]
                [--logits OUT.npy] [--generate N] [--stop-at-eos]
@@ -71,43 +74,163 @@ def load_weights(model_dir):
     return w
 
 
+FAMILIES = {  # architectures[0] / model_type -> family
+    "LlamaForCausalLM": "llama", "llama": "llama",
+    "MistralForCausalLM": "mistral", "mistral": "mistral",
+    "Qwen2ForCausalLM": "qwen2", "qwen2": "qwen2",
+    "Qwen3ForCausalLM": "qwen3", "qwen3": "qwen3",
+    "Gemma2ForCausalLM": "gemma2", "gemma2": "gemma2",
+    "Gemma3ForCausalLM": "gemma3", "gemma3_text": "gemma3",
+    "Phi3ForCausalLM": "phi3", "phi3": "phi3",
+}
+
+
+def rope_inv_freq(c, scaling, theta, dim):
+    """(inv_freq, attention factor, long inv_freq or None, long-from position)
+    of HF's rope_init_fn for rope_scaling `scaling` over `dim` rotary dims."""
+    base = theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)  # theta^(2i/dim)
+    inv = 1.0 / base
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind in ("default", "dynamic"):
+        # dynamic NTK changes nothing up to max_position_embeddings (the context limit)
+        return inv, 1.0, None, None
+    factor = scaling.get("factor", 1.0)
+    if kind == "linear":
+        return inv / factor, 1.0, None, None
+    if kind == "llama3":
+        lo, hi = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0)
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv
+        scaled = np.where(wavelen > old / lo, inv / factor, inv)
+        smooth = (old / wavelen - lo) / (hi - lo)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / hi) & ~(wavelen > old / lo)
+        return np.where(medium, smoothed, scaled), 1.0, None, None
+    if kind == "yarn":
+        old = scaling.get("original_max_position_embeddings") or c["max_position_embeddings"]
+        fast, slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+        def corr_dim(rot):
+            return dim * np.log(old / (rot * 2 * np.pi)) / (2 * np.log(theta))
+        low, high = corr_dim(fast), corr_dim(slow)
+        if scaling.get("truncate", True):
+            low, high = np.floor(low), np.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        extra = 1 - ramp
+        inv = (1.0 / (factor * base)) * (1 - extra) + (1.0 / base) * extra
+
+        def mscale(s, m=1.0):
+            return 1.0 if s <= 1 else 0.1 * m * np.log(s) + 1.0
+        att = scaling.get("attention_factor")
+        if att is None:
+            ms, msa = scaling.get("mscale"), scaling.get("mscale_all_dim")
+            att = mscale(factor, ms) / mscale(factor, msa) if ms and msa else mscale(factor)
+        return inv, att, None, None
+    if kind in ("longrope", "su"):
+        old = c.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings")
+        if c.get("original_max_position_embeddings"):
+            factor = c["max_position_embeddings"] / old
+        att = scaling.get("attention_factor")
+        if att is None:
+            att = 1.0 if factor <= 1 else np.sqrt(1 + np.log(factor) / np.log(old))
+        short = 1.0 / (np.asarray(scaling["short_factor"], dtype=np.float64) * base)
+        long = 1.0 / (np.asarray(scaling["long_factor"], dtype=np.float64) * base)
+        return short, att, long, old
+    sys.exit(f"llama_ref: rope_scaling type {kind!r} is not supported")
+
+
 class Config:
-    """The HF LlamaConfig fields the forward pass needs, with HF's defaults."""
+    """What the forward pass needs from a HF config.json, with each family's
+    HF defaults (LlamaConfig, MistralConfig, Qwen2/Qwen3Config, Gemma2Config,
+    Gemma3TextConfig, Phi3Config)."""
 
     def __init__(self, path):
         with open(path) as f:
             c = json.load(f)
-        if c.get("rope_scaling"):
-            sys.exit("llama_ref: rope_scaling is not supported")
+        arch = (c.get("architectures") or [c.get("model_type")])[0]
+        if arch not in FAMILIES:
+            sys.exit(f"llama_ref: architecture {arch!r} is not supported")
+        fam = self.family = FAMILIES[arch]
+        gemma = fam in ("gemma2", "gemma3")
         self.hidden = c["hidden_size"]
+        self.inter = c["intermediate_size"]
         self.layers = c["num_hidden_layers"]
         self.heads = c["num_attention_heads"]
         self.kv_heads = c.get("num_key_value_heads") or self.heads
-        self.head_dim = c.get("head_dim") or self.hidden // self.heads
+        hd_default = {"qwen3": 128, "gemma2": 256, "gemma3": 256}.get(fam, self.hidden // self.heads)
+        self.head_dim = c.get("head_dim") or hd_default
         self.vocab = c["vocab_size"]
-        self.theta = c.get("rope_theta", 10000.0)
         self.eps = c.get("rms_norm_eps", 1e-6)
-        self.tied = c.get("tie_word_embeddings", False)
+        self.tied = c.get("tie_word_embeddings", gemma)
+        self.gemma_norm = gemma                       # x * (1 + w)
+        self.sandwich = gemma                         # post-attention / post-MLP norms
+        self.qk_norm = fam in ("qwen3", "gemma3")
+        self.fused = fam == "phi3"
+        self.embed_scale = np.sqrt(self.hidden) if gemma else 1.0
+        act = c.get("hidden_activation") or c.get("hidden_act") or ("gelu_pytorch_tanh" if gemma else "silu")
+        if act not in ("silu", "gelu_pytorch_tanh"):
+            sys.exit(f"llama_ref: activation {act!r} is not supported")
+        self.act = act
+        if c.get("mlp_bias"):
+            sys.exit("llama_ref: mlp_bias is not supported")
+        self.bias_qkv = bool(c.get("attention_bias")) or fam == "qwen2"
+        self.bias_o = bool(c.get("attention_bias"))
+        self.scale = self.head_dim ** -0.5
+        self.attn_cap = self.logit_cap = None
+        if gemma:
+            self.scale = c.get("query_pre_attn_scalar", 256) ** -0.5
+            dflt = 50.0 if fam == "gemma2" else None
+            self.attn_cap = c.get("attn_logit_softcapping", dflt) if "attn_logit_softcapping" in c else dflt
+            dflt = 30.0 if fam == "gemma2" else None
+            self.logit_cap = c.get("final_logit_softcapping", dflt) if "final_logit_softcapping" in c else dflt
+        # which layers slide, and over how many positions
+        w = c.get("sliding_window", 4096 if gemma else None)
+        if fam in ("qwen2", "qwen3"):
+            if not c.get("use_sliding_window", False):
+                w = None
+            mwl = c.get("max_window_layers", 28)
+            sliding = [w is not None and i >= mwl for i in range(self.layers)]
+        elif gemma:
+            pat = c.get("sliding_window_pattern", 2 if fam == "gemma2" else 6)
+            sliding = [bool((i + 1) % pat) for i in range(self.layers)]
+        else:
+            sliding = [bool(w)] * self.layers
+        if c.get("layer_types") and w:
+            sliding = [t == "sliding_attention" for t in c["layer_types"]]
+        self.window = [w if s else None for s in sliding]
+        # RoPE: global layers, and Gemma 3's local ones with their own base and no scaling
+        theta = c.get("rope_theta", 1e6 if fam == "gemma3" else 10000.0)
+        self.rot = int(self.head_dim * c.get("partial_rotary_factor", 1.0))
+        glob = rope_inv_freq(c, c.get("rope_scaling"), theta, self.rot)
+        local = rope_inv_freq(c, None, c.get("rope_local_base_freq", 10000.0), self.rot) \
+            if fam == "gemma3" else glob
+        self.rope = [local if s else glob for s in sliding]
         eos = c.get("eos_token_id", 2)
         self.eos = set(eos if isinstance(eos, list) else [eos])
 
 
 # ---------------------------------------------------------------- forward pass
 
-def rms_norm(x, w, eps):
-    """x * 1/sqrt(mean(x^2) + eps) * w over the last axis."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+def rms_norm(x, w, eps, one_plus=False):
+    """x * 1/sqrt(mean(x^2) + eps) * w (or * (1 + w), Gemma) over the last axis."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * ((1.0 + w) if one_plus else w)
 
 
-def rope(x, pos, theta):
-    """HF Llama rotate-half RoPE on x [heads, n, head_dim] at positions pos [n]."""
-    hd = x.shape[-1]
-    inv_freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)
-    ang = pos[:, None].astype(np.float64) * inv_freq[None, :]
-    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)
-    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)
-    x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-    return x * cos + np.concatenate([-x2, x1], axis=-1) * sin
+def rope(x, pos, r, rot):
+    """HF rotate-half RoPE on the first rot dims of x [heads, n, head_dim] at
+    positions pos [n]; r = (inv_freq, attention factor, long inv_freq, long from)."""
+    inv, att, inv_long, long_from = r
+    per_pos = np.where((pos >= long_from)[:, None], inv_long[None, :], inv[None, :]) \
+        if inv_long is not None else inv[None, :]
+    ang = pos[:, None].astype(np.float64) * per_pos
+    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1) * att
+    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1) * att
+    xr, xp = x[..., :rot], x[..., rot:]
+    x1, x2 = xr[..., :rot // 2], xr[..., rot // 2:]
+    return np.concatenate([xr * cos + np.concatenate([-x2, x1], axis=-1) * sin, xp], axis=-1)
 
 
 def quantize(v):
@@ -130,12 +253,55 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
+def gelu_tanh(x):
+    """GELU, tanh approximation (PyTorch's approximate='tanh')."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def softcap(x, cap):
+    """cap * tanh(x / cap), or x when cap is None."""
+    return x if not cap else cap * np.tanh(x / cap)
+
+
+def split_fused(w, c):
+    """Phi-3's qkv_proj and gate_up_proj as the separate HF names (rows q|k|v, gate|up)."""
+    for i in range(c.layers):
+        p = f"model.layers.{i}."
+        qkv = w.pop(p + "self_attn.qkv_proj.weight")
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        w[p + "self_attn.q_proj.weight"] = qkv[:q]
+        w[p + "self_attn.k_proj.weight"] = qkv[q:q + kv]
+        w[p + "self_attn.v_proj.weight"] = qkv[q + kv:]
+        gu = w.pop(p + "mlp.gate_up_proj.weight")
+        w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu[:c.inter], gu[c.inter:]
+
+
+def embed_scale(model_dir, c):
+    """Gemma's sqrt(hidden) as HF multiplies it: a tensor of the activations'
+    dtype, so rounded to bf16 / f16 in such a checkpoint."""
+    if c.embed_scale == 1.0:
+        return 1.0
+    with open(os.path.join(model_dir, "config.json")) as f:
+        dt = json.load(f).get("torch_dtype", "float32")
+    s = np.float32(c.embed_scale)
+    if dt == "bfloat16":
+        b = int(np.array(s).view(np.uint32))
+        b = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        return float(np.array(b << 16, dtype=np.uint32).view(np.float32))
+    if dt == "float16":
+        return float(np.float16(s))
+    return float(s)
+
+
 class Llama:
-    """Llama forward with a KV cache: forward(tokens) continues the cached sequence."""
+    """Decoder forward with a KV cache: forward(tokens) continues the cached sequence."""
 
     def __init__(self, model_dir, quantization=None):
         self.c = Config(os.path.join(model_dir, "config.json"))
         self.w = load_weights(model_dir)
+        if self.c.fused:
+            split_fused(self.w, self.c)
+        self.escale = embed_scale(model_dir, self.c)
         self.quant = quantization
         self.qw = {}
         self.near_ties = 0
@@ -144,10 +310,11 @@ class Llama:
         self.lm_head = self.w["model.embed_tokens.weight"] if self.c.tied else self.w["lm_head.weight"]
         self.reset()
 
-    def linear(self, x, name):
-        """x [n, in] times the transposed weight: as stored, or W8A8 int8."""
+    def linear(self, x, name, bias=False):
+        """x [n, in] times the transposed weight (as stored, or W8A8 int8), plus its bias."""
+        b = self.w[name[:-len("weight")] + "bias"] if bias else 0.0
         if self.quant != "int8":
-            return x @ self.w[name].T
+            return x @ self.w[name].T + b
         if name not in self.qw:
             w = self.w[name].astype(np.float32)
             self.qw[name] = quantize(w)[:2]  # weights: quantized in float32, as the engine does
@@ -158,7 +325,10 @@ class Llama:
         if rows.size:
             at = self.start + int(rows[0])
             self.first_tie = at if self.first_tie is None else min(self.first_tie, at)
-        return (qx @ qw.T) * sx[:, None] * sw[None, :]
+        return (qx @ qw.T) * sx[:, None] * sw[None, :] + b
+
+    def norm(self, x, name):
+        return rms_norm(x, self.w[name], self.c.eps, self.c.gemma_norm)
 
     def reset(self):
         """Forget the cached sequence."""
@@ -170,39 +340,55 @@ class Llama:
         c, p = self.c, f"model.layers.{i}.self_attn."
         n = x.shape[0]
         heads = lambda t, h: t.reshape(n, h, c.head_dim).transpose(1, 0, 2)  # noqa: E731
-        q = rope(heads(self.linear(x, p + "q_proj.weight"), c.heads), pos, c.theta)
-        k = rope(heads(self.linear(x, p + "k_proj.weight"), c.kv_heads), pos, c.theta)
-        v = heads(self.linear(x, p + "v_proj.weight"), c.kv_heads)
+        q = heads(self.linear(x, p + "q_proj.weight", c.bias_qkv), c.heads)
+        k = heads(self.linear(x, p + "k_proj.weight", c.bias_qkv), c.kv_heads)
+        v = heads(self.linear(x, p + "v_proj.weight", c.bias_qkv), c.kv_heads)
+        if c.qk_norm:  # RMSNorm over each head's head_dim, before RoPE
+            q = self.norm(q, p + "q_norm.weight")
+            k = self.norm(k, p + "k_norm.weight")
+        q, k = rope(q, pos, c.rope[i], c.rot), rope(k, pos, c.rope[i], c.rot)
         self.k[i] = np.concatenate([self.k[i], k], axis=1)
         self.v[i] = np.concatenate([self.v[i], v], axis=1)
         group = c.heads // c.kv_heads  # query head h reads kv head h // group
         kk = np.repeat(self.k[i], group, axis=0)
         vv = np.repeat(self.v[i], group, axis=0)
-        s = q @ kk.transpose(0, 2, 1) / np.sqrt(c.head_dim)  # [heads, n, t]
-        s = np.where(np.arange(kk.shape[1])[None, :] <= pos[:, None], s, -np.inf)
+        s = softcap(q @ kk.transpose(0, 2, 1) * c.scale, c.attn_cap)  # [heads, n, t]
+        kpos = np.arange(kk.shape[1])[None, :]
+        ok = kpos <= pos[:, None]
+        if c.window[i]:  # HF: key j is visible to query p when j > p - window
+            ok &= kpos > pos[:, None] - c.window[i]
+        s = np.where(ok, s, -np.inf)
         s = np.exp(s - s.max(axis=-1, keepdims=True))
         o = (s / s.sum(axis=-1, keepdims=True)) @ vv  # [heads, n, head_dim]
-        return self.linear(o.transpose(1, 0, 2).reshape(n, c.heads * c.head_dim), p + "o_proj.weight")
+        return self.linear(o.transpose(1, 0, 2).reshape(n, c.heads * c.head_dim), p + "o_proj.weight",
+                           c.bias_o)
 
     def mlp(self, i, x):
-        """SwiGLU MLP of layer i: down(silu(gate(x)) * up(x))."""
+        """Gated MLP of layer i: down(act(gate(x)) * up(x)), act SiLU or GELU-tanh."""
         p = f"model.layers.{i}.mlp."
         g = self.linear(x, p + "gate_proj.weight")
         u = self.linear(x, p + "up_proj.weight")
-        return self.linear(silu(g) * u, p + "down_proj.weight")
+        act = silu(g) if self.c.act == "silu" else gelu_tanh(g)
+        return self.linear(act * u, p + "down_proj.weight")
 
     def forward(self, tokens):
         """Logits [n, vocab] for tokens appended to the cached sequence."""
         c = self.c
         start = self.start = self.k[0].shape[1]
         pos = np.arange(start, start + len(tokens))
-        x = self.w["model.embed_tokens.weight"][np.asarray(tokens, dtype=np.int64)]
+        x = self.w["model.embed_tokens.weight"][np.asarray(tokens, dtype=np.int64)] * self.escale
         for i in range(c.layers):
             p = f"model.layers.{i}."
-            x = x + self.attention(i, rms_norm(x, self.w[p + "input_layernorm.weight"], c.eps), pos)
-            x = x + self.mlp(i, rms_norm(x, self.w[p + "post_attention_layernorm.weight"], c.eps))
-        self.hidden = rms_norm(x, self.w["model.norm.weight"], c.eps)  # what a speculator reads
-        return self.hidden @ self.lm_head.T
+            if c.sandwich:  # Gemma: norms before and after each sublayer
+                x = x + self.norm(self.attention(i, self.norm(x, p + "input_layernorm.weight"), pos),
+                                  p + "post_attention_layernorm.weight")
+                x = x + self.norm(self.mlp(i, self.norm(x, p + "pre_feedforward_layernorm.weight")),
+                                  p + "post_feedforward_layernorm.weight")
+            else:
+                x = x + self.attention(i, self.norm(x, p + "input_layernorm.weight"), pos)
+                x = x + self.mlp(i, self.norm(x, p + "post_attention_layernorm.weight"))
+        self.hidden = self.norm(x, "model.norm.weight")  # what a speculator reads
+        return softcap(self.hidden @ self.lm_head.T, c.logit_cap)
 
 
 # ---------------------------------------------------------------- greedy decoding

@@ -15,7 +15,7 @@
 #include "engine/batch.h"
 #include "engine/kv.h"
 #include "engine/model.h"
-#include "server/args.h"
+#include "app/args.h"
 
 static int parse_ids(const char *s, int32_t *ids, int cap)
 {

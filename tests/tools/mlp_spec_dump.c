@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "engine/spec_mlp.h"
-#include "server/args.h"
+#include "app/args.h"
 
 int main(int argc, char **argv)
 {

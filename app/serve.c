@@ -1,0 +1,735 @@
+/* `inferd --model DIR [options]`: the OpenAI-compatible server. Options use
+ * vLLM's names; each can also come from INFERD_<NAME> (flags override the
+ * environment). The HTTP server listens at once and answers 503 until the
+ * loader thread has the model ready. */
+#include "app/serve.h"
+
+#include <cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app/args.h"
+#include "app/backend.h"
+#include "app/cfg.h"
+#include "app/hub.h"
+#include "app/sdn.h"
+#include "app/vargs.h"
+#include "engine/eng.h"
+#include "engine/kv.h"
+#include "engine/metrics.h"
+#include "engine/spec.h"
+#include "engine/spec_draft.h"
+#include "engine/version.h"
+#include "server/api.h"
+#include "server/gcall.h"
+#include "server/srv.h"
+
+typedef struct serve_opts {
+    const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
+    const char *quantization;
+    int quant;                /* cpu_quant, parsed from quantization       */
+    const char *spec_config, *spec_model, *chat_template, *config;
+    const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
+    float gpu_mem;
+    int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
+    int prefill_decoding; /* -1: by device */
+    int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
+    int request_timeout_s;
+    int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
+        disable_access_log;
+    const char *log_format, *log_level;
+} serve_opts;
+
+/* Speculative decoding as configured (vLLM's --speculative-config keys, or
+ * the older flags). */
+typedef struct spec_opts {
+    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT } method;
+    const char *model;        /* draft model directory                     */
+    int k;                    /* num_speculative_tokens                    */
+    int lookup_max, lookup_min;
+    int disable_by_batch_size;
+    double min_acceptance;
+    char model_buf[4096];
+} spec_opts;
+
+/* Everything the loader builds, torn down in reverse. */
+typedef struct app {
+    serve_opts o;
+    srv *srv;
+    api *api;
+    model *m;
+    tok *tk;
+    tmpl *t;
+    be_backend *be;
+    spec_opts so;
+    model *dm;                /* draft model, its tokenizer and backend    */
+    tok *dtk;
+    be_backend *dbe;
+    spec_proposer *spec;
+    met_registry *met;
+    eng *e;
+    int max_len;
+    int failed;
+    inf_err err;
+    pthread_t loader;
+    logger *log;
+    sdn *notify;
+    /* the systemd watchdog: pinged while the engine is alive */
+    pthread_t watchdog;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    int wd_stop, wd_running;
+    char *model_dir;          /* the Hub snapshot of a model given by id   */
+    /* load progress */
+    int tty;
+    int last_pct, last_decile;
+} app;
+
+/* "4GiB", "512MiB", "2G", "1000000" in bytes; 0 on a malformed value. */
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0)
+        return 0;
+    while (*end == ' ')
+        end++;
+    double mul = 1;
+    if (!strcasecmp(end, "k") || !strcasecmp(end, "kib") || !strcasecmp(end, "kb"))
+        mul = 1024.0;
+    else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib") || !strcasecmp(end, "mb"))
+        mul = 1024.0 * 1024;
+    else if (!strcasecmp(end, "g") || !strcasecmp(end, "gib") || !strcasecmp(end, "gb"))
+        mul = 1024.0 * 1024 * 1024;
+    else if (*end)
+        return 0;
+    return (size_t)(v * mul);
+}
+
+static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v))
+        return INF_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble)
+        return inf_fail(err, INF_ERR_INVALID, "--speculative-config: \"%s\" must be an integer",
+                        key);
+    *out = (int)v->valuedouble;
+    return INF_OK;
+}
+
+/* --speculative-config JSON, or --speculative-model "[ngram]"|DIR with
+ * --num-speculative-tokens K and --ngram-prompt-lookup-max/min N. */
+static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
+{
+    memset(so, 0, sizeof *so);
+    so->k = o->num_spec_tokens > 0 ? o->num_spec_tokens : 4;
+    so->lookup_max = o->ngram_max > 0 ? o->ngram_max : 4;
+    so->lookup_min = o->ngram_min > 0 ? o->ngram_min : 1;
+    so->disable_by_batch_size = 8;
+    so->min_acceptance = 0.3;
+    if (o->spec_model) {
+        if (!strcmp(o->spec_model, "[ngram]")) {
+            so->method = SPEC_NGRAM;
+        } else {
+            so->method = SPEC_DRAFT;
+            so->model = o->spec_model;
+        }
+    }
+    if (o->spec_config) {
+        cJSON *j = cJSON_Parse(o->spec_config);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return inf_fail(err, INF_ERR_INVALID, "--speculative-config is not a JSON object");
+        }
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "method");
+        const cJSON *dir = cJSON_GetObjectItemCaseSensitive(j, "model");
+        const cJSON *floor = cJSON_GetObjectItemCaseSensitive(j, "min_acceptance");
+        int rc = INF_OK;
+        if (cJSON_IsString(dir) && strcmp(dir->valuestring, "[ngram]") != 0) {
+            so->method = SPEC_DRAFT;
+            snprintf(so->model_buf, sizeof so->model_buf, "%s", dir->valuestring);
+            so->model = so->model_buf;
+        } else if ((cJSON_IsString(m) && !strcmp(m->valuestring, "ngram")) ||
+                   (cJSON_IsString(dir) && !strcmp(dir->valuestring, "[ngram]"))) {
+            so->method = SPEC_NGRAM;
+        } else if (cJSON_IsString(m) && !strcmp(m->valuestring, "draft_model")) {
+            rc = inf_fail(err, INF_ERR_INVALID, "--speculative-config: method draft_model needs "
+                                                "\"model\": the draft's directory");
+        } else {
+            rc = inf_fail(err, INF_ERR_INVALID,
+                          "--speculative-config: say \"method\": \"ngram\" or give a draft "
+                          "\"model\" directory (got method %s)",
+                          cJSON_IsString(m) ? m->valuestring : "none");
+        }
+        if (!rc)
+            rc = json_int(j, "num_speculative_tokens", &so->k, err);
+        if (!rc)
+            rc = json_int(j, "prompt_lookup_max", &so->lookup_max, err);
+        if (!rc)
+            rc = json_int(j, "prompt_lookup_min", &so->lookup_min, err);
+        if (!rc)
+            rc = json_int(j, "disable_by_batch_size", &so->disable_by_batch_size, err);
+        if (!rc && floor) {
+            if (!cJSON_IsNumber(floor) || floor->valuedouble < 0 || floor->valuedouble > 1)
+                rc = inf_fail(err, INF_ERR_INVALID,
+                              "--speculative-config: \"min_acceptance\" must be in [0, 1]");
+            else
+                so->min_acceptance = floor->valuedouble;
+        }
+        cJSON_Delete(j);
+        if (rc)
+            return rc;
+    }
+    if (so->method != SPEC_OFF && (so->k < 1 || so->k > 32))
+        return inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
+                        so->k);
+    if (so->method == SPEC_NGRAM && (so->lookup_min < 1 || so->lookup_max < so->lookup_min))
+        return inf_fail(err, INF_ERR_INVALID,
+                        "prompt_lookup_min %d / prompt_lookup_max %d: need 1 <= min <= max",
+                        so->lookup_min, so->lookup_max);
+    return INF_OK;
+}
+
+/* The backend settings a target of these options gets (the draft's are
+ * derived from them). */
+static app_backend_config backend_config(const app *a, int max_len)
+{
+    const serve_opts *o = &a->o;
+    app_backend_config bc = app_backend_config_default();
+    bc.device = o->device;
+    bc.threads = o->threads;
+    bc.kernels = o->kernels;
+    bc.quant = o->quant;
+    bc.block_size = o->block_size;
+    bc.max_tokens = o->batched;
+    bc.max_context = max_len;
+    bc.max_seqs = o->max_num_seqs;
+    bc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
+    bc.kv_bytes = o->kv_mem ? parse_size(o->kv_mem) : 0;
+    bc.gpu_mem = o->gpu_mem;
+    bc.tp = o->tp;
+    bc.draft = a->so.method == SPEC_DRAFT ? a->dm : NULL;
+    return bc;
+}
+
+/* The proposer: the n-gram lookup, or the draft model (loaded by load(),
+ * before the target's backend, which on CUDA budgets for it) and its
+ * backend, which shares the target's KV block count. */
+static int spec_load(app *a, int max_len, int num_blocks, inf_err *err)
+{
+    const spec_opts *so = &a->so;
+    if (so->method == SPEC_NGRAM) {
+        spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
+        return spec_ngram_create(&nc, &a->spec, err);
+    }
+    int rc = tok_create(so->model, &a->dtk, err);
+    if (!rc)
+        rc = spec_draft_check_tokenizers(a->tk, a->dtk, so->model, err);
+    if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
+                      "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
+    int draft_len = model_context(&a->dm->cfg);
+    if (!rc && draft_len < max_len)
+        log_msg(a->log, LOG_INFO, "loader", NULL,
+                "%s: the draft's context (%d) is shorter than the served context (%d): "
+                "sequences past %d tokens are not speculated",
+                so->model, draft_len, max_len, draft_len);
+    app_backend_config dc = backend_config(a, max_len);
+    dc.is_draft = 1;
+    dc.draft = NULL;
+    dc.num_blocks = num_blocks;
+    app_backend db = {0};
+    if (!rc)
+        rc = app_backend_open(a->dm, &dc, &db, err);
+    a->dbe = db.be;
+    if (!rc) {
+        spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = num_blocks,
+                                .block_size = a->o.block_size, .max_tokens = a->o.batched,
+                                .max_seqs = a->o.max_num_seqs, .max_len = max_len,
+                                .draft_len = draft_len, .vocab = a->m->cfg.vocab_size};
+        rc = spec_draft_create(&sc, &a->spec, err);
+    }
+    return rc;
+}
+
+static void on_ready(void *user)
+{
+    app *a = user;
+    api_set_ready(a->api, a->m, a->tk, a->t, a->e, a->met, a->max_len);
+    const char *id = a->o.served_name ? a->o.served_name : a->o.model;
+    log_msg(a->log, LOG_INFO, "server", NULL, "ready: serving %s on %s:%d", id, a->o.host,
+            srv_port(a->srv));
+    /* the model is loaded and the port listens: now systemd may route to us */
+    sdn_send(a->notify, "READY=1\nSTATUS=serving %s on port %d", id, srv_port(a->srv));
+}
+
+static void on_failed(void *user)
+{
+    app *a = user;
+    log_msg(a->log, LOG_ERROR, "server", NULL, "%s", a->err.msg);
+    sdn_send(a->notify, "STATUS=failed: %s", a->err.msg);
+    srv_stop(a->srv);
+}
+
+static void on_shutdown(void *user)
+{
+    app *a = user;
+    sdn_send(a->notify, "STOPPING=1\nSTATUS=draining requests");
+}
+
+/* Pings the systemd watchdog at half its period while the engine lives: a
+ * stuck engine thread stops the pings and systemd restarts the service. */
+static void *watchdog_main(void *arg)
+{
+    app *a = arg;
+    double period = (double)sdn_watchdog_usec(a->notify) / 1e6;
+    pthread_mutex_lock(&a->wd_mu);
+    while (!a->wd_stop) {
+        if (!a->e || eng_alive(a->e, period))
+            sdn_send(a->notify, "WATCHDOG=1");
+        else
+            log_msg(a->log, LOG_ERROR, "server", NULL,
+                    "the engine thread has not stepped for %.0f s: not feeding the watchdog",
+                    period);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + period / 2;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&a->wd_cv, &a->wd_mu, &ts);
+    }
+    pthread_mutex_unlock(&a->wd_mu);
+    return NULL;
+}
+
+/* Weight loading progress: a bar on a terminal, a line per 10% otherwise,
+ * and systemd's STATUS=. */
+static void on_progress(void *user, size_t done, size_t total)
+{
+    app *a = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    if (pct == a->last_pct)
+        return;
+    a->last_pct = pct;
+    sdn_send(a->notify, "STATUS=loading weights: %d%%", pct);
+    if (a->tty && !log_is_json(a->log)) {
+        char bar[41];
+        int fill = pct * 40 / 100;
+        memset(bar, '#', (size_t)fill);
+        memset(bar + fill, '.', (size_t)(40 - fill));
+        bar[40] = '\0';
+        fprintf(stderr, "\rloading weights [%s] %3d%% (%.0f / %.0f MB)%s", bar, pct,
+                (double)done / 1e6, (double)total / 1e6, pct == 100 ? "\n" : "");
+    } else if (pct / 10 != a->last_decile) {
+        a->last_decile = pct / 10;
+        log_msg(a->log, LOG_INFO, "loader", NULL, "loading weights: %d%% (%.0f / %.0f MB)", pct,
+                (double)done / 1e6, (double)total / 1e6);
+    }
+}
+
+/* Hub download progress: a line per finished file and systemd's STATUS=. */
+static void on_download(void *user, const char *file, size_t done, size_t total)
+{
+    app *a = user;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 0;
+    if (pct == a->last_pct)
+        return;
+    a->last_pct = pct;
+    sdn_send(a->notify, "STATUS=downloading %s: %d%%", file, pct);
+    if (pct == 100)
+        log_msg(a->log, LOG_INFO, "loader", NULL, "downloaded %s (%.1f MB)", file,
+                (double)total / 1e6);
+}
+
+static void *load(void *arg)
+{
+    app *a = arg;
+    const serve_opts *o = &a->o;
+    double t0 = inf_now();
+    sdn_send(a->notify, "STATUS=loading %s", o->model);
+    const char *dir = o->model;
+    int rc = INF_OK;
+    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
+        hub_config hc;
+        hub_config_from_env(&hc);
+        hc.revision = o->revision ? o->revision : "main";
+        if (o->download_dir)
+            hc.cache = o->download_dir;
+        hc.progress = on_download;
+        hc.user = a;
+        if ((rc = hub_resolve(&hc, o->model, &a->model_dir, &a->err))) {
+            a->failed = 2; /* a usage problem: the id, the token, the network */
+            srv_post(a->srv, on_failed, a);
+            return NULL;
+        }
+        dir = a->model_dir;
+        log_msg(a->log, LOG_INFO, "loader", NULL, "%s: %s", o->model, dir);
+    }
+    rc = model_load(dir, &a->m, &a->err);
+    if (!rc) {
+        a->last_pct = a->last_decile = -1;
+        model_prefetch(a->m, on_progress, a);
+    }
+    if (!rc)
+        rc = tok_create(dir, &a->tk, &a->err);
+    if (!rc) {
+        char note[256] = "";
+        rc = tmpl_from_config(dir, o->chat_template, &a->t, note, sizeof note, &a->err);
+        if (!rc)
+            log_msg(a->log, tmpl_get_origin(a->t) == TMPL_FROM_FALLBACK ? LOG_WARN : LOG_INFO,
+                    "loader", NULL, "%s", note);
+    }
+    const model_config *c = rc ? NULL : &a->m->cfg;
+    int max_len = 0;
+    if (!rc) {
+        max_len = model_context(c);
+        if (o->max_model_len > max_len)
+            rc = inf_fail(&a->err, INF_ERR_INVALID,
+                          "--max-model-len %d is longer than the model's context (%d)",
+                          o->max_model_len, max_len);
+        else if (o->max_model_len > 0)
+            max_len = o->max_model_len;
+    }
+    if (!rc && tok_vocab_size(a->tk) > c->vocab_size)
+        rc = inf_fail(&a->err, INF_ERR_FORMAT, "%s: the tokenizer has %d pieces, the model %d",
+                      o->model, tok_vocab_size(a->tk), c->vocab_size);
+    if (!rc && a->so.method == SPEC_DRAFT)
+        rc = model_load(a->so.model, &a->dm, &a->err);
+    app_backend tb = {0};
+    if (!rc) {
+        app_backend_config bc = backend_config(a, max_len);
+        rc = app_backend_open(a->m, &bc, &tb, &a->err);
+        a->be = tb.be;
+        if (!rc && tb.note[0])
+            log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);
+        if (!rc && (size_t)(tb.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
+            log_msg(a->log, LOG_WARN, "loader", NULL,
+                    "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
+                    "requests will be refused",
+                    tb.num_blocks - 1, max_len);
+    }
+    if (!rc && a->so.method != SPEC_OFF)
+        rc = spec_load(a, max_len, tb.num_blocks, &a->err);
+    if (!rc) {
+        met_config mc = met_config_default();
+        mc.model_name = o->served_name ? o->served_name : o->model;
+        mc.max_model_len = max_len;
+        mc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
+        rc = met_create(&mc, &a->met, &a->err);
+    }
+    if (!rc) {
+        eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
+                         .max_prefill_while_decoding = o->prefill_decoding,
+                         .max_model_len = max_len, .block_size = o->block_size,
+                         .num_blocks = tb.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                         .enable_prefix_caching = o->prefix_caching,
+                         .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
+                         .notify = gcall_on_engine_output,
+                         .spec = a->spec, .spec_k = a->so.k,
+                         .spec_disable_batch = a->so.disable_by_batch_size,
+                         .spec_min_accept = a->so.min_acceptance, .log = a->log};
+        eng *e = NULL;
+        rc = eng_create(&ec, a->m, a->tk, a->be, &e, &a->err);
+        pthread_mutex_lock(&a->wd_mu); /* the watchdog reads it under wd_mu */
+        a->e = e;
+        pthread_mutex_unlock(&a->wd_mu);
+    }
+    if (rc) {
+        a->failed = 1;
+        srv_post(a->srv, on_failed, a);
+        return NULL;
+    }
+    log_msg(a->log, LOG_INFO, "loader", NULL,
+            "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights%s; context %d, KV "
+            "pool %d blocks of %d tokens, on %s (%s kernels)",
+            o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
+            inf_dtype_name(a->m->layers[0].wq.dtype),
+            o->quant != APP_QUANT_NONE ? " (layers quantized to int8)" : "", max_len,
+            tb.num_blocks - 1, o->block_size, o->device, tb.kernels);
+    if (a->spec)
+        log_msg(a->log, LOG_INFO, "loader", NULL,
+                "speculative decoding: %s, %d tokens per step, off at %d or more running, "
+                "acceptance floor %.2f",
+                a->so.method == SPEC_NGRAM ? "n-gram prompt lookup" : a->so.model, a->so.k,
+                a->so.disable_by_batch_size, a->so.min_acceptance);
+    a->max_len = max_len;
+    srv_post(a->srv, on_ready, a);
+    return NULL;
+}
+
+static void usage(FILE *f, const arg_spec *specs, int n)
+{
+    fprintf(f, "usage: inferd [serve] (DIR | --model DIR) [options]\n\n"
+               "An OpenAI-compatible server: /v1/completions, /v1/chat/completions,\n"
+               "/v1/models, /tokenize, /detokenize, /health, /metrics, /version.\n"
+               "Every option can also be set as INFERD_<NAME> (e.g. INFERD_API_KEY);\n"
+               "underscore spellings (--max_model_len) work too, and so do vLLM's\n"
+               "short aliases (-tp, -pp, -dp, -q) and the vLLM flags that change\n"
+               "nothing here (said at start-up; docs/vllm-flags.md lists them).\n\n"
+               "  inferd generate --help    offline generation\n\noptions:\n");
+    args_help(f, specs, n);
+}
+
+static int serve_run(int argc, char **argv, const vargs *v)
+{
+    app *a = calloc(1, sizeof *a);
+    if (!a)
+        return 1;
+    serve_opts *o = &a->o;
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
+                      .prefill_decoding = -1, .prefix_caching = 1,
+                      .block_size = 16, .device = NULL, .kernels = "auto", .tp = 1,
+                      .gpu_mem = 0.9f,
+                      .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
+                      .request_timeout_s = 60,
+                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
+    const arg_spec specs[] = {
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, or a Hub id "
+                                             "ORG/NAME (required; may come first, positionally)"},
+        {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
+                                                    "by id (default main)"},
+        {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "
+                                                          "$HF_HUB_CACHE, $HF_HOME/hub or "
+                                                          "~/.cache/huggingface/hub)"},
+        {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
+        {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
+        {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
+                                                 "/tokenize, /detokenize"},
+        {"served-model-name", ARG_STR, &o->served_name, "NAME", "model id in the API (default: "
+                                                                "--model as given)"},
+        {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
+                                                           "model's)"},
+        {"max-num-seqs", ARG_INT, &o->max_num_seqs, "N", "sequences running at once (default 64)"},
+        {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
+                                                              "(default 512)"},
+        {"max-prefill-tokens-while-decoding", ARG_INT, &o->prefill_decoding, "N",
+         "tokens per step of prompts longer than 8N while other requests decode, or one "
+         "per decoding request if more (default 8 on the CPU; 0, the step budget alone, "
+         "on CUDA)"},
+        {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
+        {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
+                                                          "4GiB or what the sequences need; on "
+                                                          "CUDA: from --gpu-memory-utilization)"},
+        {"device", ARG_STR, &o->device, "DEV", "cpu or cuda (default: cuda when a CUDA build "
+                                                "finds a GPU, else cpu)"},
+        {"gpu-memory-utilization", ARG_FLOAT, &o->gpu_mem, "F", "share of each GPU's memory "
+                                                                "to use (default 0.9)"},
+        {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
+        {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
+        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default) or int8: the "
+                                                            "layers' weights as int8 (W8A8), "
+                                                            "CPU only"},
+        {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
+        {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
+        {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
+         "a Jinja file, an inline Jinja template, or llama-2, mistral, chatml, zephyr, "
+         "llama-3, plain (default: the model's own)"},
+        {"max-waiting", ARG_INT, &o->max_waiting, "N", "queued requests before 503 (default "
+                                                       "1024)"},
+        {"max-connections", ARG_INT, &o->max_connections, "N", "concurrent connections "
+                                                               "(default 1024)"},
+        {"timeout", ARG_INT, &o->timeout_s, "SECONDS", "idle time allowed while a request is "
+                                                       "read (default 30)"},
+        {"request-timeout", ARG_INT, &o->request_timeout_s, "SECONDS", "a whole request (headers "
+                                                                      "and body) must arrive in "
+                                                                      "this (default 60; 0: none)"},
+        {"shutdown-grace", ARG_INT, &o->grace_s, "SECONDS", "on SIGTERM, time in-flight requests "
+                                                            "get (default 30)"},
+        {"max-body-mb", ARG_INT, &o->max_body_mb, "N", "request body limit in MiB (default 8)"},
+        {"max-logprobs", ARG_INT, &o->max_logprobs, "N", "logprobs/top_logprobs limit (default "
+                                                         "20)"},
+        {"max-n", ARG_INT, &o->max_n, "N", "choices per request limit (default 16)"},
+        {"disable-log-stats", ARG_FLAG, &o->disable_log_stats, NULL, "no periodic stats line"},
+        {"disable-access-log", ARG_FLAG, &o->disable_access_log, NULL, "no line per HTTP "
+                                                                       "request"},
+        {"log-format", ARG_STR, &o->log_format, "FMT", "text (default) or json"},
+        {"log-level", ARG_STR, &o->log_level, "LEVEL", "debug, info (default), warn, error"},
+        {"enable-prefix-caching", ARG_FLAG, &o->prefix_caching, NULL, "reuse cached KV blocks of "
+                                                                     "shared prefixes (default)"},
+        {"no-enable-prefix-caching", ARG_FLAG_OFF, &o->prefix_caching, NULL, "turn prefix "
+                                                                            "caching off"},
+        {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding, as vLLM: "
+         "{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4} or "
+         "{\"model\":\"DRAFT_DIR\",\"num_speculative_tokens\":4}"},
+        {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling: \"[ngram]\" or a "
+                                                              "draft model directory"},
+        {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
+        {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
+        {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
+        {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
+                                                "flags override it, it overrides INFERD_*"},
+    };
+    int n_specs = (int)(sizeof specs / sizeof *specs), help = 0, rc = 1;
+    inf_err err = {0};
+    cfg_file *cf = NULL;
+    /* environment < config file < command line */
+    if (args_from_env(specs, n_specs, "INFERD_", &err) ||
+        args_parse(specs, n_specs, argc, argv, &help, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        free(a);
+        return 2;
+    }
+    if (o->config && !help) {
+        const char *path = o->config;
+        if (args_from_env(specs, n_specs, "INFERD_", &err) ||
+            cfg_load(path, specs, n_specs, &cf, &err) ||
+            args_parse(specs, n_specs, argc, argv, &help, &err)) {
+            fprintf(stderr, "inferd: %s\n", err.msg);
+            cfg_free(cf);
+            free(a);
+            return 2;
+        }
+    }
+    if (help) {
+        usage(stdout, specs, n_specs);
+        free(a);
+        return 0;
+    }
+    if (!o->device)
+        o->device = app_backend_default_device();
+    o->quant = app_backend_quant(o->quantization);
+    const char *bad = !o->model ? "--model is required (see --help)"
+                      : (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+                          ? "--device is cpu or cuda"
+                      : (o->tp != 1 && !strcmp(o->device, "cpu"))
+                          ? "--tensor-parallel-size: only 1 on the CPU"
+                      : o->quant < 0 ? "--quantization is none or int8"
+                      : (o->quant != APP_QUANT_NONE && strcmp(o->device, "cpu"))
+                          ? "--quantization int8 runs on the CPU only (--device cpu)"
+                      : (o->gpu_mem <= 0 || o->gpu_mem > 1)
+                          ? "--gpu-memory-utilization is in (0, 1]"
+                      : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
+                         o->max_body_mb < 1 || o->port < 0 || o->port > 65535 ||
+                         o->prefill_decoding < -1)
+                          ? "sizes and limits must be positive"
+                      : (o->kv_mem && !parse_size(o->kv_mem)) ? "--kv-cache-memory: expected e.g. "
+                                                                "4GiB or 512MiB"
+                                                              : NULL;
+    if (bad) {
+        fprintf(stderr, "inferd: %s\n", bad);
+        free(a);
+        return 2;
+    }
+    if (o->batched < o->max_num_seqs)
+        o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
+    if (o->prefill_decoding < 0) /* a CPU pays per token; a GPU hardly does until it is full */
+        o->prefill_decoding = !strcmp(o->device, "cpu") ? 8 : 0;
+    log_config lc = log_config_default();
+    static const char *levels[] = {"debug", "info", "warn", "error"};
+    int lv = -1;
+    for (int i = 0; i < 4 && o->log_level; i++)
+        if (!strcmp(o->log_level, levels[i]))
+            lv = i;
+    if ((o->log_format && strcmp(o->log_format, "text") && strcmp(o->log_format, "json")) ||
+        (o->log_level && lv < 0)) {
+        fprintf(stderr, "inferd: --log-format is text or json; --log-level is debug, info, warn "
+                        "or error\n");
+        cfg_free(cf);
+        free(a);
+        return 2;
+    }
+    lc.format = o->log_format && !strcmp(o->log_format, "json") ? LOG_JSON : LOG_TEXT;
+    lc.min_level = lv >= 0 ? (log_level)lv : LOG_INFO;
+    a->tty = isatty(STDERR_FILENO);
+    if (spec_parse(o, &a->so, &err) || log_create(&lc, &a->log, &err) ||
+        sdn_create(&a->notify, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        log_destroy(a->log);
+        cfg_free(cf);
+        free(a);
+        return 2;
+    }
+    for (int i = 0; i < v->n_notes; i++) /* vLLM's flags that change nothing here */
+        log_msg(a->log, LOG_WARN, "args", NULL, "%s", v->notes[i]);
+    api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
+                     .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
+                     .max_model_len = 0, .max_waiting = o->max_waiting,
+                     .limits = oai_limits_default()};
+    ac.limits.max_logprobs = o->max_logprobs;
+    ac.limits.max_n = o->max_n;
+    srv_config sc = srv_config_default();
+    sc.host = o->host;
+    sc.port = o->port;
+    sc.max_body = (size_t)o->max_body_mb << 20;
+    sc.max_connections = o->max_connections;
+    sc.timeout_s = o->timeout_s;
+    sc.request_timeout_s = o->request_timeout_s;
+    sc.grace_s = o->grace_s;
+    sc.log = a->log;
+    sc.access_log = !o->disable_access_log;
+    sc.on_shutdown = on_shutdown;
+    sc.user = a;
+    if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+        log_msg(a->log, LOG_ERROR, "server", NULL, "%s", err.msg);
+        sdn_send(a->notify, "STATUS=failed: %s", err.msg);
+        api_destroy(a->api);
+        sdn_destroy(a->notify);
+        log_destroy(a->log);
+        cfg_free(cf);
+        free(a);
+        return 1;
+    }
+    api_set_server(a->api, a->srv);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s:%d, loading %s",
+            inf_version(), inf_version_build(), o->host, srv_port(a->srv), o->model);
+    pthread_mutex_init(&a->wd_mu, NULL);
+    pthread_cond_init(&a->wd_cv, NULL);
+    if (sdn_watchdog_usec(a->notify) &&
+        pthread_create(&a->watchdog, NULL, watchdog_main, a) == 0)
+        a->wd_running = 1;
+    if (pthread_create(&a->loader, NULL, load, a) != 0) {
+        log_msg(a->log, LOG_ERROR, "server", NULL, "cannot start the loader thread");
+    } else {
+        srv_run(a->srv);
+        pthread_join(a->loader, NULL);
+        rc = a->failed;
+    }
+    if (a->wd_running) {
+        pthread_mutex_lock(&a->wd_mu);
+        a->wd_stop = 1;
+        pthread_cond_signal(&a->wd_cv);
+        pthread_mutex_unlock(&a->wd_mu);
+        pthread_join(a->watchdog, NULL);
+    }
+    pthread_cond_destroy(&a->wd_cv);
+    pthread_mutex_destroy(&a->wd_mu);
+    eng_destroy(a->e);
+    srv_destroy(a->srv);
+    if (a->spec)
+        a->spec->ops->destroy(a->spec);
+    be_destroy(a->dbe);
+    tok_destroy(a->dtk);
+    model_destroy(a->dm);
+    be_destroy(a->be);
+    met_destroy(a->met);
+    tmpl_destroy(a->t);
+    tok_destroy(a->tk);
+    model_destroy(a->m);
+    free(a->model_dir);
+    api_destroy(a->api);
+    log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
+    sdn_destroy(a->notify);
+    log_destroy(a->log);
+    cfg_free(cf);
+    free(a);
+    return rc;
+}
+
+int serve_main(int argc, char **argv)
+{
+    vargs v;
+    inf_err err = {0};
+    if (vargs_normalize(argc, argv, &v, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        return 2;
+    }
+    int rc = serve_run(v.argc, v.argv, &v);
+    vargs_free(&v);
+    return rc;
+}

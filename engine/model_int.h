@@ -1,0 +1,29 @@
+/* model_ internals shared by model.c (config sizes, weights) and mdesc.c
+ * (the forward recipe of each family): the strict config.json getters. */
+#ifndef INFERD_MODEL_INT_H
+#define INFERD_MODEL_INT_H
+
+#include <cJSON.h>
+
+#include "model.h"
+
+/* key's value, or NULL when absent or null (both mean "use the default"). */
+const cJSON *model__item(const cJSON *o, const char *key);
+
+/* A number / integer / boolean key: absent keeps *out; the wrong JSON type
+ * is INF_ERR_FORMAT naming path and key (an absent required int too). */
+int model__int(const cJSON *o, const char *key, int required, int *out, const char *path,
+               inf_err *err);
+int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err);
+int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err);
+
+/* The family of root (architectures[0], else model_type) into c->arch and
+ * c->desc.family, with its default head_dim (0: hidden / heads). */
+int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, const char *path,
+                  inf_err *err);
+
+/* The rest of c->desc from root, after the sizes are known; refuses (by
+ * key) what no backend computes. */
+int mdesc__parse(const cJSON *root, model_config *c, const char *path, inf_err *err);
+
+#endif
