@@ -56,6 +56,29 @@ static int json_int(const cJSON *o, const char *key, int dflt, const char *path,
     return INF_OK;
 }
 
+static int is_mlp_config(const cJSON *c)
+{
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(c, "architectures");
+    const cJSON *a0 = cJSON_IsArray(ar) ? cJSON_GetArrayItem(ar, 0) : NULL;
+    return (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mlp_speculator")) ||
+           (cJSON_IsString(a0) && !strcmp(a0->valuestring, "MLPSpeculatorPreTrainedModel"));
+}
+
+int spec_mlp_detect(const char *dir)
+{
+    char *path = inf_path_join(dir, "config.json"), *buf = NULL;
+    int missing = 0, is = 0;
+    if (path && inf_read_file(path, 1 << 20, &buf, NULL, &missing, NULL) == INF_OK) {
+        cJSON *c = cJSON_Parse(buf);
+        is = cJSON_IsObject(c) && is_mlp_config(c);
+        cJSON_Delete(c);
+    }
+    free(buf);
+    free(path);
+    return is;
+}
+
 static int read_config(mlp *m, const char *dir, inf_err *err)
 {
     char *path = inf_path_join(dir, "config.json"), *buf = NULL;
@@ -67,13 +90,7 @@ static int read_config(mlp *m, const char *dir, inf_err *err)
     if (!rc && !cJSON_IsObject(c))
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
     if (!rc) {
-        const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
-        const cJSON *ar = cJSON_GetObjectItemCaseSensitive(c, "architectures");
-        const cJSON *a0 = cJSON_IsArray(ar) ? cJSON_GetArrayItem(ar, 0) : NULL;
-        int is_mlp = (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mlp_speculator")) ||
-                     (cJSON_IsString(a0) && !strcmp(a0->valuestring,
-                                                     "MLPSpeculatorPreTrainedModel"));
-        if (!is_mlp)
+        if (!is_mlp_config(c))
             rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: not an MLP speculator (model_type "
                           "\"mlp_speculator\" or architectures "
                           "[\"MLPSpeculatorPreTrainedModel\"])", path);

@@ -32,6 +32,11 @@ typedef struct spec_mlp_config {
     int target_hidden;    /* refused unless equal to emb_dim                  */
 } spec_mlp_config;
 
+/* Whether dir/config.json describes an MLP speculator (model_type
+ * "mlp_speculator" or architectures ["MLPSpeculatorPreTrainedModel"]); 0
+ * when it does not or cannot be read. */
+int spec_mlp_detect(const char *dir);
+
 /* Loads and checks the checkpoint: a missing tensor, a wrong shape, a
  * vocabulary or hidden size that does not match the target's is a clear
  * error naming the file, tensor and numbers. */
