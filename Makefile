@@ -82,7 +82,7 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o \
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o engine/mdesc_rope.o \
                engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -168,14 +168,17 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
-OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o
+# The grammar engine (oai_gram.c compiles response_format & co. with it).
+GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GRAM_OBJ)
 
 # Each unit test links only its module and what that module needs (T_name);
 # a test without a T_ line links the whole library. Every test links the
 # shared temporary-directory fixture (tests/tdir.h).
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/mdesc.o engine/st.o
-T_test_mdesc  := engine/model.o engine/mdesc.o engine/st.o
+T_test_model  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+T_test_mdesc  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
 T_test_tok    := $(TOK_OBJ)
 T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
@@ -189,12 +192,15 @@ T_test_args   := app/args.o
 T_test_vargs  := app/vargs.o
 T_test_hub    := app/hub.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
+                 engine/jinja_access.o engine/jinja_ops.o engine/jinja_test.o \
                  engine/jinja_str.o engine/jinja_lib.o
 T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
 T_test_lp     := engine/lp.o engine/smp.o
 T_test_stop   := engine/stop.o
 T_test_metrics := engine/metrics.o
+T_test_gram   := $(GRAM_OBJ)
+T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
@@ -250,7 +256,10 @@ F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
-F_fuzz_config := engine/model.o engine/mdesc.o engine/st.o
+F_fuzz_config := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+F_fuzz_gram  := $(GRAM_OBJ)
+F_fuzz_gram_src := $(GRAM_OBJ)
+F_fuzz_tcall := server/tcall.o server/reason.o
 F_fuzz_tok   := $(TOK_OBJ)
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).

@@ -100,7 +100,9 @@ static void usage(FILE *f, const arg_spec *specs, int n)
 
 /* Runs the prompt through the engine the server uses, as its only request:
  * offline and served output are one path. */
-static int run(const gen_opts *o, inf_err *err)
+/* *bad_file is set when a tokenizer file is malformed or asks for what
+ * inferd does not implement (exit 2, as a usage problem). */
+static int run(const gen_opts *o, int *bad_file, inf_err *err)
 {
     model *m = NULL;
     tok *tk = NULL;
@@ -130,8 +132,10 @@ static int run(const gen_opts *o, inf_err *err)
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
-    if ((rc = tok_create(dir, &tk, err)))
+    if ((rc = tok_create(dir, &tk, err))) {
+        *bad_file = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
         goto done;
+    }
     if (tok_vocab_size(tk) > c->vocab_size) {
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model only %d",
                       o->model, tok_vocab_size(tk), c->vocab_size);
@@ -308,10 +312,11 @@ int generate_main(int argc, char **argv)
                         "positive, --max-tokens not negative\n");
         return 2;
     }
-    if (run(&o, &err)) {
+    int bad_file = 0;
+    if (run(&o, &bad_file, &err)) {
         fflush(stdout);
         fprintf(stderr, "inferd: error: %s\n", err.msg);
-        return 1;
+        return bad_file ? 2 : 1;
     }
     return 0;
 }

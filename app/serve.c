@@ -28,6 +28,8 @@
 #include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
+#include "server/reason.h"
+#include "server/tcall.h"
 #include "server/srv.h"
 
 typedef struct serve_opts {
@@ -44,6 +46,9 @@ typedef struct serve_opts {
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
         disable_access_log;
     const char *log_format, *log_level;
+    const char *tool_parser, *reasoning_parser;
+    int auto_tools;
+    int tool_kind, reasoning_kind; /* parsed from the two names; -1: none */
 } serve_opts;
 
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
@@ -397,8 +402,9 @@ static void *load(void *arg)
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
     }
-    if (!rc)
-        rc = tok_create(dir, &a->tk, &a->err);
+    int bad_tok = 0; /* a malformed or unsupported tokenizer file: exit 2 */
+    if (!rc && (rc = tok_create(dir, &a->tk, &a->err)))
+        bad_tok = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
     if (!rc) {
         char note[256] = "";
         rc = tmpl_from_config(dir, o->chat_template, &a->t, note, sizeof note, &a->err);
@@ -462,7 +468,7 @@ static void *load(void *arg)
         pthread_mutex_unlock(&a->wd_mu);
     }
     if (rc) {
-        a->failed = 1;
+        a->failed = bad_tok ? 2 : 1;
         srv_post(a->srv, on_failed, a);
         return NULL;
     }
@@ -551,6 +557,12 @@ static int serve_run(int argc, char **argv, const vargs *v)
         {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
          "a Jinja file, an inline Jinja template, or llama-2, mistral, chatml, zephyr, "
          "llama-3, plain (default: the model's own)"},
+        {"tool-call-parser", ARG_STR, &o->tool_parser, "NAME", "find tool calls in the output: "
+         "hermes, qwen3, llama3_json, mistral, deepseek_v3 or openai"},
+        {"enable-auto-tool-choice", ARG_FLAG, &o->auto_tools, NULL, "allow tool_choice \"auto\" "
+                                                                     "(needs --tool-call-parser)"},
+        {"reasoning-parser", ARG_STR, &o->reasoning_parser, "NAME", "split reasoning into "
+         "reasoning_content: deepseek_r1 or qwen3"},
         {"max-waiting", ARG_INT, &o->max_waiting, "N", "queued requests before 503 (default "
                                                        "1024)"},
         {"max-connections", ARG_INT, &o->max_connections, "N", "concurrent connections "
@@ -637,6 +649,19 @@ static int serve_run(int argc, char **argv, const vargs *v)
         free(a);
         return 2;
     }
+    inf_err perr = {0};
+    tcall_kind tk = TCALL_HERMES;
+    rsn_kind rk = RSN_QWEN3;
+    if ((o->tool_parser && tcall_kind_parse(o->tool_parser, &tk, &perr)) ||
+        (o->reasoning_parser && rsn_kind_parse(o->reasoning_parser, &rk, &perr)) ||
+        (o->auto_tools && !o->tool_parser &&
+         inf_fail(&perr, INF_ERR_INVALID, "--enable-auto-tool-choice needs --tool-call-parser"))) {
+        fprintf(stderr, "inferd: %s\n", perr.msg);
+        free(a);
+        return 2;
+    }
+    o->tool_kind = o->tool_parser ? (int)tk : -1;
+    o->reasoning_kind = o->reasoning_parser ? (int)rk : -1;
     if (o->batched < o->max_num_seqs)
         o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
     if (o->prefill_decoding < 0) /* a CPU pays per token; a GPU hardly does until it is full */
@@ -673,6 +698,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                      .max_model_len = 0, .max_waiting = o->max_waiting,
                      .limits = oai_limits_default()};
     ac.limits.max_logprobs = o->max_logprobs;
+    ac.limits.auto_tools = o->auto_tools;
+    ac.tool_parser = o->tool_kind;
+    ac.reasoning_parser = o->reasoning_kind;
     ac.limits.max_n = o->max_n;
     srv_config sc = srv_config_default();
     sc.host = o->host;

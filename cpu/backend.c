@@ -505,8 +505,9 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     else
         cpu_pool_run(be->pool, attn_run, &aj);
     linears(be, l, T, be->att, ld_q, QW_O, 1, &be->h, &ld_d);
-    if (be->md->bias_o)
-        per_token(be, T, op_bias_o, be->bias + (size_t)(l + 1) * (be->qdim + 2 * be->kvdim + be->D) - be->D);
+    if (be->md->bias_o) /* the last D of the layer's biases */
+        per_token(be, T, op_bias_o,
+                  be->bias + (size_t)(l + 1) * (be->qdim + 2 * be->kvdim + be->D) - be->D);
     if (be->md->sandwich)
         per_token(be, T, op_norm_h, g + NORM_POST_ATTN * be->D);
     per_token(be, T, op_residual, NULL);

@@ -25,6 +25,7 @@ void eng__finish(eng *e, eng_req *r, int reason, const char *error)
     }
     if (e->cfg.spec)
         e->cfg.spec->ops->release(e->cfg.spec, &r->ss);
+    eng__gram_detach(e, r);
     if (r->seq.state != SCHED_DONE)
         sched_remove(e->sch, &r->seq);
     pthread_mutex_lock(&r->mu);
@@ -85,7 +86,13 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
         return 1;
     }
     int reason = ENG_FINISH_NONE;
-    if (stopped)
+    if (eng__gram_refused(r)) { /* its mask makes this a bug */
+        char msg[96];
+        snprintf(msg, sizeof msg, "the grammar refused token %d", (int)t);
+        eng__finish(e, r, ENG_FINISH_ERROR, msg);
+        return 1;
+    }
+    if (stopped || eng__gram_must_end(r)) /* only EOS could follow */
         reason = ENG_FINISH_STOP;
     else if (r->n_output >= r->p.max_tokens || q->n_tokens >= e->cfg.max_model_len)
         reason = ENG_FINISH_LENGTH;

@@ -22,6 +22,12 @@ int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf
 int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, const char *path,
                   inf_err *err);
 
+/* RoPE r (r->theta set) for rot rotated dimensions under rope_scaling rs
+ * (NULL: none): kind, factor, attention factor, inverse frequencies (and
+ * LongRoPE's long ones, from original_max_position_embeddings on). */
+int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot, const model_config *c,
+                const char *path, inf_err *err);
+
 /* The rest of c->desc from root, after the sizes are known; refuses (by
  * key) what no backend computes. */
 int mdesc__parse(const cJSON *root, model_config *c, const char *path, inf_err *err);

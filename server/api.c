@@ -296,7 +296,8 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
     }
     gcall_env env = {.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
                      .model_id = a->cfg.model_id, .max_model_len = a->cfg.max_model_len,
-                     .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id};
+                     .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id,
+                     .tool_parser = a->cfg.tool_parser, .reasoning_parser = a->cfg.reasoning_parser};
     gcall_start(&env, c, r, prompts, n_prompts); /* takes r and prompts */
 }
 

@@ -18,6 +18,9 @@ typedef struct api_config {
     int max_model_len;
     int max_waiting;           /* requests queued before 503                  */
     oai_limits limits;
+    int tool_parser;           /* tcall_kind, or -1 (limits.auto_tools says
+                                  whether "auto" tool choice is on)           */
+    int reasoning_parser;      /* rsn_kind, or -1                             */
 } api_config;
 
 typedef struct api api;
