@@ -26,6 +26,7 @@
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
+#include "engine/spec_mlp.h"
 #include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
@@ -62,9 +63,10 @@ typedef struct serve_opts {
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
  * the older flags). */
 typedef struct spec_opts {
-    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT } method;
-    const char *model;        /* draft model directory                     */
+    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT, SPEC_MLP } method;
+    const char *model;        /* draft model or MLP speculator directory   */
     int k;                    /* num_speculative_tokens                    */
+    int k_given;              /* k came from the options                   */
     int lookup_max, lookup_min;
     int disable_by_batch_size;
     double min_acceptance;
@@ -144,6 +146,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
 {
     memset(so, 0, sizeof *so);
     so->k = o->num_spec_tokens > 0 ? o->num_spec_tokens : 4;
+    so->k_given = o->num_spec_tokens > 0;
     so->lookup_max = o->ngram_max > 0 ? o->ngram_max : 4;
     so->lookup_min = o->ngram_min > 0 ? o->ngram_min : 1;
     so->disable_by_batch_size = 8;
@@ -152,7 +155,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
         if (!strcmp(o->spec_model, "[ngram]")) {
             so->method = SPEC_NGRAM;
         } else {
-            so->method = SPEC_DRAFT;
+            so->method = spec_mlp_detect(o->spec_model) ? SPEC_MLP : SPEC_DRAFT;
             so->model = o->spec_model;
         }
     }
@@ -167,7 +170,12 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
         const cJSON *floor = cJSON_GetObjectItemCaseSensitive(j, "min_acceptance");
         int rc = INF_OK;
         if (cJSON_IsString(dir) && strcmp(dir->valuestring, "[ngram]") != 0) {
-            so->method = SPEC_DRAFT;
+            /* a directory: a draft model, or an MLP speculator (by its config,
+             * or "method": "mlp_speculator") */
+            so->method = (cJSON_IsString(m) && !strcmp(m->valuestring, "mlp_speculator")) ||
+                                 spec_mlp_detect(dir->valuestring)
+                             ? SPEC_MLP
+                             : SPEC_DRAFT;
             snprintf(so->model_buf, sizeof so->model_buf, "%s", dir->valuestring);
             so->model = so->model_buf;
         } else if ((cJSON_IsString(m) && !strcmp(m->valuestring, "ngram")) ||
@@ -182,6 +190,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
                           "\"model\" directory (got method %s)",
                           cJSON_IsString(m) ? m->valuestring : "none");
         }
+        so->k_given = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "num_speculative_tokens"));
         if (!rc)
             rc = json_int(j, "num_speculative_tokens", &so->k, err);
         if (!rc)
@@ -238,10 +247,22 @@ static app_backend_config backend_config(const app *a, int max_len)
  * backend, which shares the target's KV block count. */
 static int spec_load(app *a, int max_len, int num_blocks, inf_err *err)
 {
-    const spec_opts *so = &a->so;
+    spec_opts *so = &a->so;
     if (so->method == SPEC_NGRAM) {
         spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
         return spec_ngram_create(&nc, &a->spec, err);
+    }
+    if (so->method == SPEC_MLP) { /* fed the target's hidden states: no model, no KV */
+        spec_mlp_config mc = {.dir = so->model, .target_vocab = a->m->cfg.vocab_size,
+                              .target_hidden = a->m->cfg.hidden_size};
+        int rc = spec_mlp_create(&mc, &a->spec, err);
+        int np = rc ? 0 : spec_mlp_n_predict(a->spec);
+        if (!rc && so->k_given && so->k > np)
+            rc = inf_fail(err, INF_ERR_INVALID, "%s: num_speculative_tokens %d is more than the "
+                          "speculator's n_predict %d", so->model, so->k, np);
+        if (!rc && !so->k_given && np < so->k) /* the backend is sized for the default */
+            so->k = np;
+        return rc;
     }
     int rc = tok_create(so->model, &a->dtk, err);
     if (!rc)

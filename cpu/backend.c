@@ -56,6 +56,7 @@ typedef struct cpu_be {
     float *gate, *up;         /* [T][F]                                     */
     float *cosv, *sinv;       /* [n_rope][T][rot/2] RoPE rotation per token */
     int32_t *tok_seq;         /* [T] sequence index of each token           */
+    const be_batch *pending;  /* submitted, run by the next wait            */
     float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
     float *scores;            /* [nt][group][max_ctx]                       */
     cpu_qw **qw;              /* [L][QW_N] with --quantization int8, or NULL */
@@ -552,7 +553,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     per_token(be, T, op_residual, NULL);
 }
 
-static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
+static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
 {
     cpu_be *be = (cpu_be *)base;
     int rc = be_batch_check(base, b, be->max_tokens, be->max_ctx, 0, err);
@@ -570,16 +571,45 @@ static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_e
     const float *g = be->norms + (size_t)be->L * NORM_N * be->D;
     for (int i = 0; i < b->n_logits; i++)
         rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D, be->D);
+    if (b->want_hidden && out->hidden) /* the LM head's input, as it is */
+        memcpy(out->hidden, be->h, sizeof(float) * (size_t)b->n_logits * be->D);
+    if (!out->logits)
+        return INF_OK;
     mm_job lm = {.be = be, .n = 1,
-                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, logits, (size_t)be->V,
-                                b->n_logits)}};
+                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, out->logits,
+                                (size_t)be->V, b->n_logits)}};
     run_job(be, &lm);
     if (be->md->logit_softcap > 0) { /* Gemma 2's final soft-cap */
         float cap = (float)be->md->logit_softcap;
         for (size_t i = 0; i < (size_t)b->n_logits * be->V; i++)
-            logits[i] = softcap(logits[i], cap);
+            out->logits[i] = softcap(out->logits[i], cap);
     }
     return INF_OK;
+}
+
+/* Submit only remembers the batch: the forward runs in wait, on the
+ * caller's thread (there is nothing to overlap with on the CPU). */
+static int cpu_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
+{
+    cpu_be *be = (cpu_be *)base;
+    if (smp)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cpu: no device sampling; sample the logits "
+                        "on the host");
+    if (be->pending)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: a step is already submitted; wait for it "
+                        "first");
+    be->pending = b;
+    return INF_OK;
+}
+
+static int cpu_wait(be_backend *base, const be_out *out, inf_err *err)
+{
+    cpu_be *be = (cpu_be *)base;
+    const be_batch *b = be->pending;
+    if (!b)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: no step submitted");
+    be->pending = NULL;
+    return cpu_forward(base, b, out, err);
 }
 
 static void cpu_destroy(be_backend *base)
@@ -620,7 +650,8 @@ static void cpu_destroy(be_backend *base)
     free(be);
 }
 
-static const be_ops cpu_ops = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+static const be_ops cpu_ops = {.name = "cpu", .submit = cpu_submit, .wait = cpu_wait,
+                               .destroy = cpu_destroy};
 
 size_t cpu_backend_weight_bytes(const be_backend *base)
 {
@@ -725,6 +756,8 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->base.vocab_size = c->vocab_size;
     be->base.block_size = cfg->block_size;
     be->base.num_blocks = cfg->num_blocks;
+    be->base.hidden_size = c->hidden_size;
+    be->base.max_inflight = 1;
     be->m = m;
     be->k = k;
     be->k4 = cpu_q4k_select(cfg->kernels);

@@ -29,6 +29,7 @@ static void admit(eng *e, eng_req *r)
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
         eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
+        (e->hidden && !(r->hidden = malloc(sizeof(float) * (size_t)e->hidden_size))) ||
         eng__gram_attach(e, r, &err) != INF_OK ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;

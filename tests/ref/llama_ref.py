@@ -14,6 +14,8 @@ reads the model files itself and computes in float64, so its logits are the func
 the weights define, up to rounding far below float32's.
 
 --logits writes float64 logits [n_tokens, vocab] for every input position.
+--hidden writes the float64 final hidden state [n_tokens, hidden] (after the
+final RMSNorm, the LM head's input: what an MLP speculator reads).
 --generate N greedily continues the input (argmax, lowest id on ties) for N tokens
 (or until EOS is emitted with --stop-at-eos) with a KV cache, and prints one JSON
 line: {"prompt_ids", "ids", "text", "min_margin", "first_tie"}; min_margin is the
@@ -417,7 +419,8 @@ class Llama:
             else:
                 x = x + self.attention(i, self.norm(x, p + "input_layernorm.weight"), pos)
                 x = x + self.mlp(i, self.norm(x, p + "post_attention_layernorm.weight"))
-        return softcap(self.norm(x, "model.norm.weight") @ self.lm_head.T, c.logit_cap)
+        self.hidden = self.norm(x, "model.norm.weight")  # what a speculator reads
+        return softcap(self.hidden @ self.lm_head.T, c.logit_cap)
 
 
 # ---------------------------------------------------------------- greedy decoding
@@ -433,6 +436,7 @@ def generate(model, prompt_ids, n, stop_at_eos):
     """Greedy continuation: (prompt logits [len, vocab], new ids, smallest margin)."""
     model.reset()
     prompt_logits = model.forward(prompt_ids)
+    model.prompt_hidden = model.hidden
     last, ids, margin = prompt_logits[-1], [], float("inf")
     for _ in range(n):
         tok, gap = greedy_pick(last)
@@ -468,6 +472,8 @@ def parse_args():
     src.add_argument("--prompt", help="text, tokenized with DIR/tokenizer.model")
     ap.add_argument("--no-bos", action="store_true", help="no BOS before --prompt")
     ap.add_argument("--logits", metavar="OUT.npy", help="write float64 logits of the input")
+    ap.add_argument("--hidden", metavar="OUT.npy",
+                    help="write the float64 final hidden state (after the final norm) of the input")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="greedy tokens to generate")
     ap.add_argument("--stop-at-eos", action="store_true", help="stop after emitting EOS")
     ap.add_argument("--quantization", choices=["none", "int8", "int4"], default="none",
@@ -492,6 +498,8 @@ def main():
         np.save(a.logits, logits)
         if a.quantization in ("int8", "int4") and not a.generate:
             print(json.dumps({"near_ties": model.near_ties, "first_tie": model.first_tie}))
+    if a.hidden:
+        np.save(a.hidden, model.prompt_hidden)
     if a.generate:
         print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
                           "text": continuation_text(sp, prompt_ids, ids) if sp else None,
