@@ -11,6 +11,8 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 "$PYTHON" tests/ref/check_hidden.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 "$PYTHON" tests/ref/check_mlp_spec.py --build "$BUILD"
+# The MLP speculator trainer: the loss falls and its checkpoint loads in inferd.
+"$PYTHON" tests/ref/check_mlp_train.py --build "$BUILD"
 # The grammar engine against Python references (json, a JSON Schema validator, re).
 "$PYTHON" tests/ref/check_gram.py --build "$BUILD"
 # The daemon end to end: the official openai SDK and raw HTTP (node:test).

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""scripts/train_mlp_speculator end to end on a small target: inferd
+generates the data, a few training steps make the loss fall, and the
+checkpoint it writes loads in inferd (build/mlp_spec_dump, with the target's
+vocabulary and hidden size checked) and proposes what the float64 numpy
+version of the equations (mlp_spec_ref.py) computes from the same weights.
+
+  check_mlp_train.py [--build build] [--model DIR]
+
+Skips (saying so) when PyTorch is not importable: the trainer needs it.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import mlp_spec_ref as ref  # noqa: E402
+
+ROOT = os.path.join(HERE, "..", "..")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default=os.path.join(ROOT, "..", "shared", "models", "stories260K"))
+    a = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("SKIP check_mlp_train: PyTorch is not importable (python3-torch)")
+        return 0
+    if not os.path.exists(os.path.join(a.model, "config.json")):
+        print(f"SKIP check_mlp_train: {a.model} is absent")
+        return 0
+    failures = []
+    with open(os.path.join(a.model, "config.json")) as f:
+        cfg = json.load(f)
+    V, D = cfg["vocab_size"], cfg["hidden_size"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out, js = os.path.join(tmp, "spec"), os.path.join(tmp, "hist.json")
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
+                            "--target", a.model, "--out", out, "--build", a.build, "--seqs", "4",
+                            "--gen-tokens", "48", "--steps", "60", "--steps2", "20", "--batch", "64",
+                            "--n-predict", "3", "--json", js], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr)
+            print("FAIL: train_mlp_speculator failed")
+            return 1
+        loss = np.array(json.load(open(js))["loss"])  # [steps, n_predict]
+        first, last = loss[:5].sum(1).mean(), loss[55:60].sum(1).mean()
+        print(f"MLP speculator trainer on {os.path.basename(a.model)}: stage-1 loss "
+              f"{first:.3f} -> {last:.3f} (sum of 3 stages, mean of 5 steps)")
+        if not last < first - 1.0:
+            failures.append(f"the loss did not fall ({first:.3f} -> {last:.3f})")
+        with open(os.path.join(out, "config.json")) as f:
+            c = json.load(f)
+        if c.get("model_type") != "mlp_speculator" or c["vocab_size"] != V or c["emb_dim"] != D:
+            failures.append(f"config.json is not a speculator for the target: {c}")
+        rng = np.random.default_rng(5)
+        worst = 0.0
+        for trial in range(3):
+            h = rng.normal(0, 1.0, D).astype(np.float32)
+            tok = int(rng.integers(3, V))
+            want, want_toks = ref.run(out, h.astype(np.float64), tok, 3)
+            hf, lf = os.path.join(tmp, "h.f32"), os.path.join(tmp, "lg.f32")
+            h.tofile(hf)
+            d = subprocess.run([os.path.join(a.build, "mlp_spec_dump"), "--model", out, "--hidden", hf,
+                                "--token", str(tok), "--k", "3", "--out", lf,
+                                "--target-vocab", str(V), "--target-hidden", str(D)],
+                               capture_output=True, text=True)
+            if d.returncode:
+                failures.append(f"inferd refused the checkpoint: {d.stderr.strip()}")
+                break
+            got = np.fromfile(lf, dtype="<f4").reshape(3, V).astype(np.float64)
+            worst = max(worst, float(np.max(np.abs(got - want)) / np.max(np.abs(want))))
+            if [int(t) for t in d.stdout.split()] != want_toks:
+                failures.append("inferd's proposals from the trained checkpoint differ from numpy's")
+        print(f"  checkpoint loads in inferd; logits rel err vs numpy {worst:.1e}")
+        if not worst < 1e-5:
+            failures.append(f"logits differ from the reference (rel err {worst:.2e})")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
