@@ -120,7 +120,7 @@ static int open_cuda(const model *m, const app_backend_config *c, app_backend *o
         out->num_blocks = ci.num_blocks;
         snprintf(out->kernels, sizeof out->kernels, "cuda");
         snprintf(out->note, sizeof out->note,
-                 "cuda: %.160s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB per GPU",
+                 "cuda: %.80s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB per GPU",
                  ci.device, ci.tp, ci.weights / 1073741824.0, ci.acts / 1073741824.0,
                  ci.kv / 1073741824.0);
     }

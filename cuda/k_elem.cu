@@ -1,8 +1,9 @@
 // Per-token kernels: embedding gather, residual add + RMSNorm, biases and
-// QK-norm, RoPE + KV write, SwiGLU / GeGLU, soft-cap. Each token row is one block (or a row of blocks), so a
-// token's result never depends on the other rows of the batch. Products that
-// the CPU backend rounds separately (-ffp-contract=off) are written with
-// __fmul_rn / __fadd_rn so nvcc does not fuse them into FMAs either.
+// QK-norm, RoPE + KV write, SwiGLU / GeGLU, soft-cap. Each token row is one
+// block (or a row of blocks), so a token's result never depends on the other
+// rows of the batch. Products that the CPU backend rounds separately
+// (-ffp-contract=off) are written with __fmul_rn / __fadd_rn so nvcc does not
+// fuse them into FMAs either.
 #include "cuda/dev.cuh"
 #include "cuda/kern.h"
 
@@ -213,7 +214,8 @@ static __global__ void k_geglu(const float *gu, int F, uint16_t *out)
         return;
     const float *r = gu + (size_t)t * 2 * F;
     float g = r[i], u = r[F + i];
-    float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(g, __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(g, g), g))));
+    float cube = __fmul_rn(__fmul_rn(g, g), g);
+    float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(g, __fmul_rn(0.044715f, cube)));
     float a = __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
     out[(size_t)t * F + i] = f2bf(__fmul_rn(a, u));
 }

@@ -29,6 +29,8 @@ static void admit(eng *e, eng_req *r)
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
         eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
+        (e->hidden && !(r->hidden = malloc(sizeof(float) * (size_t)e->hidden_size))) ||
+        eng__gram_attach(e, r, &err) != INF_OK ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;
         eng__finish(e, r, ENG_FINISH_ERROR, err.msg[0] ? err.msg : "out of memory");
@@ -206,6 +208,7 @@ static void teardown(eng *e)
     kv_destroy(e->kv);
     smp_destroy(e->smp);
     eng__step_free(e);
+    eng__gram_free(e);
     free(e->active);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);

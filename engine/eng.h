@@ -81,6 +81,13 @@ typedef struct eng_params {
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
+    const char *grammar;  /* GBNF the output must match (gram_parse's syntax,
+                             already checked by the caller; copied), or NULL.
+                             The engine adds its mask to the request's logits
+                             processors (after the caller's), sharing the
+                             compiled automaton between requests with the
+                             same grammar; the request stops (STOP) once only
+                             EOS can follow                                */
     int keep_special;     /* special tokens in the text (skip_special_tokens
                              false; tok.h's TOK_KEEP_SPECIAL)               */
     /* Logits processors of the caller's (a grammar mask), applied after the

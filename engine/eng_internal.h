@@ -14,6 +14,7 @@
 
 #include "batch.h"
 #include "eng.h"
+#include "gram.h"
 #include "kv.h"
 #include "lp.h"
 #include "sched.h"
@@ -30,6 +31,11 @@ struct eng_req {
     char **stop;
     int32_t *stop_ids, *bias_ids;
     float *bias;
+    char *grammar;            /* GBNF text, or NULL                        */
+    gram_match *gm;           /* its matcher, inside the grammar processor
+                                 of lp (eng_gram.c); engine thread only     */
+    struct eng_gram_proc *gproc;
+    const char *gent_text;    /* its cache entry's key                     */
     /* engine-thread state */
     lp_chain lp;              /* its logits processors (the caller's until
                                  admission, then built-ins first)           */
@@ -44,6 +50,10 @@ struct eng_req {
     double t_arrival, t_last;  /* submit time; last token (for latencies)    */
     /* speculation */
     spec_seq ss;              /* the proposer's view and state             */
+    float *hidden;            /* [hidden_size] the target's hidden state at
+                                 the row of its last sampled token, for a
+                                 proposer that wants it (else NULL)         */
+    int has_hidden;
     int n_draft;              /* drafted tokens appended after the last real */
     int draft_slot;           /* row block of their probs in eng.dprobs     */
     double accept_avg;        /* recent acceptance (moving average)        */
@@ -88,6 +98,9 @@ struct eng {
     batch_builder *bb;
     int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
     float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
+    float *hidden;              /* [rows][hidden_size] when the proposer
+                                   wants hidden states, else NULL           */
+    int hidden_size;
     float *scratch;             /* [vocab]                                  */
     int max_rows;
     /* speculation (eng_spec.c) */
@@ -101,6 +114,10 @@ struct eng {
     float *tprobs;              /* [kmax+1][vocab] target distributions     */
     int32_t *argmaxes;          /* [kmax+1]                                 */
     long step_no;
+    /* grammars (eng_gram.c) */
+    gram_vocab *gvocab;         /* token id -> bytes, built at first use    */
+    struct eng_gram_ent *gcache;
+    int n_gcache, cap_gcache;
     /* the periodic log line */
     met_snap log_prev;
     double log_at;
@@ -155,14 +172,35 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
  * next token from (temperature and filters still to come). */
 void eng__process_row(eng *e, eng_req *r, const float *row, float *lg);
 
+/* ---- eng_gram.c: grammar-constrained output -------------------------------- */
+
+typedef struct eng_gram_ent eng_gram_ent;
+
+/* Gives r (with a grammar) its matcher, compiling or reusing the grammar's
+ * automaton, as the last processor of r->lp. */
+int eng__gram_attach(eng *e, eng_req *r, inf_err *err);
+/* At finish (engine thread): the matcher goes and the processor becomes a
+ * no-op, so freeing the request later (any thread) touches no engine state.
+ * No grammar: nothing. */
+void eng__gram_detach(eng *e, eng_req *r);
+/* The grammar refused an accepted token (then the request fails), or only
+ * EOS can follow (then it stops). */
+int eng__gram_refused(const eng_req *r);
+int eng__gram_must_end(const eng_req *r);
+void eng__gram_free(eng *e);
+
 /* ---- eng_spec.c: speculation ---------------------------------------------- */
 
 /* Takes r's unverified drafts off its tokens (and the proposer's state). */
 void eng__strip_drafts(eng *e, eng_req *r);
 
-/* Verifies r's first m drafts against the target's rows and emits what
- * survives; rejected drafts are rolled back (tokens, KV, proposer). */
-void eng__verify(eng *e, eng_req *r, const float *rows, int m);
+/* Verifies r's first m drafts against the target's rows (hid: their hidden
+ * states, or NULL) and emits what survives; rejected drafts are rolled back
+ * (tokens, KV, logits processors, proposer). */
+void eng__verify(eng *e, eng_req *r, const float *rows, const float *hid, int m);
+
+/* Keeps the hidden state of the row r's last token was sampled from. */
+void eng__keep_hidden(eng *e, eng_req *r, const float *hid);
 
 /* Drafts tokens for next step's decode tokens. */
 void eng__propose(eng *e);

@@ -35,8 +35,10 @@ static void req_free(eng_req *r)
     free(r->stop_ids);
     free(r->bias_ids);
     free(r->bias);
+    free(r->grammar);
     free(r->seq.tokens);
     lp_chain_clear(&r->lp);
+    free(r->hidden);
     tok_stream_destroy(r->ts);
     stop_destroy(r->stopper);
     free(r->sbuf);
@@ -72,10 +74,13 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
     r->p.stop_ids = NULL;
     r->p.bias_ids = NULL;
     r->p.bias = NULL;
+    r->p.grammar = NULL;
     r->p.procs = NULL;
     r->p.n_procs = 0;
     int ok = 1;
-    if (p->n_stop > 0) {
+    if (p->grammar)
+        ok = (r->grammar = strdup(p->grammar)) != NULL;
+    if (ok && p->n_stop > 0) {
         r->stop = calloc((size_t)p->n_stop, sizeof *r->stop);
         ok = r->stop != NULL;
         for (int i = 0; ok && i < p->n_stop; i++)

@@ -1,6 +1,6 @@
 /* mdesc_: each family's forward recipe read from config.json, with Hugging
- * Face's defaults for absent keys, and the RoPE frequencies computed once
- * (the equations are HF's modeling_rope_utils; docs/architectures.md). */
+ * Face's defaults for absent keys (RoPE's frequencies: mdesc_rope.c), and
+ * what a backend must implement for it. */
 #include "model_int.h"
 
 #include <math.h>
@@ -9,8 +9,8 @@
 
 typedef struct md_family {
     const char *arch, *model_type, *name;
-    int head_dim;      /* HF's default when head_dim is absent; 0: D / H  */
-    int tied;          /* HF's tie_word_embeddings default                */
+    int head_dim; /* HF's default when head_dim is absent; 0: D / H  */
+    int tied;     /* HF's tie_word_embeddings default                */
 } md_family;
 
 static const md_family families[] = {
@@ -22,13 +22,10 @@ static const md_family families[] = {
     {"Gemma3ForCausalLM", "gemma3_text", "gemma3", 256, 1},
     {"Phi3ForCausalLM", "phi3", "phi3", 0, 0},
 };
-#define N_FAMILIES (sizeof families / sizeof families[0])
+#define N_FAMILIES     (sizeof families / sizeof families[0])
 #define SUPPORTED_LIST "Llama, Mistral, Qwen2, Qwen3, Gemma2, Gemma3 (text), Phi3"
 
-static int is(const mdesc *d, const char *name)
-{
-    return strcmp(d->family, name) == 0;
-}
+static int is(const mdesc *d, const char *name) { return strcmp(d->family, name) == 0; }
 
 int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, const char *path,
                   inf_err *err)
@@ -38,7 +35,8 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
     if (a) {
         const cJSON *a0 = cJSON_GetArrayItem(a, 0);
         if (!cJSON_IsArray(a) || !cJSON_IsString(a0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'architectures' must be a list of names", path);
+            return inf_fail(err, INF_ERR_FORMAT, "%s: 'architectures' must be a list of names",
+                            path);
         for (size_t i = 0; i < N_FAMILIES && !f; i++)
             if (strcmp(a0->valuestring, families[i].arch) == 0)
                 f = &families[i];
@@ -49,7 +47,8 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
     } else {
         const cJSON *t = model__item(root, "model_type");
         if (!t)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: neither 'architectures' nor 'model_type' is set", path);
+            return inf_fail(err, INF_ERR_FORMAT,
+                            "%s: neither 'architectures' nor 'model_type' is set", path);
         if (!cJSON_IsString(t))
             return inf_fail(err, INF_ERR_FORMAT, "%s: 'model_type' must be a string", path);
         for (size_t i = 0; i < N_FAMILIES && !f; i++)
@@ -78,188 +77,6 @@ static int md_str(const cJSON *o, const char *key, const char **out, const char 
     return INF_OK;
 }
 
-/* ---- RoPE ------------------------------------------------------------------ */
-
-static void rope_plain(md_rope *r, int rot, double div)
-{
-    for (int i = 0; i < rot / 2; i++)
-        r->inv_freq[i] = pow(r->theta, -2.0 * i / rot) / div;
-}
-
-/* Llama 3.1: wavelengths longer than orig/low are divided by factor, shorter
- * than orig/high kept, the band between blended. */
-static void rope_llama3(md_rope *r, int rot, double low, double high, int orig)
-{
-    rope_plain(r, rot, 1.0);
-    double low_wl = orig / low, high_wl = orig / high;
-    for (int i = 0; i < rot / 2; i++) {
-        double f = r->inv_freq[i], wl = 2.0 * M_PI / f;
-        if (wl > low_wl) {
-            r->inv_freq[i] = f / r->factor;
-        } else if (wl >= high_wl) {
-            double s = (orig / wl - low) / (high - low);
-            r->inv_freq[i] = (1.0 - s) * f / r->factor + s * f;
-        }
-    }
-}
-
-static double yarn_mscale(double scale, double m)
-{
-    return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0;
-}
-
-static double yarn_dim(double rotations, int dim, double base, int orig)
-{
-    return dim * log(orig / (rotations * 2.0 * M_PI)) / (2.0 * log(base));
-}
-
-/* YaRN: interpolated (inv_freq / factor) below the ramp, extrapolated
- * (plain) above it, linear between dims low and high. */
-static void rope_yarn(md_rope *r, int rot, double beta_fast, double beta_slow, int orig,
-                      int truncate)
-{
-    double low = yarn_dim(beta_fast, rot, r->theta, orig);
-    double high = yarn_dim(beta_slow, rot, r->theta, orig);
-    if (truncate) {
-        low = floor(low);
-        high = ceil(high);
-    }
-    low = low > 0 ? low : 0;
-    high = high < rot - 1 ? high : rot - 1;
-    if (low == high)
-        high += 0.001;
-    for (int i = 0; i < rot / 2; i++) {
-        double pf = pow(r->theta, 2.0 * i / rot);
-        double ramp = (i - low) / (high - low);
-        ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
-        double ext = 1.0 - ramp;
-        r->inv_freq[i] = (1.0 / (r->factor * pf)) * (1.0 - ext) + (1.0 / pf) * ext;
-    }
-}
-
-static int rope_factors(const cJSON *rs, const char *key, int n, double *out, const char *path,
-                        inf_err *err)
-{
-    const cJSON *v = model__item(rs, key);
-    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling '%s' must be a list of %d numbers "
-                        "(rotary dimensions / 2)", path, key, n);
-    int i = 0;
-    for (const cJSON *e = v->child; e; e = e->next, i++) {
-        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling '%s' must hold positive numbers",
-                            path, key);
-        out[i] = e->valuedouble;
-    }
-    return INF_OK;
-}
-
-/* LongRoPE (Phi-3): inv_freq[i] = 1 / (factor_i * theta^(2i/rot)), short
- * factors below original_max_position_embeddings, long ones from there. */
-static int rope_longrope(const cJSON *root, const cJSON *rs, md_rope *r, int rot,
-                         const model_config *c, const char *path, inf_err *err)
-{
-    double sf[MD_MAX_FREQ], lf[MD_MAX_FREQ];
-    int rc, orig = 0, n = rot / 2;
-    if ((rc = rope_factors(rs, "short_factor", n, sf, path, err)) ||
-        (rc = rope_factors(rs, "long_factor", n, lf, path, err)) ||
-        (rc = model__int(rs, "original_max_position_embeddings", 0, &orig, path, err)) ||
-        (rc = model__int(root, "original_max_position_embeddings", 0, &orig, path, err)))
-        return rc;
-    double factor = r->factor;
-    if (model__item(root, "original_max_position_embeddings")) /* HF: the ratio wins */
-        factor = (double)c->max_position_embeddings / orig;
-    if (orig <= 0)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling type 'longrope' needs "
-                        "original_max_position_embeddings", path);
-    double af = factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log((double)orig));
-    if ((rc = model__num(rs, "attention_factor", &af, path, err)))
-        return rc;
-    for (int i = 0; i < n; i++) {
-        double p = pow(r->theta, 2.0 * i / rot);
-        r->inv_freq[i] = 1.0 / (sf[i] * p);
-        r->inv_freq_long[i] = 1.0 / (lf[i] * p);
-    }
-    r->attn_factor = af;
-    r->long_from = orig;
-    return INF_OK;
-}
-
-/* rope_scaling into r (theta already set), for rot rotated dimensions. */
-static int rope_parse(const cJSON *root, const cJSON *rs, md_rope *r, int rot,
-                      const model_config *c, const char *path, inf_err *err)
-{
-    r->kind = MD_ROPE_DEFAULT;
-    r->factor = 1.0;
-    r->attn_factor = 1.0;
-    r->long_from = INT_MAX;
-    const char *type = "default";
-    int rc;
-    if (rs) {
-        if (!cJSON_IsObject(rs))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'rope_scaling' must be an object", path);
-        const cJSON *t = model__item(rs, "rope_type");
-        if (!t)
-            t = model__item(rs, "type");
-        if (!cJSON_IsString(t))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling has no 'rope_type' string", path);
-        type = t->valuestring;
-        if ((rc = model__num(rs, "factor", &r->factor, path, err)))
-            return rc;
-        if (!(r->factor > 0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling 'factor' must be positive", path);
-    }
-    if (!strcmp(type, "default")) {
-        rope_plain(r, rot, 1.0);
-    } else if (!strcmp(type, "linear")) {
-        r->kind = MD_ROPE_LINEAR;
-        rope_plain(r, rot, r->factor);
-    } else if (!strcmp(type, "dynamic")) {
-        /* HF rescales only for sequences beyond max_position_embeddings,
-         * which is the longest context inferd runs a model at */
-        r->kind = MD_ROPE_DYNAMIC;
-        rope_plain(r, rot, 1.0);
-    } else if (!strcmp(type, "llama3")) {
-        double low = 1.0, high = 4.0;
-        int orig = 0;
-        if ((rc = model__num(rs, "low_freq_factor", &low, path, err)) ||
-            (rc = model__num(rs, "high_freq_factor", &high, path, err)) ||
-            (rc = model__int(rs, "original_max_position_embeddings", 1, &orig, path, err)))
-            return rc;
-        if (!(low > 0 && high > low && orig > 0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling llama3 needs 0 < low_freq_factor "
-                            "< high_freq_factor and original_max_position_embeddings > 0", path);
-        r->kind = MD_ROPE_LLAMA3;
-        rope_llama3(r, rot, low, high, orig);
-    } else if (!strcmp(type, "yarn")) {
-        double bf = 32, bs = 1, ms = 0, msa = 0, af = 0;
-        int orig = c->max_position_embeddings, trunc = 1;
-        if ((rc = model__num(rs, "beta_fast", &bf, path, err)) ||
-            (rc = model__num(rs, "beta_slow", &bs, path, err)) ||
-            (rc = model__num(rs, "mscale", &ms, path, err)) ||
-            (rc = model__num(rs, "mscale_all_dim", &msa, path, err)) ||
-            (rc = model__num(rs, "attention_factor", &af, path, err)) ||
-            (rc = model__bool(rs, "truncate", &trunc, path, err)) ||
-            (rc = model__int(rs, "original_max_position_embeddings", 0, &orig, path, err)))
-            return rc;
-        if (orig <= 0 || !(bf > 0 && bs > 0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling yarn has a bad "
-                            "original_max_position_embeddings, beta_fast or beta_slow", path);
-        r->kind = MD_ROPE_YARN;
-        rope_yarn(r, rot, bf, bs, orig, trunc);
-        r->attn_factor = af > 0 ? af
-                         : ms > 0 && msa > 0 ? yarn_mscale(r->factor, ms) / yarn_mscale(r->factor, msa)
-                                             : yarn_mscale(r->factor, 1.0);
-    } else if (!strcmp(type, "longrope") || !strcmp(type, "su")) {
-        r->kind = MD_ROPE_LONGROPE;
-        return rope_longrope(root, rs, r, rot, c, path, err);
-    } else {
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: rope_scaling type '%s' is not supported "
-                        "(linear, dynamic, llama3, yarn, longrope)", path, type);
-    }
-    return INF_OK;
-}
-
 /* ---- the recipe -------------------------------------------------------------- */
 
 static int parse_act(const cJSON *root, mdesc *d, const char *path, inf_err *err)
@@ -278,8 +95,10 @@ static int parse_act(const cJSON *root, mdesc *d, const char *path, inf_err *err
     else if (!strcmp(act, "gelu_pytorch_tanh"))
         d->act = MD_ACT_GELU_TANH;
     else
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (silu, "
-                        "gelu_pytorch_tanh)", path, key, act);
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "%s: %s '%s' is not supported (silu, "
+                        "gelu_pytorch_tanh)",
+                        path, key, act);
     return INF_OK;
 }
 
@@ -304,7 +123,8 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
     if ((rc = model__int(root, "sliding_window", 0, &W, path, err)))
         return rc;
     if (W < 0)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window' must not be negative (is %d)", path, W);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window' must not be negative (is %d)",
+                        path, W);
     c->sliding_window = W;
     memset(d->local, 0, sizeof d->local);
     d->window[0] = d->window[1] = 0;
@@ -324,7 +144,8 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
         if ((rc = model__int(root, "sliding_window_pattern", 0, &pattern, path, err)))
             return rc;
         if (pattern < 1)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window_pattern' must be positive", path);
+            return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window_pattern' must be positive",
+                            path);
         for (int l = 0; l < c->n_layers && !types; l++)
             d->local[l] = (l + 1) % pattern != 0;
     } else if (W > 0 && !types) { /* Llama, Mistral, Phi-3: every layer */
@@ -332,22 +153,28 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
     }
     if (types) {
         if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != c->n_layers)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'layer_types' must list num_hidden_layers (%d) "
-                            "names", path, c->n_layers);
+            return inf_fail(err, INF_ERR_FORMAT,
+                            "%s: 'layer_types' must list num_hidden_layers (%d) "
+                            "names",
+                            path, c->n_layers);
         int l = 0;
         for (const cJSON *t = types->child; t; t = t->next, l++) {
             if (cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention"))
                 d->local[l] = 1;
             else if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention"))
-                return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: layer_types[%d] must be "
-                                "'full_attention' or 'sliding_attention'", path, l);
+                return inf_fail(err, INF_ERR_UNSUPPORTED,
+                                "%s: layer_types[%d] must be "
+                                "'full_attention' or 'sliding_attention'",
+                                path, l);
         }
     }
     d->window[1] = W;
     for (int l = 0; l < c->n_layers; l++)
         if (d->local[l] && W == 0)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: layer %d slides but 'sliding_window' is not "
-                            "set", path, l);
+            return inf_fail(err, INF_ERR_FORMAT,
+                            "%s: layer %d slides but 'sliding_window' is not "
+                            "set",
+                            path, l);
     return INF_OK;
 }
 
@@ -360,12 +187,13 @@ static int parse_rope(const cJSON *root, model_config *c, const char *path, inf_
         return rc;
     d->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0; /* no cast of junk */
     if (!(prf > 0 && prf <= 1) || d->rot_dim < 2 || d->rot_dim % 2 || d->rot_dim / 2 > MD_MAX_FREQ)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g gives %d rotary "
-                        "dimensions (need an even number, 2 to %d)", path, prf, d->rot_dim,
-                        2 * MD_MAX_FREQ);
+        return inf_fail(err, INF_ERR_UNSUPPORTED,
+                        "%s: partial_rotary_factor %g gives %d rotary "
+                        "dimensions (need an even number, 2 to %d)",
+                        path, prf, d->rot_dim, 2 * MD_MAX_FREQ);
     d->rope[0].theta = c->rope_theta;
-    if ((rc = rope_parse(root, model__item(root, "rope_scaling"), &d->rope[0], d->rot_dim, c,
-                         path, err)))
+    if ((rc = mdesc__rope(root, model__item(root, "rope_scaling"), &d->rope[0], d->rot_dim, c, path,
+                         err)))
         return rc;
     d->rope[1] = d->rope[0];
     double local = 10000.0;
@@ -373,9 +201,10 @@ static int parse_rope(const cJSON *root, model_config *c, const char *path, inf_
         if ((rc = model__num(root, "rope_local_base_freq", &local, path, err)))
             return rc;
         if (!(local > 0))
-            return inf_fail(err, INF_ERR_FORMAT, "%s: 'rope_local_base_freq' must be positive", path);
+            return inf_fail(err, INF_ERR_FORMAT, "%s: 'rope_local_base_freq' must be positive",
+                            path);
         d->rope[1].theta = local;
-        rc = rope_parse(root, NULL, &d->rope[1], d->rot_dim, c, path, err);
+        rc = mdesc__rope(root, NULL, &d->rope[1], d->rot_dim, c, path, err);
     }
     return rc;
 }
@@ -412,8 +241,10 @@ int mdesc__parse(const cJSON *root, model_config *c, const char *path, inf_err *
         if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping")))
             d->logit_softcap = 0.0;
         if (!(qpas > 0) || d->attn_softcap < 0 || d->logit_softcap < 0)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: query_pre_attn_scalar must be positive and "
-                            "the soft-caps not negative", path);
+            return inf_fail(err, INF_ERR_FORMAT,
+                            "%s: query_pre_attn_scalar must be positive and "
+                            "the soft-caps not negative",
+                            path);
         d->attn_scale = 1.0 / sqrt(qpas);
     }
     if ((rc = parse_act(root, d, path, err)) || (rc = parse_bias(root, d, path, err)) ||
@@ -428,8 +259,8 @@ static int rope_same(const md_rope *a, const md_rope *b, int n)
 {
     return a->attn_factor == b->attn_factor && a->long_from == b->long_from &&
            !memcmp(a->inv_freq, b->inv_freq, (size_t)n * sizeof(double)) &&
-           (a->long_from == INT_MAX || !memcmp(a->inv_freq_long, b->inv_freq_long,
-                                               (size_t)n * sizeof(double)));
+           (a->long_from == INT_MAX ||
+            !memcmp(a->inv_freq_long, b->inv_freq_long, (size_t)n * sizeof(double)));
 }
 
 unsigned mdesc_features(const mdesc *d)
@@ -461,22 +292,22 @@ unsigned mdesc_features(const mdesc *d)
 const char *mdesc_feature_key(unsigned f)
 {
     switch (f) {
-    case MD_F_NORM_1P: return "RMSNorm with (1 + weight)";
-    case MD_F_GELU_TANH: return "hidden_activation gelu_pytorch_tanh";
-    case MD_F_BIAS_QKV: return "q/k/v projection bias";
-    case MD_F_BIAS_O: return "attention_bias (o_proj)";
-    case MD_F_QK_NORM: return "q_norm/k_norm";
-    case MD_F_SANDWICH: return "post_attention/post_feedforward norms";
-    case MD_F_PARTIAL_ROTARY: return "partial_rotary_factor";
-    case MD_F_ROPE_ATTN: return "rope_scaling attention factor";
-    case MD_F_ROPE_LONG: return "rope_scaling longrope";
-    case MD_F_ATTN_SCALE: return "query_pre_attn_scalar";
-    case MD_F_ATTN_SOFTCAP: return "attn_logit_softcapping";
-    case MD_F_LOGIT_SOFTCAP: return "final_logit_softcapping";
-    case MD_F_WINDOW: return "sliding_window";
-    case MD_F_LOCAL_ROPE: return "rope_local_base_freq";
-    case MD_F_EMBED_SCALE: return "embedding scale sqrt(hidden_size)";
-    default: return "?";
+        case MD_F_NORM_1P: return "RMSNorm with (1 + weight)";
+        case MD_F_GELU_TANH: return "hidden_activation gelu_pytorch_tanh";
+        case MD_F_BIAS_QKV: return "q/k/v projection bias";
+        case MD_F_BIAS_O: return "attention_bias (o_proj)";
+        case MD_F_QK_NORM: return "q_norm/k_norm";
+        case MD_F_SANDWICH: return "post_attention/post_feedforward norms";
+        case MD_F_PARTIAL_ROTARY: return "partial_rotary_factor";
+        case MD_F_ROPE_ATTN: return "rope_scaling attention factor";
+        case MD_F_ROPE_LONG: return "rope_scaling longrope";
+        case MD_F_ATTN_SCALE: return "query_pre_attn_scalar";
+        case MD_F_ATTN_SOFTCAP: return "attn_logit_softcapping";
+        case MD_F_LOGIT_SOFTCAP: return "final_logit_softcapping";
+        case MD_F_WINDOW: return "sliding_window";
+        case MD_F_LOCAL_ROPE: return "rope_local_base_freq";
+        case MD_F_EMBED_SCALE: return "embedding scale sqrt(hidden_size)";
+        default: return "?";
     }
 }
 
@@ -485,8 +316,10 @@ int mdesc_require(const mdesc *d, unsigned supported, const char *who, inf_err *
     unsigned missing = mdesc_features(d) & ~supported;
     for (unsigned f = 1; f & MD_F_ALL; f <<= 1)
         if (missing & f)
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s setting '%s' is not implemented by "
-                            "this backend", who, d->family, mdesc_feature_key(f));
+            return inf_fail(err, INF_ERR_UNSUPPORTED,
+                            "%s: %s setting '%s' is not implemented by "
+                            "this backend",
+                            who, d->family, mdesc_feature_key(f));
     return INF_OK;
 }
 

@@ -1,5 +1,7 @@
 #include "server/gcall.h"
 
+#include "server/gtools.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@ typedef struct choice {
     int finished;      /* finish seen on the loop thread                     */
     size_t text_sent;  /* bytes of output text sent (completions offsets)    */
     int prompt;        /* index of its prompt                                */
+    gtools *gt;        /* reasoning and tool calls, when the request has them */
 } choice;
 
 typedef struct gcall {
@@ -43,6 +46,7 @@ static void gcall_free(gcall *g)
     for (int i = 0; i < g->n_ch; i++) {
         eng_req_unref(g->ch[i].r);
         eng_out_free(&g->ch[i].out);
+        gtools_destroy(g->ch[i].gt);
     }
     free(g->ch);
     for (int i = 0; i < g->n_prompts; i++) {
@@ -202,6 +206,10 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
             cs[i].text = t.oom ? "" : t.p;
             cs[i].text_len = t.oom ? 0 : t.len;
         }
+        if (c->gt && gtools_feed(c->gt, cs[i].text, cs[i].text_len, 1, &cs[i])) {
+            cs[i].text = "";
+            cs[i].text_len = 0;
+        }
         lps[i] = to_oai_lps(&c->out, echo_len, &tops[i]);
         cs[i].lps = lps[i];
         cs[i].n_lps = lps[i] ? c->out.n_lps : 0;
@@ -234,17 +242,37 @@ static void stream_choice(gcall *g, choice *c)
     eng_out *o = &c->out;
     c->finished = o->finish != ENG_FINISH_NONE;
     oai_error err;
-    if (finish_error(o, &err)) { /* the status line is out: an error event */
+    int failed = finish_error(o, &err) != 0;
+    if (!o->len && !o->n_lps && !c->finished)
+        return;
+    oai_choice oc;
+    fill_choice(g, c, o, &oc);
+    if (failed) { /* the status line is out: the text so far, then an error event */
+        if (o->len || o->n_lps) {
+            oc.finish_reason = NULL;
+            oai_top *tops;
+            oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+            oc.lps = lps;
+            oc.n_lps = lps ? o->n_lps : 0;
+            queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL));
+            c->text_sent += o->len;
+            free(lps);
+            free(tops);
+        }
         char *e = oai_error_json(&err);
         if (e)
             inf_buf_printf(&g->out, "data: %s\n\n", e);
         free(e);
         return;
     }
-    if (!o->len && !o->n_lps && !c->finished)
-        return;
-    oai_choice oc;
-    fill_choice(g, c, o, &oc);
+    if (c->gt) {
+        if (gtools_feed(c->gt, oc.text, oc.text_len, c->finished, &oc))
+            oc.text_len = 0, oc.n_calls = 0, oc.reasoning = NULL;
+        if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !c->finished) {
+            c->text_sent += o->len;
+            return; /* all of it held back (a marker's start) or nothing to say yet */
+        }
+    }
     oai_top *tops;
     oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
     oc.lps = lps;
@@ -379,6 +407,7 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     p.bias = r->bias_values;
     p.n_bias = r->n_bias;
     p.logprobs = r->logprobs;
+    p.grammar = r->grammar;
     p.cache_salt = r->cache_salt;
     p.no_speculation = !r->speculative;
     return p;
@@ -444,6 +473,12 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
             break;
         }
         eng_req_set_user(ch->r, g);
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "%.16s%d", g->id + strlen(g->id) - 16, i);
+        if (gtools_create(r, env->tool_parser, env->reasoning_parser, prefix, &ch->gt)) {
+            oai_fail(&err, 500, "internal_error", "", "out of memory");
+            break;
+        }
     }
     /* submit all, or none */
     int submitted = 0;

@@ -18,6 +18,8 @@ typedef struct gcall_env {
     int max_model_len;
     int max_waiting;
     uint64_t id_seq;         /* makes the response id                     */
+    int tool_parser;         /* --tool-call-parser: a tcall_kind, or -1   */
+    int reasoning_parser;    /* --reasoning-parser: an rsn_kind, or -1    */
 } gcall_env;
 
 /* One prompt, tokenized. echo: completions' echo text (malloc'd) or NULL. */

@@ -27,6 +27,14 @@ typedef struct oai_message {
     char *content;  /* NUL-terminated UTF-8 (empty allowed)             */
 } oai_message;
 
+/* A function the model may call (chat "tools"). */
+typedef struct oai_tool {
+    char *name;
+    char *parameters;  /* its JSON Schema as compact JSON text           */
+} oai_tool;
+
+enum { OAI_TOOL_NONE = 0, OAI_TOOL_AUTO, OAI_TOOL_REQUIRED, OAI_TOOL_NAMED };
+
 /* Everything a request asks for, validated. Absent optional fields hold
  * the documented defaults after oai_parse. */
 typedef struct oai_request {
@@ -75,6 +83,19 @@ typedef struct oai_request {
     char *user;                  /* OpenAI's end-user id; accepted, ignored     */
     char *cache_salt;            /* vLLM extension (prefix cache isolation)     */
     int speculative;             /* inferd extension: false opts out; default 1 */
+    char *grammar;               /* GBNF the output must match, compiled from
+                                    response_format, structured_outputs or
+                                    guided_* (oai_gram.c), or from tool_choice
+                                    required/named; NULL: none                 */
+    oai_tool *tools;             /* chat "tools" (functions only)               */
+    int n_tools;
+    int tool_choice;             /* OAI_TOOL_*: default AUTO with tools when
+                                    "auto" is enabled, else NONE (the tools are
+                                    still rendered by the template). REQUIRED: the output is a JSON list
+                                    of {"name", "parameters"}; NAMED: it is the
+                                    function's arguments (both by grammar)      */
+    char *tool_name;             /* NAMED: which function                       */
+    int parallel_tool_calls;     /* default 1; 0: REQUIRED makes one call       */
 } oai_request;
 
 /* Limits that come from server flags. */
@@ -83,6 +104,8 @@ typedef struct oai_limits {
     int max_logprobs;    /* default 20                  */
     int max_prompts;     /* completions batch; default 64 */
     int max_stop;        /* default 16 stop strings     */
+    int auto_tools;      /* tool_choice "auto" allowed (--enable-auto-tool-choice
+                            with --tool-call-parser); default 0 */
 } oai_limits;
 
 oai_limits oai_limits_default(void);
@@ -135,6 +158,15 @@ typedef struct oai_token_lp {
     int text_offset;         /* completions: offset of the token in the text   */
 } oai_token_lp;
 
+/* A tool call in a response, or a piece of one in a chunk (chat). */
+typedef struct oai_tool_call {
+    int index;
+    const char *id;          /* NULL in a chunk after the call's first     */
+    const char *name;        /* likewise                                   */
+    const char *args;        /* the arguments' JSON text (or a piece)      */
+    size_t args_len;
+} oai_tool_call;
+
 /* One choice's content: the whole text (response) or this delta (chunk). */
 typedef struct oai_choice {
     int index;
@@ -147,6 +179,13 @@ typedef struct oai_choice {
     /* finish details (vLLM): the stop string or token id that ended it */
     const char *stop_reason_str;
     int stop_reason_id;        /* -1 when none                                 */
+    /* chat only: reasoning_content (NULL: none), tool calls, and whether
+     * message.content is null (a response of tool calls alone) */
+    const char *reasoning;
+    size_t reasoning_len;
+    const oai_tool_call *calls;
+    int n_calls;
+    int content_null;
 } oai_choice;
 
 typedef struct oai_usage {

@@ -269,8 +269,30 @@ static char *finish_print(cJSON *o, int sse)
 
 /* ---- encoding: bodies ---------------------------------------------------- */
 
+/* Tool calls: {"id","type","function":{"name","arguments"}} in a message;
+ * in a delta each also has "index", and id, type and name only in the
+ * call's first piece (as OpenAI streams them). */
+static cJSON *tool_calls_item(const oai_choice *c, int delta)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < c->n_calls; i++) {
+        const oai_tool_call *t = &c->calls[i];
+        cJSON *o = cJSON_CreateObject(), *f = NULL;
+        if (attach(arr, NULL, o) || (delta && attach(o, "index", cJSON_CreateNumber(t->index))) ||
+            (t->id && (attach(o, "id", cstr_item(t->id)) || attach(o, "type", cstr_item("function")))) ||
+            attach(o, "function", f = cJSON_CreateObject()) ||
+            (t->name && attach(f, "name", cstr_item(t->name))) ||
+            attach(f, "arguments", oai__str_item(t->args, t->args_len))) {
+            cJSON_Delete(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
 /* One choice: for chat, a `container` object ("message", or "delta" in a
- * chunk) with the role and content when asked; for completions, the text. */
+ * chunk) with the role and content when asked, reasoning_content and
+ * tool_calls when there are any; for completions, the text. */
 static cJSON *choice_item(int chat, const oai_choice *c, const char *container, int role,
                           int content)
 {
@@ -279,9 +301,14 @@ static cJSON *choice_item(int chat, const oai_choice *c, const char *container, 
     if (!ch || attach(ch, "index", cJSON_CreateNumber(c->index)))
         goto fail;
     if (chat) {
+        int delta = !strcmp(container, "delta");
         if (attach(ch, container, inner = cJSON_CreateObject()) ||
             (role && attach(inner, "role", cJSON_CreateString("assistant"))) ||
-            (content && attach(inner, "content", oai__str_item(c->text, c->text_len))) ||
+            (content && attach(inner, "content", c->content_null ? cJSON_CreateNull()
+                                                                 : oai__str_item(c->text, c->text_len))) ||
+            (c->reasoning && attach(inner, "reasoning_content",
+                                    oai__str_item(c->reasoning, c->reasoning_len))) ||
+            (c->n_calls && attach(inner, "tool_calls", tool_calls_item(c, delta))) ||
             attach(ch, "logprobs", chat_logprobs_item(c)))
             goto fail;
     } else if (attach(ch, "text", oai__str_item(c->text, c->text_len)) ||

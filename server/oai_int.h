@@ -4,6 +4,8 @@
  *   oai_req.c     completions and chat bodies: the fields, oai_parse
  *   oai_prompt.c  prompts and chat messages
  *   oai_tok.c     /tokenize and /detokenize bodies
+ *   oai_gram.c    response_format, structured_outputs, guided_*: grammars
+ *   oai_tools.c   tools and tool_choice
  *   oai_enc.c     response bodies and stream chunks
  * Every string a response carries goes through json_esc (engine/json_esc.h). */
 #ifndef INFERD_OAI_INT_H
@@ -69,6 +71,17 @@ int oai__want_id(const cJSON *v, const char *param, const char *what, int32_t *o
 int oai__parse_prompt(const cJSON *o, const oai_limits *lim, oai_request *r, oai_error *err);
 int oai__parse_messages(const cJSON *o, oai_request *r, oai_error *err);
 int oai__parse_template_inputs(const cJSON *o, oai_request *r, oai_error *err);
+
+/* response_format, structured_outputs and guided_* into r->grammar. */
+int oai__parse_grammar(const cJSON *root, oai_request *r, oai_error *err);
+/* A JSON Schema's text into r->grammar (a 400 naming param when it cannot
+ * be compiled). */
+int oai__grammar_from_schema(oai_request *r, const char *schema, const char *param,
+                             oai_error *err);
+
+/* Chat's tools, tool_choice and parallel_tool_calls into r (after
+ * oai__parse_grammar: required and named choices set r->grammar). */
+int oai__parse_tools(const cJSON *root, const oai_limits *lim, oai_request *r, oai_error *err);
 
 /* Fills r with the defaults of a kind of request. */
 void oai__request_init(oai_request *r, oai_kind kind);

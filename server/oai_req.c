@@ -348,6 +348,7 @@ void oai__request_init(oai_request *r, oai_kind kind)
     r->logprobs = -1;
     r->skip_special_tokens = 1;
     r->speculative = 1;
+    r->parallel_tool_calls = 1;
 }
 
 int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim,
@@ -385,6 +386,8 @@ int oai_parse(oai_kind kind, const char *body, size_t len, const oai_limits *lim
         (rc = parse_stop(root, lim, &r, err)) ||
         (rc = parse_stop_ids(root, &r, err)) ||
         (rc = parse_bias(root, &r, err)) ||
+        (rc = oai__parse_grammar(root, &r, err)) ||
+        (kind == OAI_CHAT && (rc = oai__parse_tools(root, lim, &r, err))) ||
         (rc = oai__want_str(oai__get(root, "user"), "user", &r.user, err)) ||
         (rc = oai__want_str(oai__get(root, "cache_salt"), "cache_salt", &r.cache_salt, err)))
         goto fail;
@@ -429,5 +432,12 @@ void oai_request_free(oai_request *r)
     free(r->bias_values);
     free(r->user);
     free(r->cache_salt);
+    free(r->grammar);
+    for (int i = 0; i < r->n_tools; i++) {
+        free(r->tools[i].name);
+        free(r->tools[i].parameters);
+    }
+    free(r->tools);
+    free(r->tool_name);
     memset(r, 0, sizeof *r);
 }

@@ -18,15 +18,17 @@
 #include "engine/model.h"
 
 /* Sizes every config below shares: 4 layers, 4 heads of 16 on 2 KV heads. */
-#define SIZES "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, " \
-              "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100"
+#define SIZES                                                                                      \
+    "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4, "                  \
+    "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 100"
 
 /* Loads config text; returns the rc, the config in *c, the message in err. */
 static int load(const char *text, model_config *c, inf_err *err)
 {
     const char *base = getenv("INFERD_TEST_TMP");
     char path[600];
-    snprintf(path, sizeof path, "%s/test_mdesc-%d.json", base && *base ? base : "/tmp", (int)getpid());
+    snprintf(path, sizeof path, "%s/test_mdesc-%d.json", base && *base ? base : "/tmp",
+             (int)getpid());
     FILE *f = fopen(path, "w");
     assert_non_null(f);
     fputs(text, f);
@@ -75,9 +77,11 @@ static void test_mdesc_llama3_rope(void **state)
 {
     (void)state;
     model_config c;
-    load_ok("{\"architectures\": [\"LlamaForCausalLM\"], \"rope_theta\": 500000.0, \"rope_scaling\": "
-            "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
-            "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}, " SIZES "}", &c);
+    load_ok(
+        "{\"architectures\": [\"LlamaForCausalLM\"], \"rope_theta\": 500000.0, \"rope_scaling\": "
+        "{\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+        "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}, " SIZES "}",
+        &c);
     assert_int_equal(c.desc.rope[0].kind, MD_ROPE_LLAMA3);
     assert_int_equal(mdesc_features(&c.desc), 0); /* only the frequencies change */
     int kept = 0, divided = 0, between = 0;
@@ -107,13 +111,16 @@ static void test_mdesc_qwen2(void **state)
     (void)state;
     model_config c;
     load_ok("{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 32, "
-            "\"use_sliding_window\": false, \"max_window_layers\": 2, " SIZES "}", &c);
+            "\"use_sliding_window\": false, \"max_window_layers\": 2, " SIZES "}",
+            &c);
     assert_true(c.desc.bias_qkv && !c.desc.bias_o);
     assert_int_equal(mdesc_min_window(&c.desc), 0);
-    load_ok("{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 32, "
-            "\"use_sliding_window\": true, \"max_window_layers\": 2, \"rope_scaling\": "
-            "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}, " SIZES "}",
-            &c);
+    load_ok(
+        "{\"architectures\": [\"Qwen2ForCausalLM\"], \"sliding_window\": 32, "
+        "\"use_sliding_window\": true, \"max_window_layers\": 2, \"rope_scaling\": "
+        "{\"type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 64}, " SIZES
+        "}",
+        &c);
     assert_int_equal(c.desc.local[0] + c.desc.local[1], 0);
     assert_int_equal(c.desc.local[2] + c.desc.local[3], 2);
     assert_int_equal(mdesc_window(&c.desc, 3), 32);
@@ -165,11 +172,14 @@ static void test_mdesc_gemma3_local_global(void **state)
 {
     (void)state;
     model_config c;
-    load_ok("{\"architectures\": [\"Gemma3ForCausalLM\"], \"head_dim\": 16, \"num_hidden_layers\": 7, "
-            "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, \"sliding_window\": 512, "
-            "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}, "
-            "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
-            "\"num_key_value_heads\": 2, \"vocab_size\": 100}", &c);
+    load_ok(
+        "{\"architectures\": [\"Gemma3ForCausalLM\"], \"head_dim\": 16, \"num_hidden_layers\": 7, "
+        "\"attn_logit_softcapping\": null, \"final_logit_softcapping\": null, \"sliding_window\": "
+        "512, "
+        "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 8.0}, "
+        "\"hidden_size\": 64, \"intermediate_size\": 128, \"num_attention_heads\": 4, "
+        "\"num_key_value_heads\": 2, \"vocab_size\": 100}",
+        &c);
     const mdesc *d = &c.desc;
     assert_true(d->qk_norm && d->attn_softcap == 0 && d->logit_softcap == 0);
     for (int l = 0; l < 7; l++)
@@ -182,7 +192,8 @@ static void test_mdesc_gemma3_local_global(void **state)
     assert_true(mdesc_features(d) & MD_F_LOCAL_ROPE);
     load_ok("{\"architectures\": [\"Gemma3ForCausalLM\"], \"head_dim\": 16, \"sliding_window\": 8, "
             "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"full_attention\", "
-            "\"full_attention\"], " SIZES "}", &c);
+            "\"full_attention\"], " SIZES "}",
+            &c);
     assert_int_equal(c.desc.local[0] + c.desc.local[1] * 2 + c.desc.local[2] + c.desc.local[3], 2);
 }
 
@@ -196,7 +207,8 @@ static void test_mdesc_phi3_longrope(void **state)
     load_ok("{\"architectures\": [\"Phi3ForCausalLM\"], \"partial_rotary_factor\": 0.5, "
             "\"max_position_embeddings\": 4096, \"original_max_position_embeddings\": 1024, "
             "\"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1, 1, 2, 2], "
-            "\"long_factor\": [2, 3, 4, 5]}, " SIZES "}", &c);
+            "\"long_factor\": [2, 3, 4, 5]}, " SIZES "}",
+            &c);
     const mdesc *d = &c.desc;
     assert_true(d->fused_qkv);
     assert_int_equal(d->rot_dim, 8);
@@ -206,9 +218,11 @@ static void test_mdesc_phi3_longrope(void **state)
     assert_true(fabs(d->rope[0].inv_freq_long[3] - 1.0 / (5 * pow(10000.0, 6 / 8.0))) < 1e-18);
     unsigned f = mdesc_features(d);
     assert_true((f & MD_F_PARTIAL_ROTARY) && (f & MD_F_ROPE_LONG) && (f & MD_F_ROPE_ATTN));
-    load_fails("{\"architectures\": [\"Phi3ForCausalLM\"], \"original_max_position_embeddings\": 1024, "
-               "\"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1, 1], \"long_factor\": [2, 3]}, "
-               SIZES "}", INF_ERR_FORMAT, "short_factor");
+    load_fails(
+        "{\"architectures\": [\"Phi3ForCausalLM\"], \"original_max_position_embeddings\": 1024, "
+        "\"rope_scaling\": {\"type\": \"su\", \"short_factor\": [1, 1], \"long_factor\": [2, "
+        "3]}, " SIZES "}",
+        INF_ERR_FORMAT, "short_factor");
 }
 
 /* Mistral's window covers every layer. */
@@ -216,7 +230,8 @@ static void test_mdesc_mistral_window(void **state)
 {
     (void)state;
     model_config c;
-    load_ok("{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": 4096, " SIZES "}", &c);
+    load_ok("{\"architectures\": [\"MistralForCausalLM\"], \"sliding_window\": 4096, " SIZES "}",
+            &c);
     for (int l = 0; l < 4; l++)
         assert_int_equal(mdesc_window(&c.desc, l), 4096);
     assert_int_equal(mdesc_min_window(&c.desc), 4096);
@@ -228,10 +243,13 @@ static void test_mdesc_mistral_window(void **state)
 static void test_mdesc_refusals(void **state)
 {
     (void)state;
-    load_fails("{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_activation\": \"gelu\", " SIZES "}",
-               INF_ERR_UNSUPPORTED, "hidden_activation 'gelu'");
-    load_fails("{\"architectures\": [\"Gemma2ForCausalLM\"], \"layer_types\": [\"full_attention\"], " SIZES "}",
-               INF_ERR_FORMAT, "layer_types");
+    load_fails(
+        "{\"architectures\": [\"Gemma2ForCausalLM\"], \"hidden_activation\": \"gelu\", " SIZES "}",
+        INF_ERR_UNSUPPORTED, "hidden_activation 'gelu'");
+    load_fails(
+        "{\"architectures\": [\"Gemma2ForCausalLM\"], \"layer_types\": [\"full_attention\"], " SIZES
+        "}",
+        INF_ERR_FORMAT, "layer_types");
     load_fails("{\"architectures\": [\"Gemma3ForConditionalGeneration\"], " SIZES "}",
                INF_ERR_UNSUPPORTED, "Gemma3ForConditionalGeneration");
     model_config c;

@@ -290,10 +290,17 @@ static void test_sched_prefix_hit_skips_cached_blocks(void **state)
 /* Random adds, steps and cancels (fixed seed) on a small pool: the plan
  * always respects the budget and max_num_seqs, every planned token has a
  * block, and every block is back in the pool at the end. */
-static void random_no_leak(int caching)
+static void random_no_leak(int caching, int window)
 {
     enum { N = 40, STEPS = 4000 };
     fixture f = make_pc(24, 4, 6, 20, 48, caching);
+    if (window) { /* the same with a window's front given back each step */
+        sched_destroy(f.s);
+        sched_config sc = {.max_num_seqs = 6, .max_num_batched_tokens = 20,
+                           .max_model_len = 48, .kv_window = window};
+        inf_err e0 = {0};
+        assert_int_equal(sched_create(&sc, f.kv, &f.s, &e0), INF_OK);
+    }
     sched_seq *q[N] = {0};
     int limit[N];
     unsigned r = 2024;
@@ -315,6 +322,11 @@ static void random_no_leak(int caching)
         sched_plan *p = fake_step(&f);
         assert_true(p->n_tokens <= 20);
         assert_true(sched_num_running(f.s) <= 6);
+        for (int k = 0; window && k < p->n; k++) { /* planned positions have blocks */
+            const sched_seq *s = p->seqs[k];
+            for (int pos = s->n_computed - p->n_new[k]; pos < s->n_computed; pos++)
+                assert_true(s->kv.blocks[pos / 4] > 0);
+        }
         for (int k = 0; k < N; k++) /* done sequences leave */
             if (q[k] && q[k]->n_tokens >= limit[k]) {
                 sched_remove(f.s, q[k]);
@@ -335,7 +347,8 @@ static void random_no_leak(int caching)
 static void test_sched_random_no_leak(void **state)
 {
     (void)state;
-    random_no_leak(0);
+    random_no_leak(0, 0);
+    random_no_leak(0, 5);
 }
 
 /* With every layer windowed (kv_window), a sequence decoding to 4x the
@@ -387,7 +400,8 @@ static void test_sched_window_kv_flat(void **state)
 static void test_sched_random_no_leak_prefix_caching(void **state)
 {
     (void)state;
-    random_no_leak(1);
+    random_no_leak(1, 0);
+    random_no_leak(1, 6);
 }
 
 int main(void)

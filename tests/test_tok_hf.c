@@ -18,6 +18,7 @@
 #include "engine/tok.h"
 #include "engine/tok_hf.h"
 #include "engine/tok_int.h"
+#include "tests/tdir.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -434,16 +435,6 @@ static void test_tok_hf_errors_name_the_path(void **state)
 
 /* ----------------------------------------------------- directory choice */
 
-static char *tmpdir(void)
-{
-    const char *base = getenv("INFERD_TEST_TMP");
-    char tmpl[512];
-    snprintf(tmpl, sizeof tmpl, "%s/tok_hf_XXXXXX", base && *base ? base : "/tmp");
-    char *d = mkdtemp(tmpl);
-    assert_non_null(d);
-    return strdup(d);
-}
-
 static void write_file(const char *dir, const char *name, const char *text)
 {
     char p[600];
@@ -466,8 +457,7 @@ static void remove_file(const char *dir, const char *name)
  * BOS once, whatever the post-processor does. */
 static void test_tok_hf_dir_prefers_json(void **state)
 {
-    (void)state;
-    char *d = tmpdir();
+    const char *d = ((tdir *)*state)->path;
     write_file(d, "tokenizer.json", FALLBACK_JSON);
     write_file(d, "tokenizer.model", "not a sentencepiece model");
     write_file(d, "tokenizer_config.json",
@@ -486,10 +476,6 @@ static void test_tok_hf_dir_prefers_json(void **state)
     remove_file(d, "tokenizer.json");
     assert_int_not_equal(tok_create(d, &t, &e), INF_OK);
     assert_null(t);
-    remove_file(d, "tokenizer.model");
-    remove_file(d, "tokenizer_config.json");
-    rmdir(d);
-    free(d);
 }
 
 int main(void)
@@ -505,7 +491,7 @@ int main(void)
         cmocka_unit_test(test_tok_hf_keep_special),
         cmocka_unit_test(test_tok_hf_metaspace_first),
         cmocka_unit_test(test_tok_hf_errors_name_the_path),
-        cmocka_unit_test(test_tok_hf_dir_prefers_json),
+        cmocka_unit_test_setup_teardown(test_tok_hf_dir_prefers_json, tdir_setup, tdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
