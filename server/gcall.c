@@ -95,7 +95,8 @@ static void lp_rec(const eng_out *o, const eng_lp *e, const oai_top *tops, oai_t
 }
 
 /* oai logprob records for o's tokens; *tops receives the alternatives'
- * storage (free both). Offsets start at text_base. With echo (first: the
+ * storage (free both; also made, with no records, when o has only prompt
+ * logprobs). Offsets start at text_base. With echo (first: the
  * prompt's first token and its piece) the prompt's records come first: the
  * first token without a logprob, then o's prompt logprobs. */
 static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, const int32_t *first,
@@ -105,9 +106,9 @@ static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, const int32_
     int np = first ? 1 + o->n_plps : 0, n = np + o->n_lps;
     *tops = NULL;
     *n_out = 0;
-    if (!n)
+    if (!n && !o->n_plps)
         return NULL;
-    oai_token_lp *l = calloc((size_t)n, sizeof *l);
+    oai_token_lp *l = calloc((size_t)(n ? n : 1), sizeof *l);
     *tops = calloc((size_t)(o->n_alts ? o->n_alts : 1), sizeof **tops);
     if (!l || !*tops) {
         free(l);
@@ -126,9 +127,9 @@ static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, const int32_
                               .id = *first};
         for (int i = 0; i < o->n_plps; i++)
             lp_rec(o, &o->plps[i], *tops, &l[1 + i]);
-        size_t off = 0;
+        size_t off = 0; /* pieces (a BOS's) may not be in the echoed text */
         for (int i = 0; i < np; i++) {
-            l[i].text_offset = (int)off;
+            l[i].text_offset = (int)(off < text_base ? off : text_base);
             off += l[i].token_len;
         }
     }
