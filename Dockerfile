@@ -25,7 +25,7 @@ FROM debian:12 AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential pkg-config \
-        libcjson-dev libuv1-dev libmicrohttpd-dev libsentencepiece-dev libyaml-dev \
+        libcjson-dev libuv1-dev libmicrohttpd-dev libgnutls28-dev libsentencepiece-dev libyaml-dev \
         libcurl4-gnutls-dev nettle-dev \
         libpcre2-dev libutf8proc-dev \
  && rm -rf /var/lib/apt/lists/*
@@ -41,7 +41,7 @@ RUN make -j"$(nproc)" build/inferd \
 FROM debian:12-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libcjson1 libuv1 libmicrohttpd12 libsentencepiece0 libyaml-0-2 \
+        libcjson1 libuv1 libmicrohttpd12 libgnutls30 libsentencepiece0 libyaml-0-2 \
         libpcre2-8-0 libutf8proc2 \
         libstdc++6 libgcc-s1 libcurl3-gnutls libnettle8 ca-certificates \
         curl \
@@ -52,6 +52,12 @@ RUN groupadd --gid 10001 inferd \
  && install -d -m 0755 /models
 COPY --from=build /src/build/inferd /usr/local/bin/inferd
 
+# HTTPS: mount the key and certificate read-only (readable by uid 10001) and
+# set INFERD_SSL_KEYFILE / INFERD_SSL_CERTFILE (docs/security.md); the
+# HEALTHCHECK below speaks http, so then override it:
+#   docker run ... -v /etc/inferd/tls:/tls:ro -e INFERD_SSL_KEYFILE=/tls/server.key \
+#     -e INFERD_SSL_CERTFILE=/tls/server.pem \
+#     --health-cmd 'curl -fsSk https://127.0.0.1:8000/health' inferd
 # Listen on all the container's interfaces; the model at /models/model.
 # Shutdown grace 8 s: `docker stop` sends SIGKILL 10 s after SIGTERM by default
 # (Kubernetes: 30 s), so the drain finishes first. For a longer drain raise both:

@@ -3,6 +3,7 @@
 #
 #   make [all]            build build/inferd and the test binaries
 #   make test [SAN=1]     unit, reference, end-to-end, service and packaging checks
+#   make test TSAN=1      the same built with ThreadSanitizer (build/tsan; tsan.supp)
 #   make run [MODEL=DIR] [PORT=8000] [BIND=127.0.0.1]
 #                         serve MODEL (default: ../shared/models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
@@ -17,13 +18,22 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 PYTHON  ?= /usr/bin/python3
 SAN     ?= 0
+TSAN    ?= 0
 # CUDA=1 adds the CUDA backend (see the CUDA section below), built apart.
 CUDA    ?= 0
 ifeq ($(CUDA),1)
 BUILD   ?= build/cuda$(if $(filter 1,$(SAN)),-san)
 endif
 
-ifeq ($(SAN),1)
+ifeq ($(TSAN),1)
+# ThreadSanitizer: every test binary and the e2e daemon run under it; the
+# few reports from libraries built without it are listed, each with its
+# reason, in tests/tsan.supp. halt_on_error: a race fails the test.
+BUILD   ?= build/tsan
+OPT     ?= -O1 -fsanitize=thread -fno-omit-frame-pointer
+LDSAN   := -fsanitize=thread
+export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
+else ifeq ($(SAN),1)
 BUILD   ?= build/san
 OPT     ?= -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDSAN   := -fsanitize=address,undefined
@@ -41,7 +51,7 @@ WARN     = -Wall -Wextra -Werror
 CFLAGS  := -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -pthread -I. \
            $(shell pkg-config --cflags libcjson 2>/dev/null) $(EXTRA_CFLAGS)
 CXXFLAGS:= -std=c++17 $(OPT) -g $(WARN) -ffp-contract=off -pthread -I. $(EXTRA_CFLAGS)
-LDLIBS  := -lmicrohttpd -luv -lyaml -lsentencepiece -lcjson -lpcre2-8 -lutf8proc -lcurl -lnettle -lstdc++ -lm \
+LDLIBS  := -lmicrohttpd -lgnutls -luv -lyaml -lsentencepiece -lcjson -lpcre2-8 -lutf8proc -lcurl -lnettle -lstdc++ -lm \
            -pthread $(LDSAN)
 
 # Per-ISA kernel files: the rest of the binary stays baseline x86-64 and the
@@ -51,11 +61,15 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o
+                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o
+# The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
+MODEL_OBJ := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+             engine/gguf_model.o engine/hfq.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -82,8 +96,8 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) engine/model.o engine/mdesc.o engine/mdesc_rope.o \
-               engine/st.o engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
+               engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
@@ -177,8 +191,8 @@ OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GR
 # a test without a T_ line links the whole library. Every test links the
 # shared temporary-directory fixture (tests/tdir.h).
 T_test_st     := engine/st.o
-T_test_model  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
-T_test_mdesc  := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+T_test_model  := $(MODEL_OBJ)
+T_test_mdesc  := $(MODEL_OBJ)
 T_test_tok    := $(TOK_OBJ)
 T_test_tok_hf := $(TOK_OBJ)
 T_test_smp    := engine/smp.o
@@ -189,9 +203,12 @@ T_test_oai    := $(OAI_OBJ)
 T_test_oai_tok := $(OAI_OBJ)
 T_test_json_esc := engine/json_esc.o
 T_test_args   := app/args.o
+T_test_keys   := server/keys.o
+T_test_cors   := server/cors.o
 T_test_vargs  := app/vargs.o
 T_test_hub    := app/hub.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
+                 engine/jinja_access.o engine/jinja_ops.o engine/jinja_test.o \
                  engine/jinja_str.o engine/jinja_lib.o
 T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
@@ -201,6 +218,7 @@ T_test_metrics := engine/metrics.o
 T_test_gram   := $(GRAM_OBJ)
 T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
+T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)
@@ -255,11 +273,17 @@ F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
-F_fuzz_config := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o
+F_fuzz_config := $(MODEL_OBJ)
+F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_hfq   := engine/hfq.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o
 F_fuzz_tok   := $(TOK_OBJ)
+F_fuzz_st_index := engine/st.o
+F_fuzz_gen_config := engine/model.o engine/mdesc.o engine/st.o
+F_fuzz_cfg   := app/cfg.o app/args.o
+F_fuzz_tokenize := $(OAI_OBJ)
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).
 FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \

@@ -43,6 +43,14 @@ static int set_value(const arg_spec *s, const char *v, inf_err *err)
         *(float *)s->dst = x;
         return INF_OK;
     }
+    case ARG_STRS: {
+        arg_strs *l = s->dst;
+        if (l->n == ARG_STRS_MAX)
+            return inf_fail(err, INF_ERR_INVALID, "--%s: at most %d values", s->name,
+                            ARG_STRS_MAX);
+        l->v[l->n++] = v;
+        return INF_OK;
+    }
     case ARG_FLAG:
     case ARG_FLAG_OFF:
         break;
@@ -50,10 +58,35 @@ static int set_value(const arg_spec *s, const char *v, inf_err *err)
     return inf_fail(err, INF_ERR_INVALID, "--%s takes no value", s->name);
 }
 
+static const arg_spec *find_spec(const arg_spec *specs, int n_specs, const char *name,
+                                 size_t len)
+{
+    for (int k = 0; k < n_specs; k++)
+        if (same_name(name, len, specs[k].name))
+            return &specs[k];
+    return NULL;
+}
+
+/* A repeatable option named on this command line starts empty: these
+ * values replace the environment's and the config file's. */
+static void reset_named_lists(const arg_spec *specs, int n_specs, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            continue;
+        const char *name = argv[i] + 2, *eq = strchr(name, '=');
+        const arg_spec *s = find_spec(specs, n_specs, name, eq ? (size_t)(eq - name)
+                                                               : strlen(name));
+        if (s && s->kind == ARG_STRS)
+            ((arg_strs *)s->dst)->n = 0;
+    }
+}
+
 int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
                int *want_help, inf_err *err)
 {
     *want_help = 0;
+    reset_named_lists(specs, n_specs, argc, argv);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -64,10 +97,7 @@ int args_parse(const arg_spec *specs, int n_specs, int argc, char **argv,
             return inf_fail(err, INF_ERR_INVALID, "unexpected argument '%s'", a);
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        const arg_spec *s = NULL;
-        for (int k = 0; k < n_specs && !s; k++)
-            if (same_name(name, len, specs[k].name))
-                s = &specs[k];
+        const arg_spec *s = find_spec(specs, n_specs, name, len);
         if (!s)
             return inf_fail(err, INF_ERR_INVALID, "unknown option '--%.*s' (see --help)",
                             (int)len, name);
@@ -107,6 +137,8 @@ int args_set(const arg_spec *specs, int n_specs, const char *name, const char *v
     for (int k = 0; k < n_specs; k++) {
         if (!same_name(name, strlen(name), specs[k].name))
             continue;
+        if (specs[k].kind == ARG_STRS) /* one value from a config key replaces the rest */
+            ((arg_strs *)specs[k].dst)->n = 0;
         if (specs[k].kind != ARG_FLAG && specs[k].kind != ARG_FLAG_OFF)
             return set_value(&specs[k], value, err);
         if (!flag_value(&specs[k], value))
@@ -133,6 +165,8 @@ int args_from_env(const arg_spec *specs, int n_specs, const char *prefix, inf_er
                 return inf_fail(err, INF_ERR_INVALID, "%s expects true or false, got '%s'", var, v);
             continue;
         }
+        if (specs[i].kind == ARG_STRS)
+            ((arg_strs *)specs[i].dst)->n = 0;
         inf_err e2 = {0};
         int rc = set_value(&specs[i], v, &e2);
         if (rc)

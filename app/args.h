@@ -9,13 +9,22 @@
 #include "engine/common.h"
 
 /* ARG_FLAG sets its int to 1; ARG_FLAG_OFF ("--no-x") sets the same int
- * as an ARG_FLAG "--x" to 0, so whichever source comes last wins. */
-typedef enum arg_kind { ARG_STR, ARG_INT, ARG_FLOAT, ARG_FLAG, ARG_FLAG_OFF } arg_kind;
+ * as an ARG_FLAG "--x" to 0, so whichever source comes last wins. ARG_STRS
+ * is a repeatable option ("--api-key A --api-key B") collecting into an
+ * arg_strs; a source that names it (the command line, the environment, a
+ * config key) replaces what earlier sources gave, as for every option. */
+typedef enum arg_kind { ARG_STR, ARG_INT, ARG_FLOAT, ARG_FLAG, ARG_FLAG_OFF, ARG_STRS } arg_kind;
+
+#define ARG_STRS_MAX 64
+typedef struct arg_strs {
+    const char *v[ARG_STRS_MAX]; /* borrowed from argv, environ or the config */
+    int n;
+} arg_strs;
 
 typedef struct arg_spec {
     const char *name;    /* without dashes, e.g. "max-tokens"          */
     arg_kind kind;
-    void *dst;           /* const char **, int *, float * or int *     */
+    void *dst;           /* const char **, int *, float *, int * or arg_strs * */
     const char *metavar; /* shown in --help; NULL for flags            */
     const char *help;
 } arg_spec;

@@ -42,7 +42,7 @@ typedef struct app_backend {
     int num_blocks;       /* KV blocks it holds, null block included         */
     int max_context;      /* the context it was sized for                    */
     char kernels[32];     /* "avx2", ..., or "cuda"                          */
-    char note[256];       /* where it placed itself (CUDA), else ""          */
+    char note[384];       /* where it placed itself (CUDA), else ""          */
 } app_backend;
 
 /* Opens m's backend as c says (m must outlive it). Errors name the flag at

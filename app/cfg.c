@@ -90,9 +90,15 @@ static void put_scalar(inf_buf *b, const yaml_event_t *ev)
     inf_buf_put(b, "\"", 1);
 }
 
+/* Nesting deeper than any option needs: the recursion below must not be
+ * driven off the stack by a file of "[[[[..." (found by fuzz_cfg). */
+#define CFG_MAX_DEPTH 64
+
 /* The rest of a mapping or sequence (its start already read) as JSON. */
-static int to_json(yaml_parser_t *p, yaml_event_type_t start, inf_buf *b)
+static int to_json(yaml_parser_t *p, yaml_event_type_t start, inf_buf *b, int depth)
 {
+    if (depth > CFG_MAX_DEPTH)
+        return -1;
     int mapping = start == YAML_MAPPING_START_EVENT, n = 0;
     inf_buf_put(b, mapping ? "{" : "[", 1);
     for (;;) {
@@ -112,7 +118,7 @@ static int to_json(yaml_parser_t *p, yaml_event_type_t start, inf_buf *b)
         if (t == YAML_SCALAR_EVENT)
             put_scalar(b, &ev);
         else if (t == YAML_MAPPING_START_EVENT || t == YAML_SEQUENCE_START_EVENT)
-            rc = to_json(p, t, b);
+            rc = to_json(p, t, b, depth + 1);
         else
             rc = -1; /* anchors and aliases: not for a config file */
         yaml_event_delete(&ev);
@@ -172,7 +178,7 @@ int cfg_load(const char *path, const arg_spec *specs, int n_specs, cfg_file **ou
             } else if (val.type == YAML_MAPPING_START_EVENT ||
                        val.type == YAML_SEQUENCE_START_EVENT) {
                 inf_buf b = {0};
-                if (to_json(&p, val.type, &b) || b.oom) {
+                if (to_json(&p, val.type, &b, 1) || b.oom) {
                     free(b.p);
                     rc = inf_fail(err, INF_ERR_FORMAT, "%s:%zu: key '%s': cannot read its value",
                                   path, line, key);

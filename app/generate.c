@@ -12,10 +12,11 @@
 #include "app/hub.h"
 #include "engine/eng.h"
 #include "engine/model.h"
+#include "engine/gguf_model.h"
 #include "engine/tok.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization;
+    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization, *tokenizer;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h) */
     int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
@@ -100,7 +101,9 @@ static void usage(FILE *f, const arg_spec *specs, int n)
 
 /* Runs the prompt through the engine the server uses, as its only request:
  * offline and served output are one path. */
-static int run(const gen_opts *o, inf_err *err)
+/* *bad_file is set when a tokenizer file is malformed or asks for what
+ * inferd does not implement (exit 2, as a usage problem). */
+static int run(const gen_opts *o, int *bad_file, inf_err *err)
 {
     model *m = NULL;
     tok *tk = NULL;
@@ -130,8 +133,13 @@ static int run(const gen_opts *o, inf_err *err)
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
-    if ((rc = tok_create(dir, &tk, err)))
+    const char *tok_dir;
+    if ((rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, err)))
         goto done;
+    if ((rc = tok_create(tok_dir, &tk, err))) {
+        *bad_file = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
+        goto done;
+    }
     if (tok_vocab_size(tk) > c->vocab_size) {
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: tokenizer has %d pieces but the model only %d",
                       o->model, tok_vocab_size(tk), c->vocab_size);
@@ -228,7 +236,8 @@ static int run(const gen_opts *o, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
                 out.t_first > 0 ? (out.t_first - t1) * 1e3 : 0.0,
                 n > 1 ? (w.t_last - out.t_first) * 1e3 / (n - 1) : 0.0,
-                ab.kernels, o->quant != APP_QUANT_NONE ? " (int8 weights)" : "",
+                ab.kernels, o->quant == APP_QUANT_NONE ? ""
+                : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
                 o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
 done:
     eng_destroy(e); /* before r: it may still hold its reference */
@@ -249,8 +258,10 @@ int generate_main(int argc, char **argv)
     gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
                   .block_size = 16, .kernels = "auto", .device = "cpu"};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, or a Hub id ORG/NAME "
-                                            "(required)"},
+        {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
+                                            "Hub id ORG/NAME (required)"},
+        {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory (default: --model; "
+                                                    "required with a GGUF file)"},
         {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
         {"download-dir", ARG_STR, &o.download_dir, "DIR", "the Hub cache (default: "
                                                           "$HF_HUB_CACHE, $HF_HOME/hub or "
@@ -271,7 +282,7 @@ int generate_main(int argc, char **argv)
         {"threads", ARG_INT, &o.threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
         {"device", ARG_STR, &o.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
-        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default) or int8 (CPU only)"},
+        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 or int4 (CPU only)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
         {"max-num-batched-tokens", ARG_INT, &o.batched, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
@@ -299,8 +310,8 @@ int generate_main(int argc, char **argv)
     }
     o.quant = app_backend_quant(o.quantization);
     if (o.quant < 0 || (o.quant != APP_QUANT_NONE && strcmp(o.device, "cpu"))) {
-        fprintf(stderr, "inferd generate: --quantization is none or int8, and int8 runs on "
-                        "the CPU only\n");
+        fprintf(stderr, "inferd generate: --quantization is none, int8 or int4, and the "
+                        "quantized ones run on the CPU only\n");
         return 2;
     }
     if (o.batched < 1 || o.block_size < 1 || o.max_tokens < 0) {
@@ -308,10 +319,11 @@ int generate_main(int argc, char **argv)
                         "positive, --max-tokens not negative\n");
         return 2;
     }
-    if (run(&o, &err)) {
+    int bad_file = 0;
+    if (run(&o, &bad_file, &err)) {
         fflush(stdout);
         fprintf(stderr, "inferd: error: %s\n", err.msg);
-        return 1;
+        return bad_file ? 2 : 1;
     }
     return 0;
 }

@@ -19,11 +19,14 @@
 #include "app/hub.h"
 #include "app/sdn.h"
 #include "app/vargs.h"
+#include "engine/be_fault.h"
 #include "engine/eng.h"
+#include "engine/gguf_model.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
 #include "engine/spec.h"
 #include "engine/spec_draft.h"
+#include "engine/spec_mlp.h"
 #include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
@@ -32,8 +35,8 @@
 #include "server/srv.h"
 
 typedef struct serve_opts {
-    const char *model, *host, *api_key, *served_name, *device, *kernels, *kv_mem;
-    const char *quantization;
+    const char *model, *host, *served_name, *device, *kernels, *kv_mem;
+    const char *quantization, *tokenizer;
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
@@ -45,6 +48,13 @@ typedef struct serve_opts {
     int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
         disable_access_log;
     const char *log_format, *log_level;
+    /* TLS, keys and CORS (server/tls.h, keys.h, cors.h) */
+    arg_strs api_keys;
+    const char *api_key_file, *ssl_keyfile, *ssl_certfile, *ssl_ca_certs;
+    int ssl_cert_reqs;
+    const char *allowed_origins, *allowed_methods, *allowed_headers;
+    int allow_credentials;
+    int fault_token;          /* -1: no fault injection (engine/be_fault.h) */
     const char *tool_parser, *reasoning_parser;
     int auto_tools;
     int tool_kind, reasoning_kind; /* parsed from the two names; -1: none */
@@ -53,9 +63,10 @@ typedef struct serve_opts {
 /* Speculative decoding as configured (vLLM's --speculative-config keys, or
  * the older flags). */
 typedef struct spec_opts {
-    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT } method;
-    const char *model;        /* draft model directory                     */
+    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT, SPEC_MLP } method;
+    const char *model;        /* draft model or MLP speculator directory   */
     int k;                    /* num_speculative_tokens                    */
+    int k_given;              /* k came from the options                   */
     int lookup_max, lookup_min;
     int disable_by_batch_size;
     double min_acceptance;
@@ -71,6 +82,7 @@ typedef struct app {
     tok *tk;
     tmpl *t;
     be_backend *be;
+    be_backend *fault;        /* --fault-token-id: wraps be for the engine */
     spec_opts so;
     model *dm;                /* draft model, its tokenizer and backend    */
     tok *dtk;
@@ -134,6 +146,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
 {
     memset(so, 0, sizeof *so);
     so->k = o->num_spec_tokens > 0 ? o->num_spec_tokens : 4;
+    so->k_given = o->num_spec_tokens > 0;
     so->lookup_max = o->ngram_max > 0 ? o->ngram_max : 4;
     so->lookup_min = o->ngram_min > 0 ? o->ngram_min : 1;
     so->disable_by_batch_size = 8;
@@ -142,7 +155,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
         if (!strcmp(o->spec_model, "[ngram]")) {
             so->method = SPEC_NGRAM;
         } else {
-            so->method = SPEC_DRAFT;
+            so->method = spec_mlp_detect(o->spec_model) ? SPEC_MLP : SPEC_DRAFT;
             so->model = o->spec_model;
         }
     }
@@ -157,7 +170,12 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
         const cJSON *floor = cJSON_GetObjectItemCaseSensitive(j, "min_acceptance");
         int rc = INF_OK;
         if (cJSON_IsString(dir) && strcmp(dir->valuestring, "[ngram]") != 0) {
-            so->method = SPEC_DRAFT;
+            /* a directory: a draft model, or an MLP speculator (by its config,
+             * or "method": "mlp_speculator") */
+            so->method = (cJSON_IsString(m) && !strcmp(m->valuestring, "mlp_speculator")) ||
+                                 spec_mlp_detect(dir->valuestring)
+                             ? SPEC_MLP
+                             : SPEC_DRAFT;
             snprintf(so->model_buf, sizeof so->model_buf, "%s", dir->valuestring);
             so->model = so->model_buf;
         } else if ((cJSON_IsString(m) && !strcmp(m->valuestring, "ngram")) ||
@@ -172,6 +190,7 @@ static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
                           "\"model\" directory (got method %s)",
                           cJSON_IsString(m) ? m->valuestring : "none");
         }
+        so->k_given = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "num_speculative_tokens"));
         if (!rc)
             rc = json_int(j, "num_speculative_tokens", &so->k, err);
         if (!rc)
@@ -228,10 +247,22 @@ static app_backend_config backend_config(const app *a, int max_len)
  * backend, which shares the target's KV block count. */
 static int spec_load(app *a, int max_len, int num_blocks, inf_err *err)
 {
-    const spec_opts *so = &a->so;
+    spec_opts *so = &a->so;
     if (so->method == SPEC_NGRAM) {
         spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
         return spec_ngram_create(&nc, &a->spec, err);
+    }
+    if (so->method == SPEC_MLP) { /* fed the target's hidden states: no model, no KV */
+        spec_mlp_config mc = {.dir = so->model, .target_vocab = a->m->cfg.vocab_size,
+                              .target_hidden = a->m->cfg.hidden_size};
+        int rc = spec_mlp_create(&mc, &a->spec, err);
+        int np = rc ? 0 : spec_mlp_n_predict(a->spec);
+        if (!rc && so->k_given && so->k > np)
+            rc = inf_fail(err, INF_ERR_INVALID, "%s: num_speculative_tokens %d is more than the "
+                          "speculator's n_predict %d", so->model, so->k, np);
+        if (!rc && !so->k_given && np < so->k) /* the backend is sized for the default */
+            so->k = np;
+        return rc;
     }
     int rc = tok_create(so->model, &a->dtk, err);
     if (!rc)
@@ -280,6 +311,18 @@ static void on_failed(void *user)
     log_msg(a->log, LOG_ERROR, "server", NULL, "%s", a->err.msg);
     sdn_send(a->notify, "STATUS=failed: %s", a->err.msg);
     srv_stop(a->srv);
+}
+
+/* SIGHUP: the API key file is read again (a bad file keeps the old keys). */
+static void on_reload(void *user)
+{
+    app *a = user;
+    inf_err err = {0};
+    if (api_reload(a->api, &err))
+        log_msg(a->log, LOG_ERROR, "server", NULL, "SIGHUP: %s; the keys in force stay",
+                err.msg);
+    else
+        log_msg(a->log, LOG_INFO, "server", NULL, "SIGHUP: API keys reloaded");
 }
 
 static void on_shutdown(void *user)
@@ -358,7 +401,7 @@ static void *load(void *arg)
     const serve_opts *o = &a->o;
     double t0 = inf_now();
     sdn_send(a->notify, "STATUS=loading %s", o->model);
-    const char *dir = o->model;
+    const char *dir = o->model, *tok_dir = NULL;
     int rc = INF_OK;
     if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
         hub_config hc;
@@ -381,11 +424,14 @@ static void *load(void *arg)
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
     }
+    int bad_tok = 0; /* a malformed or unsupported tokenizer file: exit 2 */
     if (!rc)
-        rc = tok_create(dir, &a->tk, &a->err);
+        rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, &a->err);
+    if (!rc && (rc = tok_create(tok_dir, &a->tk, &a->err)))
+        bad_tok = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
     if (!rc) {
         char note[256] = "";
-        rc = tmpl_from_config(dir, o->chat_template, &a->t, note, sizeof note, &a->err);
+        rc = tmpl_from_config(tok_dir, o->chat_template, &a->t, note, sizeof note, &a->err);
         if (!rc)
             log_msg(a->log, tmpl_get_origin(a->t) == TMPL_FROM_FALLBACK ? LOG_WARN : LOG_INFO,
                     "loader", NULL, "%s", note);
@@ -440,13 +486,19 @@ static void *load(void *arg)
                          .spec_disable_batch = a->so.disable_by_batch_size,
                          .spec_min_accept = a->so.min_acceptance, .log = a->log};
         eng *e = NULL;
-        rc = eng_create(&ec, a->m, a->tk, a->be, &e, &a->err);
+        if (o->fault_token >= 0 &&
+            !(rc = be_fault_create(a->be, &(be_fault_config){o->fault_token}, &a->fault,
+                                   &a->err)))
+            log_msg(a->log, LOG_WARN, "loader", NULL, "fault injection: a step holding token "
+                    "%d fails (--fault-token-id; for tests)", o->fault_token);
+        if (!rc)
+            rc = eng_create(&ec, a->m, a->tk, a->fault ? a->fault : a->be, &e, &a->err);
         pthread_mutex_lock(&a->wd_mu); /* the watchdog reads it under wd_mu */
         a->e = e;
         pthread_mutex_unlock(&a->wd_mu);
     }
     if (rc) {
-        a->failed = 1;
+        a->failed = bad_tok ? 2 : 1;
         srv_post(a->srv, on_failed, a);
         return NULL;
     }
@@ -455,7 +507,9 @@ static void *load(void *arg)
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype),
-            o->quant != APP_QUANT_NONE ? " (layers quantized to int8)" : "", max_len,
+            o->quant == APP_QUANT_NONE ? ""
+            : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
+                                              : " (layers quantized to int4)", max_len,
             tb.num_blocks - 1, o->block_size, o->device, tb.kernels);
     if (a->spec)
         log_msg(a->log, LOG_INFO, "loader", NULL,
@@ -493,10 +547,15 @@ static int serve_run(int argc, char **argv, const vargs *v)
                       .gpu_mem = 0.9f,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
-                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16};
+                      .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16,
+                      .fault_token = -1};
     const arg_spec specs[] = {
-        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, or a Hub id "
-                                             "ORG/NAME (required; may come first, positionally)"},
+        {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
+                                             "or a Hub id ORG/NAME (required; may come first, "
+                                             "positionally)"},
+        {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
+                                                     "(default: --model; required with a GGUF "
+                                                     "file)"},
         {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
                                                     "by id (default main)"},
         {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "
@@ -504,8 +563,25 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                           "~/.cache/huggingface/hub)"},
         {"host", ARG_STR, &o->host, "ADDR", "listen address (default 127.0.0.1)"},
         {"port", ARG_INT, &o->port, "N", "listen port (default 8000)"},
-        {"api-key", ARG_STR, &o->api_key, "KEY", "require \"Authorization: Bearer KEY\" on /v1, "
-                                                 "/tokenize, /detokenize"},
+        {"api-key", ARG_STRS, &o->api_keys, "KEY", "require \"Authorization: Bearer KEY\" on "
+                                                   "/v1, /tokenize, /detokenize (repeatable: "
+                                                   "any of the keys)"},
+        {"api-key-file", ARG_STR, &o->api_key_file, "FILE", "API keys, one per line; read again "
+                                                            "on SIGHUP"},
+        {"ssl-keyfile", ARG_STR, &o->ssl_keyfile, "FILE", "TLS private key (PEM): serve HTTPS"},
+        {"ssl-certfile", ARG_STR, &o->ssl_certfile, "FILE", "TLS certificate chain (PEM)"},
+        {"ssl-ca-certs", ARG_STR, &o->ssl_ca_certs, "FILE", "CA certificates (PEM) that sign "
+                                                            "client certificates"},
+        {"ssl-cert-reqs", ARG_INT, &o->ssl_cert_reqs, "N", "client certificates: 0 none "
+                                                           "(default), 1 optional, 2 required"},
+        {"allowed-origins", ARG_STR, &o->allowed_origins, "JSON", "CORS: origins allowed, e.g. "
+                                                                  "'[\"https://a.example\"]' "
+                                                                  "(default: CORS off)"},
+        {"allowed-methods", ARG_STR, &o->allowed_methods, "JSON", "CORS: methods allowed "
+                                                                  "(default [\"*\"])"},
+        {"allowed-headers", ARG_STR, &o->allowed_headers, "JSON", "CORS: request headers "
+                                                                  "allowed (default [\"*\"])"},
+        {"allow-credentials", ARG_FLAG, &o->allow_credentials, NULL, "CORS: allow credentials"},
         {"served-model-name", ARG_STR, &o->served_name, "NAME", "model id in the API (default: "
                                                                 "--model as given)"},
         {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
@@ -527,9 +603,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                                                 "to use (default 0.9)"},
         {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
-        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default) or int8: the "
-                                                            "layers' weights as int8 (W8A8), "
-                                                            "CPU only"},
+        {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
+                                                            "or int4 (W4A8, groups of 32): "
+                                                            "the layers' weights, CPU only"},
         {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
@@ -573,6 +649,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
         {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
         {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
         {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
+        {"fault-token-id", ARG_INT, &o->fault_token, "N", "testing: a step whose batch holds "
+                                                          "token N fails (the fault path)"},
         {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
                                                 "flags override it, it overrides INFERD_*"},
     };
@@ -610,9 +688,9 @@ static int serve_run(int argc, char **argv, const vargs *v)
                           ? "--device is cpu or cuda"
                       : (o->tp != 1 && !strcmp(o->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
-                      : o->quant < 0 ? "--quantization is none or int8"
+                      : o->quant < 0 ? "--quantization is none, int8 or int4"
                       : (o->quant != APP_QUANT_NONE && strcmp(o->device, "cpu"))
-                          ? "--quantization int8 runs on the CPU only (--device cpu)"
+                          ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
                       : (o->gpu_mem <= 0 || o->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
@@ -672,7 +750,10 @@ static int serve_run(int argc, char **argv, const vargs *v)
     for (int i = 0; i < v->n_notes; i++) /* vLLM's flags that change nothing here */
         log_msg(a->log, LOG_WARN, "args", NULL, "%s", v->notes[i]);
     api_config ac = {.model_id = o->served_name ? o->served_name : o->model,
-                     .api_key = o->api_key && *o->api_key ? o->api_key : NULL,
+                     .api_keys = o->api_keys.v, .n_api_keys = o->api_keys.n,
+                     .api_key_file = o->api_key_file,
+                     .cors = {o->allowed_origins, o->allowed_methods, o->allowed_headers,
+                              o->allow_credentials},
                      .max_model_len = 0, .max_waiting = o->max_waiting,
                      .limits = oai_limits_default()};
     ac.limits.max_logprobs = o->max_logprobs;
@@ -691,8 +772,13 @@ static int serve_run(int argc, char **argv, const vargs *v)
     sc.log = a->log;
     sc.access_log = !o->disable_access_log;
     sc.on_shutdown = on_shutdown;
+    sc.on_reload = on_reload;
     sc.user = a;
+    sc.tls = (tls_config){o->ssl_keyfile, o->ssl_certfile, o->ssl_ca_certs, o->ssl_cert_reqs};
     if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+        /* a bad key file, TLS or CORS setting is a usage error (2: systemd
+         * does not restart); a port in use may pass (1) */
+        rc = err.code == INF_ERR_INVALID || err.code == INF_ERR_FORMAT ? 2 : 1;
         log_msg(a->log, LOG_ERROR, "server", NULL, "%s", err.msg);
         sdn_send(a->notify, "STATUS=failed: %s", err.msg);
         api_destroy(a->api);
@@ -700,11 +786,11 @@ static int serve_run(int argc, char **argv, const vargs *v)
         log_destroy(a->log);
         cfg_free(cf);
         free(a);
-        return 1;
+        return rc;
     }
     api_set_server(a->api, a->srv);
-    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s:%d, loading %s",
-            inf_version(), inf_version_build(), o->host, srv_port(a->srv), o->model);
+    log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s://%s:%d, loading %s",
+            inf_version(), inf_version_build(), srv_is_tls(a->srv) ? "https" : "http", o->host, srv_port(a->srv), o->model);
     pthread_mutex_init(&a->wd_mu, NULL);
     pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&
@@ -733,6 +819,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
     be_destroy(a->dbe);
     tok_destroy(a->dtk);
     model_destroy(a->dm);
+    be_destroy(a->fault);
     be_destroy(a->be);
     met_destroy(a->met);
     tmpl_destroy(a->t);

@@ -327,7 +327,7 @@ static double run(be_backend *be, seqs *s, const int32_t *const *toks, const int
         smp[i].top_p = 1.0f; /* temperature 0: greedy */
     inf_err err = {0};
     double t0 = inf_now();
-    if (cuda_forward_sample(be, &b, smp, ids, &err)) {
+    if (be_submit(be, &b, smp, &err) || be_wait(be, &(be_out){.ids = ids}, &err)) {
         fprintf(stderr, "bench_cuda: forward: %s\n", err.msg);
         exit(1);
     }

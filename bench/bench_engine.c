@@ -11,14 +11,15 @@
  * token / triad bandwidth), prefill and batches as a fraction of peak FLOP/s.
  * Rounds interleave limits and figures; the table shows medians.
  *
- * With --quantization int8 the same four engine figures are also taken with
- * int8 weights (a second backend) in the same rounds, and reported with their
- * ratio to the weights as stored, round by round; the int8 limits are the
- * int8 weight bytes and the vpdpbusd loop's int8 ops/s.
+ * With --quantization int8 (or int4, or int8,int4) the same four engine
+ * figures are also taken with quantized weights (a backend per scheme) in the
+ * same rounds, and reported with their ratio to the weights as stored, round
+ * by round; the quantized limits are the scheme's weight bytes and the
+ * vpdpbusd loop's int8 ops/s.
  *
  *   bench_engine --model DIR [--rounds 3] [--threads N] [--json FILE]
  *                [--decode-steps 32] [--batch-steps 16] [--prefill 512]
- *                [--quantization int8] */
+ *                [--quantization int8[,int4]] */
 #include <cJSON.h>
 #include <immintrin.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 
 #include "cpu/backend.h"
 #include "cpu/pool.h"
+#include "cpu/q4.h"
 #include "engine/batch.h"
 #include "engine/kv.h"
 #include "engine/model.h"
@@ -298,9 +300,33 @@ static double token_flops(const model_config *c, int ctx, int lm_head)
     return c->n_layers * layer + (lm_head ? 2.0 * c->vocab_size * D : 0);
 }
 
+enum { NQ_MAX = 2 }; /* quantized schemes measured beside the stored weights */
+
+/* "int8", "int4", "int8,int4" ("" or "none": no scheme) into qs and names;
+ * the count, or -1 for anything else. */
+static int parse_quant(const char *list, int *qs, const char **names)
+{
+    int n = 0;
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        int q = len != 4                  ? -1
+                : !strncmp(p, "int8", 4) ? CPU_QUANT_INT8
+                : !strncmp(p, "int4", 4) ? CPU_QUANT_INT4
+                : !strncmp(p, "none", 4) ? CPU_QUANT_NONE : -1;
+        if (q < 0 || (q != CPU_QUANT_NONE && n == NQ_MAX))
+            return -1;
+        if (q != CPU_QUANT_NONE) {
+            names[n] = q == CPU_QUANT_INT8 ? "int8" : "int4";
+            qs[n++] = q;
+        }
+        p += len + (p[len] == ',');
+    }
+    return n;
+}
+
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *json = NULL, *quant = NULL;
+    const char *dir = NULL, *json = NULL, *quant = "";
     int rounds = 3, threads = 0, dsteps = 32, bsteps = 16, pre = 512, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "model directory"},
@@ -310,18 +336,19 @@ int main(int argc, char **argv)
         {"decode-steps", ARG_INT, &dsteps, "N", "timed single-sequence decode steps (default 32)"},
         {"batch-steps", ARG_INT, &bsteps, "N", "timed decode steps at batch 8 and 32 (default 16)"},
         {"prefill", ARG_INT, &pre, "N", "prompt tokens for the prefill figure (default 512)"},
-        {"quantization", ARG_STR, &quant, "NAME", "int8: also measure int8 weights side by side"},
+        {"quantization", ARG_STR, &quant, "NAME", "int8, int4 or int8,int4: also measure those side by side"},
     };
     inf_err err = {0};
+    int qs[NQ_MAX], nq = 0;
+    const char *qname[NQ_MAX];
     if (args_parse(specs, 8, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
-        rounds > 64 || pre < PROMPT || pre > 4096 || cpu_quant_parse(quant) < 0) {
+        rounds > 64 || pre < PROMPT || pre > 4096 || (nq = parse_quant(quant, qs, qname)) < 0) {
         fprintf(stderr, "%s\nusage: bench_engine --model DIR [options]\n", err.msg);
         args_help(stderr, specs, 8);
         return 2;
     }
-    int q8 = cpu_quant_parse(quant) == CPU_QUANT_INT8;
-    double quant_s = 0; /* creating the int8 backend: reading and quantizing the layers */
-    be_backend *qbe = NULL;
+    double quant_s[NQ_MAX] = {0}; /* creating a quantized backend: reading and quantizing */
+    be_backend *qbe[NQ_MAX] = {NULL};
     model *m = NULL;
     cpu_pool *pool = NULL;
     eng e = {.seed = 99};
@@ -343,13 +370,13 @@ int main(int argc, char **argv)
     if ((rc = cpu_backend_create(m, &cc, &e.be, &err)) || (rc = kv_create(&kc, &e.kv, &err)) ||
         (rc = cpu_pool_create(threads, &pool, &err)))
         goto done;
-    if (q8) {
+    for (int q = 0; q < nq; q++) {
         cpu_config qc = cc;
-        qc.quant = CPU_QUANT_INT8;
+        qc.quant = qs[q];
         double t0 = inf_now();
-        if ((rc = cpu_backend_create(m, &qc, &qbe, &err)))
+        if ((rc = cpu_backend_create(m, &qc, &qbe[q], &err)))
             goto done;
-        quant_s = inf_now() - t0;
+        quant_s[q] = inf_now() - t0;
     }
     e.m = m;
     e.V = c->vocab_size;
@@ -389,10 +416,12 @@ int main(int argc, char **argv)
             goto done;
     }
     double fig[N_FIG][64], frac[4][64], bf16peak[64];
-    /* int8: decode 1, prefill, decode 8, decode 32; their ratio to the stored
-     * weights' figure of the same round; fractions of the int8 limits */
-    double qfig[4][64], qratio[4][64], qfrac[4][64], vnnipeak[64];
-    double qbytes = q8 ? (double)cpu_backend_weight_bytes(qbe) : 0;
+    /* per scheme: decode 1, prefill, decode 8, decode 32; their ratio to the
+     * stored weights' figure of the same round; fractions of the limits */
+    static double qfig[NQ_MAX][4][64], qratio[NQ_MAX][4][64], qfrac[NQ_MAX][4][64];
+    double vnnipeak[64], qbytes[NQ_MAX];
+    for (int q = 0; q < nq; q++)
+        qbytes[q] = (double)cpu_backend_weight_bytes(qbe[q]);
     fprintf(stderr, "bench: %s, %s kernels, %d threads, %d rounds\n", dir,
             cpu_backend_kernels(e.be), cpu_pool_size(pool), rounds);
     for (int r = 0; r < rounds; r++) {
@@ -411,29 +440,31 @@ int main(int argc, char **argv)
         fprintf(stderr, "round %d: triad %.1f GB/s, peak %.0f GFLOP/s, decode %.2f tok/s, "
                 "prefill %.1f tok/s, batch8 %.1f tok/s, batch32 %.1f tok/s\n", r + 1,
                 fig[0][r], fig[1][r], fig[2][r], fig[3][r], fig[4][r], fig[5][r]);
-        if (q8) {
-            be_backend *stored = e.be;
-            e.be = qbe;
+        if (nq)
             vnnipeak[r] = have_vnni ? peak(pool, 3) : fig[1][r];
-            rc = decode(&e, 1, dsteps, &qfig[0][r], &err);
+        for (int q = 0; q < nq; q++) {
+            be_backend *stored = e.be;
+            double (*qf)[64] = qfig[q];
+            e.be = qbe[q];
+            rc = decode(&e, 1, dsteps, &qf[0][r], &err);
             if (!rc)
-                rc = prefill(&e, pre, &qfig[1][r], &err);
+                rc = prefill(&e, pre, &qf[1][r], &err);
             if (!rc)
-                rc = decode(&e, 8, bsteps, &qfig[2][r], &err);
+                rc = decode(&e, 8, bsteps, &qf[2][r], &err);
             if (!rc)
-                rc = decode(&e, 32, bsteps, &qfig[3][r], &err);
+                rc = decode(&e, 32, bsteps, &qf[3][r], &err);
             e.be = stored;
             if (rc)
                 goto done;
             double fl[4] = {0, fl_pre / pre, fl_b8, fl_b32};
             for (int i = 0; i < 4; i++) {
-                qratio[i][r] = qfig[i][r] / fig[i + 2][r];
-                qfrac[i][r] = i == 0 ? qfig[0][r] * qbytes / (fig[0][r] * 1e9)
-                                     : qfig[i][r] * fl[i] / (vnnipeak[r] * 1e9);
+                qratio[q][i][r] = qf[i][r] / fig[i + 2][r];
+                qfrac[q][i][r] = i == 0 ? qf[0][r] * qbytes[q] / (fig[0][r] * 1e9)
+                                        : qf[i][r] * fl[i] / (vnnipeak[r] * 1e9);
             }
-            fprintf(stderr, "round %d int8: peak %.0f GOP/s, decode %.2f tok/s, prefill %.1f "
-                    "tok/s, batch8 %.1f tok/s, batch32 %.1f tok/s\n", r + 1, vnnipeak[r],
-                    qfig[0][r], qfig[1][r], qfig[2][r], qfig[3][r]);
+            fprintf(stderr, "round %d %s: peak %.0f GOP/s, decode %.2f tok/s, prefill %.1f "
+                    "tok/s, batch8 %.1f tok/s, batch32 %.1f tok/s\n", r + 1, qname[q],
+                    vnnipeak[r], qf[0][r], qf[1][r], qf[2][r], qf[3][r]);
         }
     }
     long rss_kb = peak_rss_kb();
@@ -449,8 +480,10 @@ int main(int argc, char **argv)
     double rss_budget = (file_bytes + kv_bytes) * 1.10;
     double rss_engine = rss_kb * 1024.0 - triad_bytes; /* the triad arrays are the bench's */
 
+    char prefill_label[32]; /* the prompt length is an option */
+    snprintf(prefill_label, sizeof prefill_label, "prefill, %d-token prompt", pre);
     const char *labels[N_FIG] = {"memory bandwidth (triad)", "peak FLOP/s (FMA loop)",
-                                 "decode, 1 sequence", "prefill, 512-token prompt",
+                                 "decode, 1 sequence", prefill_label,
                                  "decode, batch 8", "decode, batch 32"};
     const char *units[N_FIG] = {"GB/s", "GFLOP/s", "tok/s", "tok/s", "tok/s", "tok/s"};
     char cpu[256];
@@ -473,10 +506,12 @@ int main(int argc, char **argv)
         printf("| %-28s | %10.2f | %-8s | %-26s |\n", "bf16 dot peak (vdpbf16ps)",
                median(bf16peak, rounds), "GFLOP/s", "not used by these kernels");
     const char *const *qlabels = labels + 2; /* the four engine figures */
-    if (q8) {
-        printf("\nint8 weights (--quantization int8), same rounds: %.0f MB read per token, "
-               "quantized at start in %.2f s; int8 peak (%s) %.0f GOP/s\n\n", qbytes / 1e6,
-               quant_s, have_vnni ? "vpdpbusd loop" : "no VNNI: the FMA loop",
+    for (int q = 0; q < nq; q++) {
+        printf("\n%s weights (--quantization %s, %s kernels), same rounds: %.0f MB read per "
+               "token, quantized at start in %.2f s; int8 peak (%s) %.0f GOP/s\n\n", qname[q],
+               qname[q], qs[q] == CPU_QUANT_INT4 ? cpu_q4k_select("auto")->name
+                                                 : cpu_backend_kernels(qbe[q]),
+               qbytes[q] / 1e6, quant_s[q], have_vnni ? "vpdpbusd loop" : "no VNNI: the FMA loop",
                median(vnnipeak, rounds));
         printf("| %-28s | %10s | %-8s | %-12s | %-26s |\n", "figure", "median", "unit",
                "x as stored", "fraction of its limit");
@@ -484,10 +519,10 @@ int main(int argc, char **argv)
                "----------------------------|\n");
         for (int i = 0; i < 4; i++) {
             char f[64];
-            snprintf(f, sizeof f, "%.0f%% of %s", 100 * median(qfrac[i], rounds),
+            snprintf(f, sizeof f, "%.0f%% of %s", 100 * median(qfrac[q][i], rounds),
                      i == 0 ? "bandwidth" : "int8 peak");
             printf("| %-28s | %10.2f | %-8s | %11.2fx | %-26s |\n", qlabels[i],
-                   median(qfig[i], rounds), "tok/s", median(qratio[i], rounds), f);
+                   median(qfig[q][i], rounds), "tok/s", median(qratio[q][i], rounds), f);
         }
     }
     printf("\npeak RSS %.0f MB (engine, without the triad arrays); weights file %.0f MB + KV pool "
@@ -508,6 +543,8 @@ int main(int argc, char **argv)
         cJSON_AddNumberToObject(mach, "cores", (double)sysconf(_SC_NPROCESSORS_ONLN));
         cJSON_AddBoolToObject(mach, "avx512f", have512);
         cJSON_AddBoolToObject(mach, "avx512_bf16", have_bf16);
+        cJSON_AddBoolToObject(mach, "avx512_vnni", have_vnni);
+        cJSON_AddBoolToObject(mach, "avx2", __builtin_cpu_supports("avx2"));
         cJSON_AddStringToObject(mach, "device", "cpu");
         cJSON *mod = cJSON_AddObjectToObject(root, "model");
         cJSON_AddStringToObject(mod, "dir", dir);
@@ -545,11 +582,14 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(fr, fn[i], median(frac[i], rounds));
             cJSON_AddItemToObject(frr, fn[i], cJSON_CreateDoubleArray(frac[i], rounds));
         }
-        if (q8) {
+        for (int q = 0; q < nq; q++) {
             const char *const *qn = fig_names + 2;
-            cJSON *qo = cJSON_AddObjectToObject(root, "int8");
-            cJSON_AddNumberToObject(qo, "weight_bytes_per_token", qbytes);
-            cJSON_AddNumberToObject(qo, "quantize_at_start_s", quant_s);
+            cJSON *qo = cJSON_AddObjectToObject(root, qname[q]);
+            cJSON_AddStringToObject(qo, "kernels", qs[q] == CPU_QUANT_INT4
+                                                       ? cpu_q4k_select("auto")->name
+                                                       : cpu_backend_kernels(qbe[q]));
+            cJSON_AddNumberToObject(qo, "weight_bytes_per_token", qbytes[q]);
+            cJSON_AddNumberToObject(qo, "quantize_at_start_s", quant_s[q]);
             cJSON_AddStringToObject(qo, "peak_kind", have_vnni ? "vpdpbusd" : "fma");
             cJSON_AddNumberToObject(qo, "peak_gops_median", median(vnnipeak, rounds));
             cJSON_AddItemToObject(qo, "peak_gops_rounds", cJSON_CreateDoubleArray(vnnipeak, rounds));
@@ -558,10 +598,10 @@ int main(int argc, char **argv)
             cJSON *qx = cJSON_AddObjectToObject(qo, "ratio_to_stored_median");
             cJSON *qf = cJSON_AddObjectToObject(qo, "fraction_of_limit_median");
             for (int i = 0; i < 4; i++) {
-                cJSON_AddNumberToObject(qm, qn[i], median(qfig[i], rounds));
-                cJSON_AddItemToObject(qr, qn[i], cJSON_CreateDoubleArray(qfig[i], rounds));
-                cJSON_AddNumberToObject(qx, qn[i], median(qratio[i], rounds));
-                cJSON_AddNumberToObject(qf, qn[i], median(qfrac[i], rounds));
+                cJSON_AddNumberToObject(qm, qn[i], median(qfig[q][i], rounds));
+                cJSON_AddItemToObject(qr, qn[i], cJSON_CreateDoubleArray(qfig[q][i], rounds));
+                cJSON_AddNumberToObject(qx, qn[i], median(qratio[q][i], rounds));
+                cJSON_AddNumberToObject(qf, qn[i], median(qfrac[q][i], rounds));
             }
         }
         cJSON *mem = cJSON_AddObjectToObject(root, "memory");
@@ -586,7 +626,8 @@ done:
     cpu_pool_destroy(pool);
     kv_destroy(e.kv);
     be_destroy(e.be);
-    be_destroy(qbe);
+    for (int q = 0; q < NQ_MAX; q++)
+        be_destroy(qbe[q]);
     model_destroy(m);
     return rc ? 1 : 0;
 }

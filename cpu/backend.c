@@ -13,6 +13,7 @@
 
 #include "cpu/kern.h"
 #include "cpu/pool.h"
+#include "cpu/q4.h"
 #include "cpu/qw.h"
 
 /* A layer's norms, in this order in cpu_be.norms. */
@@ -55,12 +56,17 @@ typedef struct cpu_be {
     float *gate, *up;         /* [T][F]                                     */
     float *cosv, *sinv;       /* [n_rope][T][rot/2] RoPE rotation per token */
     int32_t *tok_seq;         /* [T] sequence index of each token           */
+    const be_batch *pending;  /* submitted, run by the next wait            */
     float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
     float *scores;            /* [nt][group][max_ctx]                       */
     cpu_qw **qw;              /* [L][QW_N] with --quantization int8, or NULL */
     uint8_t *xq;              /* [T][ldq] quantized matmul input (+128)     */
     size_t ldq;
     float *xs;                /* [T] its scales                             */
+    cpu_q4w **q4;             /* [L][QW_N] with --quantization int4, or NULL */
+    const cpu_q4k *k4;        /* the int4 kernels that go with k            */
+    int32_t *xs8;             /* [T][ldxs] int4: 8 * group sums of xq        */
+    size_t ldxs;
 } cpu_be;
 
 cpu_config cpu_config_default(void)
@@ -77,6 +83,8 @@ int cpu_quant_parse(const char *name)
         return CPU_QUANT_NONE;
     if (!strcmp(name, "int8"))
         return CPU_QUANT_INT8;
+    if (!strcmp(name, "int4"))
+        return CPU_QUANT_INT4;
     return -1;
 }
 
@@ -96,8 +104,9 @@ size_t cpu_kv_bytes_per_token(const model *m)
 typedef struct mm_job {
     const cpu_be *be;
     cpu_mm mm[3];
-    cpu_mmq mq[3];    /* instead of mm when quantized                   */
-    int quant;
+    cpu_mmq mq[3];    /* instead of mm with int8                        */
+    cpu_mm4 m4[3];    /* instead of mm with int4                        */
+    int quant;        /* cpu_quant                                      */
     int n;
     int items[4];     /* items[i]: first item of matmul i; items[n]: total */
     atomic_int next;  /* next unclaimed item                               */
@@ -108,7 +117,7 @@ typedef struct mm_job {
 
 static int job_cols(const mm_job *j, int i)
 {
-    return j->quant ? j->mq[i].N : j->mm[i].N;
+    return j->quant == CPU_QUANT_INT4 ? j->m4[i].N : j->quant ? j->mq[i].N : j->mm[i].N;
 }
 
 static void mm_run(void *ctx, int t, int nt)
@@ -126,7 +135,9 @@ static void mm_run(void *ctx, int t, int nt)
         int N = job_cols(j, i);
         int lo = (it - j->items[i]) * MM_ITEM;
         int hi = lo + MM_ITEM < N ? lo + MM_ITEM : N;
-        if (j->quant)
+        if (j->quant == CPU_QUANT_INT4)
+            j->be->k4->mm4(&j->m4[i], lo, hi);
+        else if (j->quant)
             j->be->k->mmq(&j->mq[i], lo, hi, (int32_t *)pack);
         else
             j->be->k->mm(&j->mm[i], lo, hi, pack);
@@ -149,6 +160,8 @@ static void run_job(cpu_be *be, mm_job *j)
     long work = 0;
     for (int i = 0; i < j->n; i++) {
         int M = j->quant ? j->mq[i].M : j->mm[i].M, K = j->quant ? 4 * j->mq[i].K4 : j->mm[i].K;
+        if (j->quant == CPU_QUANT_INT4)
+            M = j->m4[i].M, K = j->m4[i].G * CPU_Q4_GROUP;
         work += (long)M * job_cols(j, i) * K;
         j->items[i + 1] = j->items[i] + (job_cols(j, i) + MM_ITEM - 1) / MM_ITEM;
     }
@@ -205,13 +218,31 @@ static void op_quant(cpu_be *be, int t, const void *arg)
         q[k] = 128;
 }
 
+/* Row t of the input into be->xq (signed) and its group sums, for int4. */
+static void op_quant4(cpu_be *be, int t, const void *arg)
+{
+    const quant_arg *qa = arg;
+    be->xs[t] = cpu_q4_quant_act(be->k, qa->x + (size_t)t * qa->ldx, qa->K,
+                                 (int8_t *)be->xq + (size_t)t * be->ldq,
+                                 be->xs8 + (size_t)t * be->ldxs);
+}
+
 /* y_i = x . w_i^T for the n matrices of layer l from index first on (QW_*),
  * which share the input x [T][K]: as stored, or int8 (the input quantized
  * once for all n). */
 static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int first, int n,
                     float *const *y, const size_t *ldy)
 {
-    mm_job j = {.be = be, .n = n, .quant = be->qw != NULL};
+    mm_job j = {.be = be, .n = n, .quant = be->q4 ? CPU_QUANT_INT4 : be->qw != NULL};
+    if (j.quant == CPU_QUANT_INT4) {
+        quant_arg qa = {.x = x, .ldx = ldx, .K = be->q4[(size_t)l * QW_N + first]->K};
+        per_token(be, T, op_quant4, &qa);
+        for (int i = 0; i < n; i++)
+            j.m4[i] = cpu_q4w_args(be->q4[(size_t)l * QW_N + first + i], (const int8_t *)be->xq,
+                                   be->ldq, be->xs8, be->ldxs, be->xs, y[i], ldy[i], T);
+        run_job(be, &j);
+        return;
+    }
     if (j.quant) {
         quant_arg qa = {.x = x, .ldx = ldx, .K = be->qw[(size_t)l * QW_N + first]->K};
         per_token(be, T, op_quant, &qa);
@@ -522,7 +553,7 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     per_token(be, T, op_residual, NULL);
 }
 
-static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
+static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
 {
     cpu_be *be = (cpu_be *)base;
     int rc = be_batch_check(base, b, be->max_tokens, be->max_ctx, 0, err);
@@ -540,16 +571,45 @@ static int cpu_forward(be_backend *base, const be_batch *b, float *logits, inf_e
     const float *g = be->norms + (size_t)be->L * NORM_N * be->D;
     for (int i = 0; i < b->n_logits; i++)
         rmsnorm(be, be->x + (size_t)b->logit_rows[i] * be->D, g, be->h + (size_t)i * be->D, be->D);
+    if (b->want_hidden && out->hidden) /* the LM head's input, as it is */
+        memcpy(out->hidden, be->h, sizeof(float) * (size_t)b->n_logits * be->D);
+    if (!out->logits)
+        return INF_OK;
     mm_job lm = {.be = be, .n = 1,
-                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, logits, (size_t)be->V,
-                                b->n_logits)}};
+                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, out->logits,
+                                (size_t)be->V, b->n_logits)}};
     run_job(be, &lm);
     if (be->md->logit_softcap > 0) { /* Gemma 2's final soft-cap */
         float cap = (float)be->md->logit_softcap;
         for (size_t i = 0; i < (size_t)b->n_logits * be->V; i++)
-            logits[i] = softcap(logits[i], cap);
+            out->logits[i] = softcap(out->logits[i], cap);
     }
     return INF_OK;
+}
+
+/* Submit only remembers the batch: the forward runs in wait, on the
+ * caller's thread (there is nothing to overlap with on the CPU). */
+static int cpu_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
+{
+    cpu_be *be = (cpu_be *)base;
+    if (smp)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cpu: no device sampling; sample the logits "
+                        "on the host");
+    if (be->pending)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: a step is already submitted; wait for it "
+                        "first");
+    be->pending = b;
+    return INF_OK;
+}
+
+static int cpu_wait(be_backend *base, const be_out *out, inf_err *err)
+{
+    cpu_be *be = (cpu_be *)base;
+    const be_batch *b = be->pending;
+    if (!b)
+        return inf_fail(err, INF_ERR_INVALID, "cpu: no step submitted");
+    be->pending = NULL;
+    return cpu_forward(base, b, out, err);
 }
 
 static void cpu_destroy(be_backend *base)
@@ -580,12 +640,18 @@ static void cpu_destroy(be_backend *base)
         for (int i = 0; i < be->L * QW_N; i++)
             cpu_qw_destroy(be->qw[i]);
     free(be->qw);
+    if (be->q4)
+        for (int i = 0; i < be->L * QW_N; i++)
+            cpu_q4w_destroy(be->q4[i]);
+    free(be->q4);
+    free(be->xs8);
     free(be->xq);
     free(be->xs);
     free(be);
 }
 
-static const be_ops cpu_ops = {.name = "cpu", .forward = cpu_forward, .destroy = cpu_destroy};
+static const be_ops cpu_ops = {.name = "cpu", .submit = cpu_submit, .wait = cpu_wait,
+                               .destroy = cpu_destroy};
 
 size_t cpu_backend_weight_bytes(const be_backend *base)
 {
@@ -598,24 +664,41 @@ size_t cpu_backend_weight_bytes(const be_backend *base)
                 n += cpu_qw_bytes(be->qw[(size_t)l * QW_N + i]);
                 n -= (size_t)t->rows * t->cols * inf_dtype_size(t->dtype);
             }
+    if (be->q4)
+        for (int l = 0; l < be->L; l++)
+            for (int i = 0; i < QW_N; i++) {
+                const model_tensor *t = layer_matrix(&be->m->layers[l], i);
+                n += cpu_q4w_bytes(be->q4[(size_t)l * QW_N + i]);
+                n -= (size_t)t->rows * t->cols * inf_dtype_size(t->dtype);
+            }
     return n;
 }
 
-/* Quantizes every layer's seven matrices (cfg->quant == CPU_QUANT_INT8). */
-static int quantize_layers(cpu_be *be, inf_err *err)
+/* Quantizes every layer's seven matrices (int8 or int4). */
+static int quantize_layers(cpu_be *be, int quant, inf_err *err)
 {
-    be->qw = calloc((size_t)be->L * QW_N, sizeof *be->qw);
+    if (quant == CPU_QUANT_INT4) {
+        be->q4 = calloc((size_t)be->L * QW_N, sizeof *be->q4);
+        if (!be->q4)
+            return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int4 buffers");
+    } else {
+        be->qw = calloc((size_t)be->L * QW_N, sizeof *be->qw);
+    }
     size_t widest = (size_t)(be->D > be->qdim ? be->D : be->qdim);
     widest = widest > (size_t)be->F ? widest : (size_t)be->F;
     be->ldq = (widest + 63) & ~(size_t)63;
     be->xq = aligned_alloc(64, (size_t)be->max_tokens * be->ldq);
     be->xs = malloc((size_t)be->max_tokens * sizeof(float));
-    if (!be->qw || !be->xq || !be->xs)
+    be->ldxs = (widest + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
+    if (quant == CPU_QUANT_INT4)
+        be->xs8 = malloc((size_t)be->max_tokens * be->ldxs * sizeof(int32_t));
+    if ((!be->qw && !be->q4) || !be->xq || !be->xs || (be->q4 && !be->xs8))
         return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
     for (int l = 0; l < be->L; l++)
         for (int i = 0; i < QW_N; i++) {
-            int rc = cpu_qw_create(layer_matrix(&be->m->layers[l], i), be->k, be->pool,
-                                   &be->qw[(size_t)l * QW_N + i], err);
+            const model_tensor *t = layer_matrix(&be->m->layers[l], i);
+            int rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
+                            : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
             if (rc)
                 return rc;
         }
@@ -656,7 +739,8 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         return inf_fail(err, INF_ERR_UNSUPPORTED,
                         "cpu: kernels '%s' are unknown or not supported by this CPU "
                         "(auto, avx512, avx2, generic)", cfg->kernels ? cfg->kernels : "");
-    if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8)
+    if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8 &&
+        cfg->quant != CPU_QUANT_INT4)
         return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);
     int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
     int rc; /* every setting of the description is computed here */
@@ -672,8 +756,11 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     be->base.vocab_size = c->vocab_size;
     be->base.block_size = cfg->block_size;
     be->base.num_blocks = cfg->num_blocks;
+    be->base.hidden_size = c->hidden_size;
+    be->base.max_inflight = 1;
     be->m = m;
     be->k = k;
+    be->k4 = cpu_q4k_select(cfg->kernels);
     be->D = c->hidden_size;
     be->H = c->n_heads;
     be->KV = c->n_kv_heads;
@@ -757,7 +844,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         }
     }
     gain_f32(be, &m->norm, be->norms + (size_t)be->L * NORM_N * D, 1);
-    if (cfg->quant == CPU_QUANT_INT8 && (rc = quantize_layers(be, err))) {
+    if (cfg->quant != CPU_QUANT_NONE && (rc = quantize_layers(be, cfg->quant, err))) {
         cpu_destroy(&be->base);
         return rc;
     }

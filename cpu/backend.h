@@ -2,8 +2,8 @@
  *
  * Weights are used in place (f32, f16 or bf16 straight from the mapped
  * checkpoint; only the 1-D norm gains are copied to f32), or with
- * CPU_QUANT_INT8 the seven matrices of each layer are quantized once at
- * creation (cpu/qw.h). Activations and the paged KV cache are f32 and
+ * CPU_QUANT_INT8 / CPU_QUANT_INT4 the seven matrices of each layer are
+ * quantized once at creation (cpu/qw.h, cpu/q4.h). Activations and the paged KV cache are f32 and
  * allocated once, at creation. */
 #ifndef INFERD_CPU_BACKEND_H
 #define INFERD_CPU_BACKEND_H
@@ -15,6 +15,7 @@
 typedef enum cpu_quant {
     CPU_QUANT_NONE = 0, /* the checkpoint's dtype, used in place            */
     CPU_QUANT_INT8 = 1, /* W8A8: int8 per output row, activations per token */
+    CPU_QUANT_INT4 = 2, /* W4A8: int4 in groups of 32 (cpu/q4.h)            */
 } cpu_quant;
 
 typedef struct cpu_config {
@@ -34,8 +35,8 @@ cpu_config cpu_config_default(void);
 int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out,
                        inf_err *err);
 
-/* CPU_QUANT_NONE for NULL or "none", CPU_QUANT_INT8 for "int8"; -1 for
- * another name. */
+/* CPU_QUANT_NONE for NULL or "none", CPU_QUANT_INT8 for "int8",
+ * CPU_QUANT_INT4 for "int4"; -1 for another name. */
 int cpu_quant_parse(const char *name);
 
 /* Bytes of weights one token's forward reads: model_weight_bytes(), with the

@@ -1,10 +1,11 @@
 #include "cpu/qw.h"
 
+#include "cpu/hpage.h"
+
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 typedef struct qw_job {
     const model_tensor *t;
@@ -46,30 +47,10 @@ static void qw_run(void *ctx, int t, int nt)
     }
 }
 
-/* Bytes mapped for the packed weights: whole 4 KiB pages. */
+/* Bytes of the packed weights. */
 static size_t map_bytes(const cpu_qw *q)
 {
-    return ((size_t)q->N64 * q->K4 * 4 + 4095) & ~(size_t)4095;
-}
-
-/* The packed weights are streamed whole every step, a chunk's four group
- * streams 32-90 KiB apart: on 2 MiB pages (where the kernel's transparent
- * huge pages are on for madvise) they stop costing a page walk each.
- * Anonymous memory comes zeroed, which the padding relies on. */
-static int8_t *map_weights(size_t n)
-{
-    const size_t huge = (size_t)2 << 20;
-    uint8_t *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    size_t head = (huge - (uintptr_t)p % huge) % huge;
-    if (head)
-        munmap(p, head);
-    if (huge - head)
-        munmap(p + head + n, huge - head);
-    p += head;
-    (void)madvise(p, n, MADV_HUGEPAGE); /* a hint; 4 KiB pages work too */
-    return (int8_t *)p;
+    return (size_t)q->N64 * q->K4 * 4;
 }
 
 static void *zalloc64(size_t bytes)
@@ -98,7 +79,7 @@ int cpu_qw_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_
     q->N64 = (q->N + CPU_QN - 1) / CPU_QN * CPU_QN;
     q->K4 = (q->K + 3) / 4;
     int nt = pool ? cpu_pool_size(pool) : 1;
-    q->w = map_weights(map_bytes(q));
+    q->w = cpu_hpage_alloc(map_bytes(q)); /* zeroed: the padding relies on it */
     q->scale = zalloc64((size_t)q->N64 * sizeof(float));
     q->wsum = zalloc64((size_t)q->N64 * sizeof(int32_t));
     qw_job j = {.t = t, .k = k, .q = q};
@@ -127,8 +108,7 @@ void cpu_qw_destroy(cpu_qw *q)
 {
     if (!q)
         return;
-    if (q->w)
-        munmap(q->w, map_bytes(q));
+    cpu_hpage_free(q->w, map_bytes(q));
     free(q->scale);
     free(q->wsum);
     free(q);

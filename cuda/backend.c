@@ -11,7 +11,7 @@
  * eagerly, or, for a pure decode step, as the CUDA graph of its bucket; the
  * logits (or the sampled ids) come back through pinned memory. Steps are a
  * ring of two, so the engine may queue the next step before the current one
- * has finished (cuda_submit / cuda_wait). */
+ * has finished (be_submit / be_wait). */
 #include "cuda/backend.h"
 
 #include <cublas_v2.h>
@@ -69,6 +69,9 @@ typedef struct cuda_be {
     unsigned char *stage[2]; /* pinned per-step metadata (ml), per slot  */
     float *hlogits;          /* pinned [R][V]: one logits step at a time */
     int32_t *hids[2];        /* pinned [R] sampled ids, per slot          */
+    uint16_t *hhid[2];       /* pinned [R][D] bf16 final hidden states, per
+                                slot (the LM head's input, `fin`)          */
+    int hid_slot[2];         /* slot k's step copied its hidden states     */
     cuda_step step[2];
     int head, n_inflight, logits_inflight;
     int prev_rows;           /* rows the newest step sampled; -1: none     */
@@ -421,18 +424,18 @@ static int check_batch(cuda_be *be, const be_batch *b, inf_err *err)
     return INF_OK;
 }
 
-int cuda_submit(be_backend *base, const be_batch *b, const cuda_smp_row *smp, inf_err *err)
+static int cuda_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
 {
     cuda_be *be = (cuda_be *)base;
     if (be->broken)
         return inf_fail(err, INF_ERR_IO, "cuda: the device failed earlier and this backend "
                         "cannot run more steps (%s)", be->broken_msg);
     if (be->n_inflight == 2)
-        return inf_fail(err, INF_ERR_INVALID, "cuda: two steps already in flight; cuda_wait "
+        return inf_fail(err, INF_ERR_INVALID, "cuda: two steps already in flight; be_wait "
                         "for one first");
     if (!smp && be->logits_inflight)
         return inf_fail(err, INF_ERR_INVALID, "cuda: a step returning logits is already in "
-                        "flight; cuda_wait for it first");
+                        "flight; be_wait for it first");
     /* the current device is per thread: the engine's may not be the creator's */
     int rc = CUDA_RC(err, cudaSetDevice(be->rk[0].dev));
     if (rc || (rc = check_batch(be, b, err)))
@@ -463,7 +466,14 @@ int cuda_submit(be_backend *base, const be_batch *b, const cuda_smp_row *smp, in
             rc = CUDA_RC(err, cudaMemcpyAsync(be->hlogits, b0->logits,
                                               (size_t)s->n_out * r0->d.V * sizeof(float),
                                               cudaMemcpyDeviceToHost, r0->st));
+        /* the final norm's rows are the hidden states (in a decode bucket
+         * its first n_out rows: logit row i is token i there) */
+        if (!rc && b->want_hidden)
+            rc = CUDA_RC(err, cudaMemcpyAsync(be->hhid[k], b0->fin,
+                                              (size_t)s->n_out * r0->d.D * sizeof(uint16_t),
+                                              cudaMemcpyDeviceToHost, r0->st));
     }
+    be->hid_slot[k] = !rc && b->want_hidden && s->n_out > 0;
     for (int i = 0; i < be->tp && !rc; i++)
         if (!(rc = set_dev(be, &be->rk[i], err)))
             rc = CUDA_RC(err, cudaEventRecord(be->rk[i].done[k], be->rk[i].st));
@@ -476,7 +486,7 @@ int cuda_submit(be_backend *base, const be_batch *b, const cuda_smp_row *smp, in
     return INF_OK;
 }
 
-int cuda_wait(be_backend *base, float *logits, int32_t *ids, inf_err *err)
+static int cuda_wait(be_backend *base, const be_out *out, inf_err *err)
 {
     cuda_be *be = (cuda_be *)base;
     if (be->n_inflight == 0)
@@ -490,24 +500,15 @@ int cuda_wait(be_backend *base, float *logits, int32_t *ids, inf_err *err)
         be->logits_inflight = 0;
     if (rc)
         return broken(be, rc, err);
-    if (s->sample && ids)
-        memcpy(ids, be->hids[k], (size_t)s->n_out * sizeof(int32_t));
-    if (!s->sample && logits)
-        memcpy(logits, be->hlogits, (size_t)s->n_out * be->base.vocab_size * sizeof(float));
+    if (s->sample && out->ids)
+        memcpy(out->ids, be->hids[k], (size_t)s->n_out * sizeof(int32_t));
+    if (!s->sample && out->logits)
+        memcpy(out->logits, be->hlogits,
+               (size_t)s->n_out * be->base.vocab_size * sizeof(float));
+    if (be->hid_slot[k] && out->hidden)
+        for (size_t i = 0, n = (size_t)s->n_out * be->base.hidden_size; i < n; i++)
+            out->hidden[i] = inf_bf16_to_f32(be->hhid[k][i]);
     return INF_OK;
-}
-
-int cuda_forward_sample(be_backend *be, const be_batch *b, const cuda_smp_row *smp,
-                        int32_t *ids, inf_err *err)
-{
-    int rc = cuda_submit(be, b, smp, err);
-    return rc ? rc : cuda_wait(be, NULL, ids, err);
-}
-
-static int cuda_forward(be_backend *be, const be_batch *b, float *logits, inf_err *err)
-{
-    int rc = cuda_submit(be, b, NULL, err);
-    return rc ? rc : cuda_wait(be, logits, NULL, err);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -703,6 +704,7 @@ static void cuda_destroy(be_backend *base)
     for (int k = 0; k < 2; k++) {
         cudaFreeHost(be->stage[k]);
         cudaFreeHost(be->hids[k]);
+        cudaFreeHost(be->hhid[k]);
     }
     cudaFreeHost(be->hlogits);
     cudaGetLastError();
@@ -710,7 +712,7 @@ static void cuda_destroy(be_backend *base)
     free(be);
 }
 
-static const be_ops cuda_ops = {.name = "cuda", .forward = cuda_forward,
+static const be_ops cuda_ops = {.name = "cuda", .submit = cuda_submit, .wait = cuda_wait,
                                 .destroy = cuda_destroy};
 
 /* Stream, cuBLAS, weights and activations of one rank. */
@@ -858,6 +860,9 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     be->base.ops = &cuda_ops;
     be->base.vocab_size = c->vocab_size;
     be->base.block_size = cfg->block_size;
+    be->base.hidden_size = c->hidden_size;
+    be->base.max_inflight = 2;
+    be->base.device_sampling = 1;
     be->m = m;
     be->cfg = *cfg;
     be->tp = cfg->tensor_parallel_size;
@@ -902,9 +907,12 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     for (int k = 0; k < 2 && !rc; k++)
         if (!(rc = CUDA_RC(err, cudaHostAlloc((void **)&be->stage[k], be->ml.total,
                                               cudaHostAllocPortable))))
-            rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hids[k],
-                                            (size_t)d->R * sizeof(int32_t),
-                                            cudaHostAllocPortable));
+            if (!(rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hids[k],
+                                                  (size_t)d->R * sizeof(int32_t),
+                                                  cudaHostAllocPortable))))
+                rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hhid[k],
+                                                (size_t)d->R * d->D * sizeof(uint16_t),
+                                                cudaHostAllocPortable));
     if (!rc)
         rc = CUDA_RC(err, cudaHostAlloc((void **)&be->hlogits,
                                         (size_t)d->R * d->V * sizeof(float),

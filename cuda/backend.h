@@ -97,45 +97,21 @@ typedef struct cuda_info {
 
 void cuda_backend_info(const be_backend *be, cuda_info *out);
 
-/* ---- extension of the seam: sampling on the device, overlap ----------------
+/* Sampling on the device and host-device overlap are part of the seam
+ * (engine/be.h): be_submit queues a step and returns without waiting for it,
+ * be_wait delivers the oldest one's results. smp (be_smp_row, one per logit
+ * row; NULL: the step returns logits) samples on the device; at most two
+ * steps may be in flight (max_inflight), and only one of them returning
+ * logits. Penalties and the other logits processors are not applied on the
+ * device: rows that need them take the logits and sample on the host.
  *
- * be_forward (logits back to the host) stays the engine's path. These let the
- * engine, later, keep logits on the GPU (only token ids cross PCIe) and
- * prepare step N+1 while step N runs. */
-
-/* Sampling parameters of one logit row, applied as smp_ does (engine/smp.h):
- * temperature 0 is the argmax (lowest id on ties); else softmax(logits / T)
- * restricted by top-k, then top-p (mass within the top-k set), then min-p,
- * renormalized, and one inverse-CDF draw in token-id order at u. Penalties
- * are not applied on the device: rows that need them take be_forward's
- * logits and smp_sample on the host. */
-struct cuda_smp_row {
-    float temperature; /* >= 0                                               */
-    int32_t top_k;     /* <= 0 or >= vocab: off                              */
-    float top_p;       /* (0, 1]; 1: off                                     */
-    float min_p;       /* [0, 1]; 0: off                                     */
-    double u;          /* the request's uniform in [0, 1) (smp_rng_uniform)  */
-};
-typedef struct cuda_smp_row cuda_smp_row;
-
-/* Queues one step and returns without waiting for it. smp: one row per
- * logit row (NULL: the step returns logits). At most two steps may be in
- * flight; a third submit fails (INF_ERR_INVALID) until cuda_wait.
- *
- * Tokens of b may be placeholders: token -1 - i stands for the id sampled
- * for logit row i of the previously submitted step (which must have
+ * Tokens of a batch may be placeholders: token -1 - i stands for the id
+ * sampled for logit row i of the previously submitted step (which must have
  * sampled), resolved on the device, so a decode step can be queued before
- * the previous one's tokens are known on the host. */
-int cuda_submit(be_backend *be, const be_batch *b, const cuda_smp_row *smp, inf_err *err);
-
-/* Waits for the oldest queued step and copies out its result: logits
- * [n_logits][vocab] for a step without sampling, ids [n_logits] for one with
- * (either pointer may be NULL to drop it). A failure of the step is reported
- * here. */
-int cuda_wait(be_backend *be, float *logits, int32_t *ids, inf_err *err);
-
-/* cuda_submit then cuda_wait: one step sampled on the device. */
-int cuda_forward_sample(be_backend *be, const be_batch *b, const cuda_smp_row *smp,
-                        int32_t *ids, inf_err *err);
+ * the previous one's tokens are known on the host.
+ *
+ * want_hidden: the final norm's rows (the LM head's input) come back as
+ * well, computed in bf16 as the LM head reads them and widened to f32. */
+typedef be_smp_row cuda_smp_row;
 
 #endif

@@ -228,8 +228,8 @@ int cuda_plan_bucket(const int *buckets, int nb, int n);
 
 /* ---- one step's metadata ------------------------------------------------ */
 
-/* Device-side sampling parameters of one logit row (cuda/backend.h). */
-typedef struct cuda_smp_row cuda_smp_row;
+/* Device-side sampling parameters of one logit row (engine/be.h). */
+typedef be_smp_row cuda_smp_row;
 
 typedef struct cuda_step {
     int T;       /* token rows the kernels run over (n_tokens, or the bucket) */

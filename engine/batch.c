@@ -94,6 +94,8 @@ int batch_add_logits(batch_builder *b, int t)
     return b->b.n_logits++;
 }
 
+void batch_set_want_hidden(batch_builder *b, int on) { b->b.want_hidden = on; }
+
 int batch_n_tokens(const batch_builder *b) { return b->b.n_tokens; }
 int batch_n_seqs(const batch_builder *b) { return b->b.n_seqs; }
 int batch_n_logits(const batch_builder *b) { return b->b.n_logits; }

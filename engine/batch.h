@@ -36,6 +36,10 @@ int batch_add_seq(batch_builder *b, const kv_pool *kv, const kv_seq *s, const in
  * back in the order they were asked), or -1 past max_rows. */
 int batch_add_logits(batch_builder *b, int t);
 
+/* Whether the batches also ask for the final hidden state of each logit
+ * row (be_batch.want_hidden); kept across resets. */
+void batch_set_want_hidden(batch_builder *b, int on);
+
 int batch_n_tokens(const batch_builder *b);
 int batch_n_seqs(const batch_builder *b);
 int batch_n_logits(const batch_builder *b);

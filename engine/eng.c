@@ -23,11 +23,13 @@ static void admit(eng *e, eng_req *r)
         r->p.sampling.seed = smp_rng_next(&e->seeds);
     smp_rng_seed(&r->rng, r->p.sampling.seed);
     if (!eng__grow((void **)&e->active, &e->cap_active, e->n_active + 1, sizeof *e->active) ||
-        tok_stream_create(e->tk, r->seq.tokens, r->seq.n_prompt, &r->ts, &err) != INF_OK ||
+        tok_stream_create_ex(e->tk, r->seq.tokens, r->seq.n_prompt,
+                             r->p.keep_special ? TOK_KEEP_SPECIAL : 0, &r->ts, &err) != INF_OK ||
         (r->p.n_stop > 0 &&
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
         eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
+        (e->hidden && !(r->hidden = malloc(sizeof(float) * (size_t)e->hidden_size))) ||
         eng__gram_attach(e, r, &err) != INF_OK ||
         sched_add(e->sch, &r->seq, &err) != INF_OK) {
         r->seq.state = SCHED_DONE;

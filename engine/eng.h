@@ -95,6 +95,8 @@ typedef struct eng_params {
                              compiled automaton between requests with the
                              same grammar; the request stops (STOP) once only
                              EOS can follow                                */
+    int keep_special;     /* special tokens in the text (skip_special_tokens
+                             false; tok.h's TOK_KEEP_SPECIAL)               */
     /* Logits processors of the caller's (a grammar mask), applied after the
      * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
      * owns them from eng_req_create on, also when it fails. */

@@ -53,6 +53,10 @@ struct eng_req {
     double t_arrival, t_last;  /* submit time; last token (for latencies)    */
     /* speculation */
     spec_seq ss;              /* the proposer's view and state             */
+    float *hidden;            /* [hidden_size] the target's hidden state at
+                                 the row of its last sampled token, for a
+                                 proposer that wants it (else NULL)         */
+    int has_hidden;
     int n_draft;              /* drafted tokens appended after the last real */
     int draft_slot;           /* row block of their probs in eng.dprobs     */
     double accept_avg;        /* recent acceptance (moving average)        */
@@ -97,6 +101,9 @@ struct eng {
     batch_builder *bb;
     int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
     float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
+    float *hidden;              /* [rows][hidden_size] when the proposer
+                                   wants hidden states, else NULL           */
+    int hidden_size;
     float *scratch;             /* [vocab]                                  */
     int max_rows;
     /* speculation (eng_spec.c) */
@@ -196,9 +203,13 @@ void eng__gram_free(eng *e);
 /* Takes r's unverified drafts off its tokens (and the proposer's state). */
 void eng__strip_drafts(eng *e, eng_req *r);
 
-/* Verifies r's first m drafts against the target's rows and emits what
- * survives; rejected drafts are rolled back (tokens, KV, proposer). */
-void eng__verify(eng *e, eng_req *r, const float *rows, int m);
+/* Verifies r's first m drafts against the target's rows (hid: their hidden
+ * states, or NULL) and emits what survives; rejected drafts are rolled back
+ * (tokens, KV, logits processors, proposer). */
+void eng__verify(eng *e, eng_req *r, const float *rows, const float *hid, int m);
+
+/* Keeps the hidden state of the row r's last token was sampled from. */
+void eng__keep_hidden(eng *e, eng_req *r, const float *hid);
 
 /* Drafts tokens for next step's decode tokens. */
 void eng__propose(eng *e);

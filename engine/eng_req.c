@@ -39,6 +39,7 @@ static void req_free(eng_req *r)
     free(r->grammar);
     free(r->seq.tokens);
     lp_chain_clear(&r->lp);
+    free(r->hidden);
     tok_stream_destroy(r->ts);
     stop_destroy(r->stopper);
     free(r->sbuf);

@@ -23,7 +23,7 @@ void eng__strip_drafts(eng *e, eng_req *r)
 
 /* Verifies r's first m drafts against the target's rows (row j predicts the
  * token after the last real one plus j drafts) and emits what survives. */
-void eng__verify(eng *e, eng_req *r, const float *rows, int m)
+void eng__verify(eng *e, eng_req *r, const float *rows, const float *hid, int m)
 {
     int V = e->vocab;
     sched_seq *q = &r->seq;
@@ -58,6 +58,8 @@ void eng__verify(eng *e, eng_req *r, const float *rows, int m)
     }
     lp_chain_rollback(&r->lp, m - res.accepted);
     lp_chain_accept(&r->lp, res.next);
+    if (hid) /* the row `next` came from */
+        eng__keep_hidden(e, r, hid + (size_t)res.accepted * e->hidden_size);
     int32_t out[64];
     int n_out = res.accepted + 1;
     memcpy(out, d, sizeof(int32_t) * (size_t)res.accepted);
@@ -130,6 +132,7 @@ void eng__propose(eng *e)
         r->ss.tokens = q->tokens;
         r->ss.n_tokens = q->n_tokens;
         r->ss.n_prompt = q->n_prompt;
+        r->ss.hidden = r->has_hidden ? r->hidden : NULL;
         e->cand[n] = r;
         e->cand_ss[n] = &r->ss;
         e->cand_params[n] = r->p.sampling;

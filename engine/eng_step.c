@@ -233,9 +233,12 @@ int eng__step(eng *e)
                           "buffers", e->step_no);
     }
     int T = batch_n_tokens(bb);
-    if (!rc) {
+    if (!rc)
+        rc = be_submit(e->be, batch_get(bb), NULL, &err);
+    if (!rc) { /* host work while the backend runs the step */
         step_metrics(e, plan, T);
-        rc = be_forward(e->be, batch_get(bb), e->logits, &err);
+        be_out out = {.logits = e->logits, .hidden = e->hidden};
+        rc = be_wait(e->be, &out, &err);
     }
     if (rc != INF_OK) {
         for (int i = 0; i < plan->n; i++)
@@ -261,10 +264,13 @@ int eng__step(eng *e)
         if (!e->nrows[i] || !r->active)
             continue;
         const float *rows = e->logits + (size_t)e->row0[i] * e->vocab;
-        if (r->n_draft)
-            eng__verify(e, r, rows, e->nrows[i] - 1);
-        else
+        const float *hid = e->hidden ? e->hidden + (size_t)e->row0[i] * e->hidden_size : NULL;
+        if (r->n_draft) {
+            eng__verify(e, r, rows, hid, e->nrows[i] - 1);
+        } else {
+            eng__keep_hidden(e, r, hid);
             advance(e, r, rows);
+        }
     }
     eng__propose(e);
     /* for --log-level debug: where a slow step comes from (scheduling,
@@ -274,6 +280,14 @@ int eng__step(eng *e)
     return 1;
 }
 
+
+void eng__keep_hidden(eng *e, eng_req *r, const float *hid)
+{
+    if (!hid || !r->hidden)
+        return;
+    memcpy(r->hidden, hid, sizeof(float) * (size_t)e->hidden_size);
+    r->has_hidden = 1;
+}
 
 int eng__step_init(eng *e, inf_err *err)
 {
@@ -291,6 +305,17 @@ int eng__step_init(eng *e, inf_err *err)
     int rc = batch_create(&bl, &e->bb, err);
     if (rc)
         return rc;
+    if (cfg->spec && cfg->spec->ops->wants_hidden) {
+        e->hidden_size = e->be->hidden_size;
+        if (e->hidden_size < 1)
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "speculation: the %s proposer reads the "
+                            "target's hidden states, which the %s backend does not return",
+                            cfg->spec->ops->name, e->be->ops->name);
+        e->hidden = malloc(sizeof(float) * (size_t)e->max_rows * e->hidden_size);
+        if (!e->hidden)
+            return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for hidden states");
+        batch_set_want_hidden(e->bb, 1);
+    }
     e->row0 = malloc(sizeof(int) * (size_t)S);
     e->nrows = malloc(sizeof(int) * (size_t)S);
     e->logits = malloc(sizeof(float) * (size_t)e->max_rows * e->vocab);
@@ -317,7 +342,7 @@ int eng__step_init(eng *e, inf_err *err)
 void eng__step_free(eng *e)
 {
     batch_destroy(e->bb);
-    free(e->logits), free(e->scratch), free(e->row0), free(e->nrows);
+    free(e->logits), free(e->hidden), free(e->scratch), free(e->row0), free(e->nrows);
     free(e->cand), free(e->cand_ss), free(e->cand_params), free(e->cand_k);
     free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
 }

@@ -86,524 +86,13 @@ static jv *scope_get(jscope *s, const char *name)
     return NULL;
 }
 
-/* ------------------------------------------------------ attribute, item */
-
-static const char *hint_repr(jctx *c, jv k, char *buf, size_t cap);
-
-static int undef_error(jctx *c, jv u)
-{
-    char r[200];
-    if (!u.tuple)
-        return jx_fail(c, "%s", u.u.s ? u.u.s->b : "undefined value");
-    const jundef *d = u.u.ud;
-    if (d->kind == 1)
-        return jx_fail(c, "'%s' is undefined", d->name);
-    if (d->kind == 2) {
-        jv k;
-        if (jv_cstr(c, d->name, &k))
-            return -1;
-        return jx_fail(c, "'%s' has no attribute %s", d->obj, hint_repr(c, k, r, sizeof r));
-    }
-    return jx_fail(c, "'%s' has no element %s", d->obj, hint_repr(c, *d->key, r, sizeof r));
-}
-
-int jx_undef_error(jctx *c, jv u)
-{
-    return undef_error(c, u);
-}
-
-/* An undefined value that says why only when asked. */
-static int lazy_undef(jctx *c, int kind, const char *obj, const char *name, const jv *key, jv *out)
-{
-    jundef *d = jx_alloc(&c->arena, sizeof *d + (key ? sizeof *key : 0));
-    if (!d)
-        return jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
-    d->kind = kind;
-    d->obj = obj;
-    d->name = name;
-    if (key) {
-        d->key = (jv *)(d + 1);
-        *d->key = *key;
-    }
-    *out = (jv){.t = JV_UNDEF, .tuple = 1, .u.ud = d};
-    return 0;
-}
-
-/* Python's repr of a name or key, for hints. */
-static const char *hint_repr(jctx *c, jv k, char *buf, size_t cap)
-{
-    jbuf b = {0};
-    int failed = c->failed;
-    if (jb_repr(c, &b, k) == 0)
-        snprintf(buf, cap, "%s", b.p ? b.p : "");
-    else
-        snprintf(buf, cap, "?");
-    c->failed = failed;
-    free(b.p);
-    return buf;
-}
-
-static const char *obj_type(jv v)
-{
-    switch (v.t) {
-    case JV_NONE: return "None";
-    case JV_DICT: return "dict object";
-    case JV_LIST: return v.tuple ? "tuple object" : "list object";
-    case JV_STR: return "str object";
-    case JV_INT: return "int object";
-    case JV_FLOAT: return "float object";
-    case JV_BOOL: return "bool object";
-    case JV_NS: return "jinja2.utils.Namespace object";
-    default: return "object";
-    }
-}
-
-static int loop_attr(jctx *c, jloop *lp, const char *name, jv *out)
-{
-    int n = lp->items->n, i = lp->index0;
-    if (!strcmp(name, "index")) *out = jv_int(i + 1);
-    else if (!strcmp(name, "index0")) *out = jv_int(i);
-    else if (!strcmp(name, "revindex")) *out = jv_int(n - i);
-    else if (!strcmp(name, "revindex0")) *out = jv_int(n - i - 1);
-    else if (!strcmp(name, "first")) *out = jv_bool(i == 0);
-    else if (!strcmp(name, "last")) *out = jv_bool(i == n - 1);
-    else if (!strcmp(name, "length")) *out = jv_int(n);
-    else if (!strcmp(name, "depth")) *out = jv_int(lp->depth0 + 1);
-    else if (!strcmp(name, "depth0")) *out = jv_int(lp->depth0);
-    else if (!strcmp(name, "previtem"))
-        return i > 0 ? (*out = lp->items->v[i - 1], 0)
-                     : jv_undef_hint(c, out, "there is no previous item");
-    else if (!strcmp(name, "nextitem"))
-        return i + 1 < n ? (*out = lp->items->v[i + 1], 0)
-                         : jv_undef_hint(c, out, "there is no next item");
-    else {
-        jv self = {.t = JV_LOOP, .u.lp = lp};
-        return jx_method(c, self, name, out);
-    }
-    return 0;
-}
-
-int jx_getattr(jctx *c, jv obj, const char *name, jv *out)
-{
-    if (obj.t == JV_UNDEF)
-        return undef_error(c, obj);
-    if (obj.t == JV_LOOP)
-        return loop_attr(c, obj.u.lp, name, out);
-    if (obj.t == JV_NS) {
-        jv *v = jv_dict_get(obj, name, strlen(name));
-        if (v) {
-            *out = *v;
-            return 0;
-        }
-    } else {
-        if (jx_method(c, obj, name, out))
-            return -1;
-        if (out->t != JV_UNDEF || out->u.s)
-            return 0; /* a method, or an unsafe one (an undefined with a hint) */
-        if (obj.t == JV_DICT) {
-            jv *v = jv_dict_get(obj, name, strlen(name));
-            if (v) {
-                *out = *v;
-                return 0;
-            }
-        }
-    }
-    return lazy_undef(c, 2, obj_type(obj), name, NULL, out);
-}
-
-static int norm_index(int64_t i, int64_t n, int64_t *out)
-{
-    if (i < 0)
-        i += n;
-    *out = i;
-    return i >= 0 && i < n;
-}
-
-int jx_getitem(jctx *c, jv obj, jv key, jv *out)
-{
-    if (obj.t == JV_UNDEF)
-        return undef_error(c, obj);
-    if (obj.t == JV_DICT || obj.t == JV_NS) {
-        jv *v = jv_dict_find(c, obj, key);
-        if (v) {
-            *out = *v;
-            return 0;
-        }
-    } else if ((obj.t == JV_LIST || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
-        int64_t i, n = obj.t == JV_LIST ? obj.u.l->n : (int64_t)ju_count(obj.u.s->b, obj.u.s->len);
-        if (norm_index(key.t == JV_INT ? key.u.i : key.u.b, n, &i)) {
-            if (obj.t == JV_LIST) {
-                *out = obj.u.l->v[i];
-                return 0;
-            }
-            size_t b = ju_offset(obj.u.s->b, obj.u.s->len, (size_t)i);
-            size_t e = ju_offset(obj.u.s->b, obj.u.s->len, (size_t)i + 1);
-            return jv_str(c, obj.u.s->b + b, e - b, out);
-        }
-    } else if (obj.t == JV_LOOP && key.t == JV_STR) {
-        return loop_attr(c, obj.u.lp, key.u.s->b, out);
-    }
-    if (key.t == JV_STR && obj.t != JV_DICT) {
-        if (jx_method(c, obj, key.u.s->b, out))
-            return -1;
-        if (out->t != JV_UNDEF)
-            return 0;
-    }
-    return lazy_undef(c, 3, obj_type(obj), NULL, &key, out);
-}
-
-/* a[start:stop:step] on a list or str (Python's slice rules). */
-static int do_slice(jctx *c, jv obj, jv *parts, jv *out)
-{
-    if (obj.t == JV_UNDEF)
-        return undef_error(c, obj);
-    if (obj.t != JV_LIST && obj.t != JV_STR)
-        return jx_fail(c, "'%s' object is not subscriptable", jv_type_name(obj));
-    int64_t v[3];
-    for (int k = 0; k < 3; k++) {
-        if (parts[k].t == JV_NONE)
-            continue;
-        if (parts[k].t != JV_INT && parts[k].t != JV_BOOL)
-            return jx_fail(c, "slice indices must be integers or None");
-        v[k] = parts[k].t == JV_INT ? parts[k].u.i : parts[k].u.b;
-    }
-    int64_t step = parts[2].t == JV_NONE ? 1 : v[2];
-    if (step == 0)
-        return jx_fail(c, "slice step cannot be zero");
-    int64_t n = obj.t == JV_LIST ? obj.u.l->n : (int64_t)ju_count(obj.u.s->b, obj.u.s->len);
-    int64_t lo = step < 0 ? -1 : 0, hi = step < 0 ? n - 1 : n, se[2];
-    for (int k = 0; k < 2; k++) {
-        if (parts[k].t == JV_NONE) {
-            se[k] = step > 0 ? (k == 0 ? 0 : n) : (k == 0 ? n - 1 : -1);
-            continue;
-        }
-        int64_t x = v[k];
-        if (x < 0) {
-            x += n;
-            if (x < lo)
-                x = lo;
-        } else if (x > hi) {
-            x = hi;
-        }
-        se[k] = x;
-    }
-    if (obj.t == JV_LIST) {
-        if (jv_list_new(c, 0, out))
-            return -1;
-        out->tuple = obj.tuple;
-        for (int64_t i = se[0]; step > 0 ? i < se[1] : i > se[1]; i += step)
-            if (jv_list_push(c, *out, obj.u.l->v[i]))
-                return -1;
-        return 0;
-    }
-    /* strings: collect code point offsets once */
-    const char *s = obj.u.s->b;
-    size_t len = obj.u.s->len;
-    if (n == (int64_t)len && step == 1)
-        return jv_str(c, s + se[0], se[1] > se[0] ? (size_t)(se[1] - se[0]) : 0, out);
-    size_t *off = jx_alloc(&c->arena, (size_t)(n + 1) * sizeof *off);
-    if (!off)
-        return jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
-    for (int64_t i = 0, b = 0; i <= n; i++) {
-        off[i] = (size_t)b;
-        if (i < n)
-            b = (int64_t)ju_offset(s + b, len - (size_t)b, 1) + b;
-    }
-    jbuf b = {0};
-    int rc = jb_put(c, &b, "", 0);
-    for (int64_t i = se[0]; !rc && (step > 0 ? i < se[1] : i > se[1]); i += step)
-        rc = jb_put(c, &b, s + off[i], off[i + 1] - off[i]);
-    rc = rc || jv_str(c, b.p, b.len, out);
-    free(b.p);
-    return rc ? -1 : 0;
-}
-
-/* ---------------------------------------------------------- operators */
-
-static int both_int(jv a, jv b)
-{
-    return (a.t == JV_INT || a.t == JV_BOOL) && (b.t == JV_INT || b.t == JV_BOOL);
-}
-
-static int64_t as_int(jv v)
-{
-    return v.t == JV_INT ? v.u.i : v.u.b;
-}
-
-static const char *OP_SYM[] = {"+", "-", "*", "/", "//", "%", "**"};
-
-static int op_type_error(jctx *c, int op, jv a, jv b)
-{
-    if (op == JO_ADD && a.t == JV_STR)
-        return jx_fail(c, "can only concatenate str (not \"%s\") to str", jv_type_name(b));
-    if (op == JO_ADD && a.t == JV_LIST)
-        return jx_fail(c, "can only concatenate %s (not \"%s\") to %s", jv_type_name(a),
-                       jv_type_name(b), jv_type_name(a));
-    return jx_fail(c, "unsupported operand type(s) for %s: '%s' and '%s'", OP_SYM[op],
-                   jv_type_name(a), jv_type_name(b));
-}
-
-static int repeat(jctx *c, jv seq, int64_t times, jv *out)
-{
-    if (seq.t == JV_STR) {
-        jbuf b = {0};
-        int rc = jb_put(c, &b, "", 0);
-        for (int64_t i = 0; i < times && !rc; i++)
-            rc = jb_put(c, &b, seq.u.s->b, seq.u.s->len);
-        rc = rc || jv_str(c, b.p, b.len, out);
-        free(b.p);
-        return rc ? -1 : 0;
-    }
-    if (jv_list_new(c, 0, out))
-        return -1;
-    out->tuple = seq.tuple;
-    for (int64_t i = 0; i < times; i++)
-        for (int k = 0; k < seq.u.l->n; k++)
-            if (jx_step(c) || jv_list_push(c, *out, seq.u.l->v[k]))
-                return -1;
-    return 0;
-}
-
-static int str_mod(jctx *c, jv fmt, jv args, jv *out);
-
-static int binop(jctx *c, int op, jv a, jv b, jv *out)
-{
-    if (a.t == JV_UNDEF)
-        return undef_error(c, a);
-    if (b.t == JV_UNDEF)
-        return undef_error(c, b);
-    if (both_int(a, b)) {
-        int64_t x = as_int(a), y = as_int(b), r;
-        switch (op) {
-        case JO_ADD: if (__builtin_add_overflow(x, y, &r)) goto overflow; *out = jv_int(r); return 0;
-        case JO_SUB: if (__builtin_sub_overflow(x, y, &r)) goto overflow; *out = jv_int(r); return 0;
-        case JO_MUL: if (__builtin_mul_overflow(x, y, &r)) goto overflow; *out = jv_int(r); return 0;
-        case JO_DIV:
-            if (y == 0)
-                return jx_fail(c, "division by zero");
-            *out = jv_float((double)x / (double)y);
-            return 0;
-        case JO_FLOORDIV: case JO_MOD:
-            if (y == 0)
-                return jx_fail(c, "integer division or modulo by zero");
-            if (x == INT64_MIN && y == -1)
-                goto overflow;
-            r = x / y;
-            if ((x % y != 0) && ((x < 0) != (y < 0)))
-                r--;
-            *out = jv_int(op == JO_FLOORDIV ? r : x - r * y);
-            return 0;
-        case JO_POW:
-            if (y < 0) {
-                *out = jv_float(pow((double)x, (double)y));
-                return 0;
-            }
-            if (x == 0 || x == 1 || x == -1) { /* no overflow however large y is */
-                *out = jv_int(x == 0 ? y == 0 : x == 1 ? 1 : (y % 2 ? -1 : 1));
-                return 0;
-            }
-            r = 1;
-            for (int64_t i = 0; i < y; i++)
-                if (__builtin_mul_overflow(r, x, &r))
-                    goto overflow;
-            *out = jv_int(r);
-            return 0;
-        }
-    }
-    if (jv_is_num(a) && jv_is_num(b)) {
-        double x = jv_num(a), y = jv_num(b);
-        switch (op) {
-        case JO_ADD: *out = jv_float(x + y); return 0;
-        case JO_SUB: *out = jv_float(x - y); return 0;
-        case JO_MUL: *out = jv_float(x * y); return 0;
-        case JO_DIV:
-            if (y == 0)
-                return jx_fail(c, "float division by zero");
-            *out = jv_float(x / y);
-            return 0;
-        case JO_FLOORDIV: case JO_MOD: {
-            if (y == 0)
-                return jx_fail(c, "float floor division by zero");
-            double m = fmod(x, y);
-            if (m != 0 && ((y < 0) != (m < 0)))
-                m += y;
-            *out = jv_float(op == JO_MOD ? m : floor(x / y));
-            return 0;
-        }
-        case JO_POW: *out = jv_float(pow(x, y)); return 0;
-        }
-    }
-    if (op == JO_ADD && a.t == JV_STR && b.t == JV_STR)
-        return jv_str2(c, a.u.s, b.u.s, out);
-    if (op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST && a.tuple == b.tuple) {
-        if (jv_list_new(c, a.u.l->n + b.u.l->n, out))
-            return -1;
-        out->tuple = a.tuple;
-        for (int i = 0; i < a.u.l->n; i++)
-            out->u.l->v[out->u.l->n++] = a.u.l->v[i];
-        for (int i = 0; i < b.u.l->n; i++)
-            out->u.l->v[out->u.l->n++] = b.u.l->v[i];
-        return 0;
-    }
-    if (op == JO_MUL && (a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL))
-        return repeat(c, a, as_int(b), out);
-    if (op == JO_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
-        return repeat(c, b, as_int(a), out);
-    if (op == JO_MOD && a.t == JV_STR)
-        return str_mod(c, a, b, out);
-    return op_type_error(c, op, a, b);
-overflow:
-    return jx_fail(c, "integer overflow");
-}
-
-/* "fmt" % args for %s, %d, %i, %r, %f and %%: enough for templates. */
-static int str_mod(jctx *c, jv fmt, jv args, jv *out)
-{
-    jbuf b = {0};
-    int ai = 0, rc = jb_put(c, &b, "", 0);
-    const char *s = fmt.u.s->b;
-    size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (s[i] != '%') {
-            rc = jb_put(c, &b, s + i, 1);
-            continue;
-        }
-        char k = i + 1 < n ? s[++i] : 0;
-        if (k == '%') {
-            rc = jb_put(c, &b, "%", 1);
-            continue;
-        }
-        jv v;
-        if (args.t == JV_LIST && args.tuple) {
-            if (ai >= args.u.l->n) {
-                rc = jx_fail(c, "not enough arguments for format string");
-                break;
-            }
-            v = args.u.l->v[ai++];
-        } else {
-            if (ai++ > 0) {
-                rc = jx_fail(c, "not enough arguments for format string");
-                break;
-            }
-            v = args;
-        }
-        if (k == 's') {
-            rc = jb_str(c, &b, v);
-        } else if (k == 'r') {
-            rc = jb_repr(c, &b, v);
-        } else if ((k == 'd' || k == 'i') && jv_is_num(v)) {
-            jv iv = jv_int(v.t == JV_FLOAT ? (int64_t)v.u.f : as_int(v));
-            rc = jb_str(c, &b, iv);
-        } else if (k == 'f' && jv_is_num(v)) {
-            char t[64];
-            snprintf(t, sizeof t, "%f", jv_num(v));
-            rc = jb_put(c, &b, t, strlen(t));
-        } else {
-            rc = jx_fail(c, "unsupported format character or argument in %% formatting");
-        }
-    }
-    rc = rc || jv_str(c, b.p, b.len, out);
-    free(b.p);
-    return rc ? -1 : 0;
-}
-
-static int contains(jctx *c, jv item, jv seq, int *out)
-{
-    if (seq.t == JV_UNDEF) {
-        *out = 0;
-        return 0;
-    }
-    if (seq.t == JV_STR) {
-        if (item.t != JV_STR)
-            return jx_fail(c, "'in <string>' requires string as left operand, not %s",
-                           jv_type_name(item));
-        *out = item.u.s->len == 0 ||
-               memmem(seq.u.s->b, seq.u.s->len, item.u.s->b, item.u.s->len) != NULL;
-        return 0;
-    }
-    if (seq.t == JV_LIST) {
-        *out = 0;
-        for (int i = 0; i < seq.u.l->n && !*out; i++)
-            *out = jv_eq(seq.u.l->v[i], item);
-        return 0;
-    }
-    if (seq.t == JV_DICT || seq.t == JV_NS) {
-        *out = jv_dict_find(c, seq, item) != NULL;
-        return 0;
-    }
-    return jx_fail(c, "argument of type '%s' is not iterable", jv_type_name(seq));
-}
-
-static int compare(jctx *c, int op, jv a, jv b, int *out)
-{
-    int r;
-    switch (op) {
-    case JO_EQ: *out = jv_eq(a, b); return 0;
-    case JO_NE: *out = !jv_eq(a, b); return 0;
-    case JO_IN: return contains(c, a, b, out);
-    case JO_NOTIN:
-        if (contains(c, a, b, out))
-            return -1;
-        *out = !*out;
-        return 0;
-    }
-    if (a.t == JV_UNDEF)
-        return undef_error(c, a);
-    if (b.t == JV_UNDEF)
-        return undef_error(c, b);
-    if (jv_cmp(c, a, b, &r)) {
-        static const char *sym[] = {[JO_LT] = "<", [JO_LE] = "<=", [JO_GT] = ">", [JO_GE] = ">="};
-        c->failed = 0;
-        return jx_fail(c, "'%s' not supported between instances of '%s' and '%s'", sym[op],
-                       jv_type_name(a), jv_type_name(b));
-    }
-    *out = op == JO_LT ? r < 0 : op == JO_LE ? r <= 0 : op == JO_GT ? r > 0 : r >= 0;
-    return 0;
-}
-
-/* ------------------------------------------------------------ iteration */
-
-/* The items a for loop (or a filter) walks: a list's items, a dict's
- * keys, a string's characters; undefined is empty. */
-int jx_iter(jctx *c, jv v, jlist **out)
-{
-    jv l;
-    switch (v.t) {
-    case JV_UNDEF: return jv_list_new(c, 0, &l) ? -1 : (*out = l.u.l, 0);
-    case JV_LIST: *out = v.u.l; return 0;
-    case JV_DICT:
-        if (jv_list_new(c, v.u.d->n, &l))
-            return -1;
-        for (int i = 0; i < v.u.d->n; i++)
-            l.u.l->v[l.u.l->n++] = v.u.d->k[i];
-        *out = l.u.l;
-        return 0;
-    case JV_STR: {
-        size_t n = ju_count(v.u.s->b, v.u.s->len);
-        if (jv_list_new(c, (int)n, &l))
-            return -1;
-        for (size_t i = 0, b = 0; i < n; i++) {
-            size_t e = b + ju_offset(v.u.s->b + b, v.u.s->len - b, 1);
-            if (jv_str(c, v.u.s->b + b, e - b, &l.u.l->v[l.u.l->n++]))
-                return -1;
-            b = e;
-        }
-        *out = l.u.l;
-        return 0;
-    }
-    default:
-        return jx_fail(c, "'%s' object is not iterable", jv_type_name(v));
-    }
-}
-
-/* Binds names to v (one name: v itself; several: unpacked). */
 static int bind(jctx *c, jscope *s, const char *const *names, int nn, jv v)
 {
     if (nn == 1)
         return scope_set(c, s, names[0], v);
     jlist *l;
     if (v.t == JV_UNDEF || jx_iter(c, v, &l))
-        return v.t == JV_UNDEF ? undef_error(c, v) : -1;
+        return v.t == JV_UNDEF ? jx_undef_error(c, v) : -1;
     if (l->n != nn)
         return jx_fail(c, l->n > nn ? "too many values to unpack (expected %d)"
                                     : "not enough values to unpack (expected %d)", nn);
@@ -722,7 +211,7 @@ int jx_call(jctx *c, jv fn, const jargs *a, jv *out)
     if (jx_step(c))
         return -1;
     if (fn.t == JV_UNDEF)
-        return undef_error(c, fn);
+        return jx_undef_error(c, fn);
     if (fn.t == JV_LOOP) { /* loop(children) in a recursive for */
         jloop *lp = fn.u.lp;
         jlist *items;
@@ -755,7 +244,7 @@ static int ev_name(jctx *c, const jnode *n, jscope *s, jv *out)
         *out = *v;
         return 0;
     }
-    return lazy_undef(c, 1, NULL, n->name, NULL, out);
+    return jx_lazy_undef(c, 1, NULL, n->name, NULL, out);
 }
 
 static int ev_seq(jctx *c, const jnode *n, jscope *s, jv *out)
@@ -793,7 +282,7 @@ static int ev_compare(jctx *c, const jnode *n, jscope *s, jv *out)
     int r = 1;
     for (int i = 0; i < n->n && r; i++) {
         jv right;
-        if (ev(c, n->list[i], s, &right) || compare(c, n->ops[i], left, right, &r))
+        if (ev(c, n->list[i], s, &right) || jx_compare_int(c, n->ops[i], left, right, &r))
             return -1;
         left = right;
     }
@@ -830,7 +319,7 @@ static int ev(jctx *c, const jnode *n, jscope *s, jv *out)
         for (int k = 0; k < 3 && !rc; k++)
             if (n->list[k])
                 rc = ev(c, n->list[k], s, &parts[k]);
-        rc = rc || do_slice(c, a, parts, out);
+        rc = rc || jx_slice(c, a, parts, out);
         break;
     }
     case JN_CALL: rc = ev_call(c, n, s, out); break;
@@ -858,7 +347,7 @@ static int ev(jctx *c, const jnode *n, jscope *s, jv *out)
         rc = ev(c, n->a, s, &a) || ev(c, n->b, s, &b);
         if (!rc) {
             c->line = n->line;
-            rc = binop(c, n->op, a, b, out);
+            rc = jx_binop(c, n->op, a, b, out);
         }
         break;
     case JN_NEG: case JN_POS:
@@ -866,9 +355,9 @@ static int ev(jctx *c, const jnode *n, jscope *s, jv *out)
         if (rc)
             break;
         if (a.t == JV_UNDEF)
-            rc = undef_error(c, a);
+            rc = jx_undef_error(c, a);
         else if (a.t == JV_INT || a.t == JV_BOOL)
-            *out = jv_int(n->kind == JN_NEG ? -as_int(a) : as_int(a));
+            *out = jv_int((n->kind == JN_NEG ? -1 : 1) * (a.t == JV_INT ? a.u.i : a.u.b));
         else if (a.t == JV_FLOAT)
             *out = jv_float(n->kind == JN_NEG ? -a.u.f : a.u.f);
         else
@@ -1142,16 +631,3 @@ int jx_scope_set(jctx *c, jscope *s, const char *name, jv v)
     return scope_set(c, s, name, v);
 }
 
-int jx_binop(jctx *c, int op, jv a, jv b, jv *out)
-{
-    return binop(c, op, a, b, out);
-}
-
-int jx_compare(jctx *c, int op, jv a, jv b, jv *out)
-{
-    int r;
-    if (compare(c, op, a, b, &r))
-        return -1;
-    *out = jv_bool(r);
-    return 0;
-}

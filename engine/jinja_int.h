@@ -4,7 +4,11 @@
  * jinja_parse.c  tokens -> syntax tree
  * jinja_val.c    values, the arena, str()/repr()/json.dumps, comparisons
  * jinja_eval.c   the tree-walking evaluator
- * jinja_lib.c    filters, tests, methods of str/dict/list, globals */
+ * jinja_access.c  attribute, item, slice, iteration, Undefined
+ * jinja_ops.c    operators
+ * jinja_lib.c    filters
+ * jinja_test.c   tests and globals
+ * jinja_str.c    methods of str, dict, list (what the sandbox allows) */
 #ifndef INFERD_JINJA_INT_H
 #define INFERD_JINJA_INT_H
 
@@ -233,6 +237,9 @@ struct jctx {
 
 int jx_fail(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int jx_undef_error(jctx *c, jv u); /* fails with why u is undefined        */
+/* An undefined value whose reason (jundef kind 1-3) is formatted only if
+ * an error needs it. */
+int jx_lazy_undef(jctx *c, int kind, const char *obj, const char *name, const jv *key, jv *out);
 int jx_step(jctx *c);           /* counts a step; -1 past the limit         */
 
 /* Evaluator entry points the library needs (map/select use filters and
@@ -243,6 +250,11 @@ int jx_filter_fn(jctx *c, jfilter_fn f, jv in, const jargs *a, jv *out);
 int jx_test(jctx *c, const char *name, jv in, const jargs *a, int *out);
 int jx_getattr(jctx *c, jv obj, const char *name, jv *out);
 int jx_getitem(jctx *c, jv obj, jv key, jv *out);
+int jx_slice(jctx *c, jv obj, jv *parts, jv *out); /* parts: start, stop, step (none: default) */
+/* Operators (jinja_ops.c): JO_* of jinja_parse's nodes. */
+int jx_binop(jctx *c, int op, jv a, jv b, jv *out);
+int jx_compare(jctx *c, int op, jv a, jv b, jv *out);
+int jx_compare_int(jctx *c, int op, jv a, jv b, int *out);
 int jx_eval_expr(jctx *c, const jnode *n, jv *out);
 /* The items a for loop walks: a list's, a dict's keys, a str's characters;
  * undefined is empty; anything else is an error. */

@@ -4,6 +4,9 @@
  * error naming its key. */
 #include "model_int.h"
 
+#include "gguf_model.h"
+#include "hfq.h"
+
 #include <math.h>
 #include <errno.h>
 #include <limits.h>
@@ -186,18 +189,24 @@ static int model__sizes(const cJSON *root, model_config *c, int default_hd, cons
 
 int model_config_load(const char *path, model_config *cfg, inf_err *err)
 {
+    cJSON *root = NULL;
+    int rc = model__read_json(path, &root, err);
+    if (rc)
+        return rc;
+    rc = model__config_parse(root, path, cfg, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+int model__config_parse(const cJSON *root, const char *path, model_config *cfg, inf_err *err)
+{
     model_config c;
     memset(&c, 0, sizeof c);
     c.max_position_embeddings = 2048;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-6;
     c.bos_token_id = -1;
-
-    cJSON *root = NULL;
-    int rc = model__read_json(path, &root, err);
-    if (rc)
-        return rc;
-    int default_hd = 0;
+    int rc, default_hd = 0;
     if ((rc = mdesc__family(root, &c, &default_hd, path, err)) ||
         (rc = model__sizes(root, &c, default_hd, path, err)))
         goto done;
@@ -224,7 +233,6 @@ int model_config_load(const char *path, model_config *cfg, inf_err *err)
         goto done;
     *cfg = c;
 done:
-    cJSON_Delete(root);
     return rc;
 }
 
@@ -298,6 +306,9 @@ static int model__bind(const model__binder *b, const char *name, model__dim rows
 {
     const model_config *c = &b->m->cfg;
     const st_tensor *t = st_find(b->m->st, name);
+    if (!t && b->m->hfq && rows != DIM_1) /* a GPTQ / AWQ linear */
+        return hfq_bind(b->m->hfq, b->m->st, name, model__dim_value(c, rows),
+                        model__dim_value(c, cols), out, err);
     if (!t)
         return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", b->src, name);
     if (t->dtype == INF_DTYPE_NONE)
@@ -483,6 +494,8 @@ static int model__bind_all(model *m, inf_err *err)
 int model_load(const char *dir, model **out, inf_err *err)
 {
     *out = NULL;
+    if (gguf_model_path(dir)) /* one file: GGUF */
+        return gguf_model_load(dir, out, err);
     char *path = NULL;
     model *m = calloc(1, sizeof *m);
     int rc;
@@ -490,7 +503,7 @@ int model_load(const char *dir, model **out, inf_err *err)
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    if ((rc = model_config_load(path, &m->cfg, err)))
+    if ((rc = model_config_load(path, &m->cfg, err)) || (rc = hfq_open(path, &m->hfq, err)))
         goto fail;
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
@@ -522,6 +535,8 @@ void model_destroy(model *m)
     if (!m)
         return;
     st_destroy(m->st);
+    gguf_weights_free(m->gguf);
+    hfq_free(m->hfq);
     free(m->layers);
     free(m->dir);
     free(m);
@@ -554,6 +569,10 @@ size_t model_weight_bytes(const model *m)
 void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
                     void *user)
 {
+    if (m->gguf) {
+        gguf_weights_prefetch(m->gguf, progress, user);
+        return;
+    }
     size_t total = st_data_bytes(m->st), done = 0, next_report = 0;
     volatile unsigned char sink = 0;
     for (int i = 0; i < st_count(m->st); i++) {

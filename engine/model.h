@@ -80,10 +80,15 @@ typedef struct model {
                                   as HF multiplies (1: none)             */
     model_layer *layers;       /* [n_layers]                              */
     st_set *st;                /* owns the mappings                       */
+    struct gguf_weights *gguf; /* or, for a GGUF file, its mapping and the
+                                  tensors converted at load (gguf_model.h) */
+    struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load
+                                  (hfq.h), or NULL                        */
     char *dir;
 } model;
 
-/* Loads DIR/config.json and binds every tensor from DIR's safetensors.
+/* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
+ * when DIR is a file, loads it as GGUF (gguf_model_load). 
  * Errors (one line naming the file and tensor): missing file, corrupt header,
  * missing tensor, shape not matching the config, unsupported dtype or
  * architecture. */

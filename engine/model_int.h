@@ -17,6 +17,10 @@ int model__int(const cJSON *o, const char *key, int required, int *out, const ch
 int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err);
 int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err);
 
+/* model_config_load's work on a parsed config.json (or one a GGUF file's
+ * metadata was mapped onto: gguf_model.c); path labels messages. */
+int model__config_parse(const cJSON *root, const char *path, model_config *cfg, inf_err *err);
+
 /* The family of root (architectures[0], else model_type) into c->arch and
  * c->desc.family, with its default head_dim (0: hidden / heads). */
 int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, const char *path,

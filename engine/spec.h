@@ -5,8 +5,9 @@
  * target's (Leviathan et al. 2023; Chen et al. 2023).
  *
  * Proposers sit behind spec_proposer_ops: the n-gram prompt lookup here, the
- * draft model in spec_draft.h; an MLP speculator (which needs the target's
- * hidden states) can slot in later behind the same calls. */
+ * draft model in spec_draft.h; one that reads the target's final hidden
+ * state (an MLP speculator) says so in wants_hidden and finds it in
+ * spec_seq.hidden. */
 #ifndef INFERD_SPEC_H
 #define INFERD_SPEC_H
 
@@ -22,6 +23,10 @@ typedef struct spec_seq {
     int n_tokens;
     int n_prompt;
     void *state;              /* proposer-owned; NULL until first proposal   */
+    /* [hidden_size] the target's final hidden state (after the final norm)
+     * at the row its last token was sampled from, i.e. at position
+     * n_tokens - 2; only for proposers with wants_hidden, else NULL */
+    const float *hidden;
 } spec_seq;
 
 typedef struct spec_proposer spec_proposer;
@@ -42,6 +47,7 @@ typedef struct spec_proposer_ops {
     void (*release)(spec_proposer *p, spec_seq *s);
     void (*destroy)(spec_proposer *p);
     int deterministic;        /* proposals are point masses (no probs)      */
+    int wants_hidden;         /* reads spec_seq.hidden                      */
 } spec_proposer_ops;
 
 struct spec_proposer {

@@ -421,6 +421,15 @@ static int st__open_index(const char *dir, const char *index, st_set **out, inf_
             rc = inf_fail(err, INF_ERR_FORMAT, "%s: weight_map entry '%s' is not a file name", index, e->string);
             goto fail;
         }
+        /* shards live in the checkpoint's directory (or below it): an index
+         * must not make us map /etc/... or ../../anything */
+        const char *v = e->valuestring;
+        if (v[0] == '/' || !strcmp(v, "..") || !strncmp(v, "../", 3) || strstr(v, "/../") ||
+            (strlen(v) >= 3 && !strcmp(v + strlen(v) - 3, "/.."))) {
+            rc = inf_fail(err, INF_ERR_FORMAT, "%s: weight_map entry '%s' names '%s', outside "
+                          "the checkpoint's directory", index, e->string, v);
+            goto fail;
+        }
     }
     if (st__shards(map, &shards, &n_shards) != INF_OK ||
         !(shard_path = calloc((size_t)n_shards, sizeof *shard_path)) || !(s = st__new())) {

@@ -336,6 +336,12 @@ int tok_encode(const tok *t, const char *text, size_t len, int add_special, int3
 
 int tok_decode(const tok *t, const int32_t *ids, int n, char **text, size_t *len, inf_err *err)
 {
+    return tok_decode_ex(t, ids, n, 0, text, len, err);
+}
+
+int tok_decode_ex(const tok *t, const int32_t *ids, int n, unsigned flags, char **text,
+                  size_t *len, inf_err *err)
+{
     if (!t || !text || n < 0 || (!ids && n))
         return inf_fail(err, INF_ERR_INVALID, "tok_decode: bad argument");
     *text = NULL;
@@ -345,7 +351,7 @@ int tok_decode(const tok *t, const int32_t *ids, int n, char **text, size_t *len
                             "tok_decode: token id %d (position %d) is out of range [0, %d)",
                             (int)ids[i], i, t->vocab);
     size_t l = 0;
-    int rc = t->ops->decode(t, ids, (size_t)n, text, &l, err);
+    int rc = t->ops->decode(t, ids, (size_t)n, (flags & TOK_KEEP_SPECIAL) != 0, text, &l, err);
     if (!rc && len)
         *len = l;
     return rc;

@@ -74,9 +74,22 @@ int tok_encode_ex(const tok *t, const char *text, size_t len, unsigned flags,
                   int32_t **ids, int *n, inf_err *err);
 
 /* Decodes ids into a malloc'd NUL-terminated string (caller frees); *len
- * (may be NULL) receives its length. Out-of-range ids are an error. */
+ * (may be NULL) receives its length. Out-of-range ids are an error.
+ * Special tokens are left out (vLLM's skip_special_tokens default). */
 int tok_decode(const tok *t, const int32_t *ids, int n, char **text,
                size_t *len, inf_err *err);
+
+/* Flags of tok_decode_ex and tok_stream_create_ex. */
+enum {
+    /* Special tokens stay in the text (skip_special_tokens: false).
+     * tokenizer.json: they go through the decoder like any token, as
+     * Hugging Face's decode does; SentencePiece: not supported, its control
+     * pieces are always left out. */
+    TOK_KEEP_SPECIAL = 4,
+};
+
+int tok_decode_ex(const tok *t, const int32_t *ids, int n, unsigned flags, char **text,
+                  size_t *len, inf_err *err);
 
 /* Incremental detokenizer for streaming: push tokens one at a time and get
  * back only text that is final. Never emits half a UTF-8 character or the
@@ -90,6 +103,9 @@ typedef struct tok_stream tok_stream;
  * the prompt); they give context for spacing and are never emitted. */
 int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix,
                       tok_stream **out, inf_err *err);
+/* The same with tok_decode_ex's flags (TOK_KEEP_SPECIAL). */
+int tok_stream_create_ex(const tok *t, const int32_t *prefix, int n_prefix, unsigned flags,
+                         tok_stream **out, inf_err *err);
 void tok_stream_destroy(tok_stream *s); /* NULL-safe */
 
 /* Feeds one id. *text is set to the newly final bytes (not NUL-terminated

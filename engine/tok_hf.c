@@ -253,8 +253,8 @@ typedef struct hf_enc {
     hf_bpe_work *work;
     int32_t *ids;
     size_t n_ids, cap;
-    hf_cache_ent *cache;    /* [2 * HF_CACHE_MAX], allocated at first use */
-    size_t n_cache;
+    hf_cache_ent *cache;    /* [cap_cache] slots, grown to 2 * HF_CACHE_MAX */
+    size_t n_cache, cap_cache;
     inf_buf keys;
     int32_t *pool;
     size_t n_pool, cap_pool;
@@ -282,15 +282,37 @@ static int enc_push(hf_enc *e, int32_t id)
     return INF_OK;
 }
 
+/* Doubles the cache's slots (from 256), placing the entries again. */
+static int cache_grow(hf_enc *e)
+{
+    size_t cap = e->cap_cache ? 2 * e->cap_cache : 256;
+    hf_cache_ent *c = calloc(cap, sizeof *c);
+    if (!c)
+        return INF_ERR_NOMEM;
+    for (size_t i = 0; i < e->cap_cache; i++) {
+        if (!e->cache[i].key_len)
+            continue;
+        size_t j = (size_t)e->cache[i].hash & (cap - 1);
+        while (c[j].key_len)
+            j = (j + 1) & (cap - 1);
+        c[j] = e->cache[i];
+    }
+    free(e->cache);
+    e->cache = c;
+    e->cap_cache = cap;
+    return INF_OK;
+}
+
 /* Appends the ids of one word, from the cache or through BPE. */
 static int enc_word(hf_enc *e, const char *w, size_t n)
 {
     if (n == 0 || n > HF_CACHE_WORD)
         return hf_bpe_word(e->h->bpe, e->work, w, n, &e->ids, &e->n_ids, &e->cap);
-    if (!e->cache && !(e->cache = calloc(2 * HF_CACHE_MAX, sizeof *e->cache)))
+    if (2 * (e->n_cache + 1) > e->cap_cache && e->cap_cache < 2 * HF_CACHE_MAX &&
+        cache_grow(e))
         return INF_ERR_NOMEM;
     uint64_t h = word_hash(w, n);
-    size_t m = 2 * HF_CACHE_MAX - 1, i = (size_t)h & m;
+    size_t m = e->cap_cache - 1, i = (size_t)h & m;
     for (; e->cache[i].key_len; i = (i + 1) & m) {
         hf_cache_ent *c = &e->cache[i];
         if (c->hash == h && c->key_len == n && memcmp(e->keys.p + c->key, w, n) == 0) {
@@ -303,7 +325,7 @@ static int enc_word(hf_enc *e, const char *w, size_t n)
     size_t before = e->n_ids;
     int rc = hf_bpe_word(e->h->bpe, e->work, w, n, &e->ids, &e->n_ids, &e->cap);
     size_t k = e->n_ids - before;
-    if (rc || e->n_cache >= HF_CACHE_MAX || e->keys.len + n > UINT32_MAX ||
+    if (rc || 2 * (e->n_cache + 1) > e->cap_cache || e->keys.len + n > UINT32_MAX ||
         e->n_pool + k > UINT32_MAX)
         return rc;
     if (e->n_pool + k > e->cap_pool) {
@@ -428,15 +450,15 @@ static int hf_post(const tok *t, int32_t **ids, size_t *n, inf_err *err)
 
 /* ---- decode ---------------------------------------------------------------------------- */
 
-/* Token strings (special ones left out, as skip_special_tokens does)
- * through the decoder chain, joined. */
-static int hf_decode(const tok *t, const int32_t *ids, size_t n, char **text, size_t *len,
-                     inf_err *err)
+/* Token strings (special ones left out unless keep_special, as
+ * skip_special_tokens says) through the decoder chain, joined. */
+static int hf_decode(const tok *t, const int32_t *ids, size_t n, int keep_special, char **text,
+                     size_t *len, inf_err *err)
 {
     const hf_impl *h = t->impl;
     hf_splits s = {0}, tmp = {0};
     for (size_t i = 0; i < n; i++) {
-        if (t->flags[ids[i]] & TOK_F_SPECIAL)
+        if ((t->flags[ids[i]] & TOK_F_SPECIAL) && !keep_special)
             continue;
         const char *p = t->blob + t->piece[ids[i]];
         if (!h->dec && s.n)

@@ -462,6 +462,14 @@ int tok_hf_open(const char *json, size_t len, const char *path, const cJSON *con
                      "post_processor", h);
     if (!rc && max_id < 0)
         rc = hf_ld_fail(&L, INF_ERR_FORMAT, "model.vocab", "is empty");
+    /* Ids are dense in every real vocabulary; a sparse one would make the
+     * table as large as its largest id. */
+    size_t entries = rc ? 0 : (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                                  cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab")) +
+                                  (size_t)h->n_added;
+    if (!rc && (size_t)max_id >= 2 * entries + 1024)
+        rc = hf_ld_fail(&L, INF_ERR_FORMAT, "model.vocab",
+                        "token id %d for %zu tokens: ids must be dense", (int)max_id, entries);
     if (!rc)
         rc = tok__new(max_id + 1, &t, err);
     if (!rc)

@@ -20,12 +20,13 @@ enum {
 
 /* What an implementation provides. encode sees plain text only (the
  * generic layer adds BOS/EOS); decode gets ids already range-checked and
- * returns a malloc'd string. */
+ * returns a malloc'd string, special tokens left out unless keep_special
+ * (an implementation may not support keeping them: SentencePiece). */
 typedef struct tok_ops {
     int (*encode)(const tok *t, const char *text, size_t len, int flags, int32_t **ids,
                   size_t *n, inf_err *err);
-    int (*decode)(const tok *t, const int32_t *ids, size_t n, char **text, size_t *len,
-                  inf_err *err);
+    int (*decode)(const tok *t, const int32_t *ids, size_t n, int keep_special, char **text,
+                  size_t *len, inf_err *err);
     /* Applies the implementation's special-token policy (the post-processor
      * of a tokenizer.json); NULL means the generic BOS/EOS policy. */
     int (*post)(const tok *t, int32_t **ids, size_t *n, inf_err *err);

@@ -100,9 +100,12 @@ int spm_encode(const tok *t, const char *text, size_t len, int flags, int32_t **
     }
 }
 
-int spm_decode(const tok *t, const int32_t *ids, size_t n, char **text, size_t *len,
-               inf_err *err)
+/* Control pieces always go (sentencepiece's Decode drops them): keeping
+ * them is not supported here. */
+int spm_decode(const tok *t, const int32_t *ids, size_t n, int keep_special, char **text,
+               size_t *len, inf_err *err)
 {
+    (void)keep_special;
     try {
         std::vector<int> v(ids, ids + n);
         std::string s;

@@ -29,15 +29,17 @@ struct tok_stream {
     size_t prev_len;
     char *out;        /* the chunk last handed out                          */
     size_t out_len;
+    int keep_special; /* TOK_KEEP_SPECIAL */
 };
 
 /* Whether a stream keeps id, given the id before it (-1 for none). Special
  * ids decode to nothing; under SentencePiece their one effect is to end a
  * run of byte pieces, so only one right after a byte counts there. Leaving
  * the rest out keeps the window small however many come. */
-static int keep(const tok *t, int32_t prev_id, int32_t id)
+static int keep(const tok_stream *s, int32_t prev_id, int32_t id)
 {
-    if (!(t->flags[id] & TOK_F_SPECIAL))
+    const tok *t = s->t;
+    if (!(t->flags[id] & TOK_F_SPECIAL) || s->keep_special)
         return 1;
     return t->special_splits_bytes && prev_id >= 0 && (t->flags[prev_id] & TOK_F_BYTE);
 }
@@ -64,7 +66,7 @@ static size_t final_end(const tok *t, const int32_t *win, size_t n)
     for (size_t i = n; i-- > 0;) {
         int32_t id = win[i];
         if (t->flags[id] & TOK_F_SPECIAL)
-            return n; /* kept only where it ends a byte run */
+            return n; /* ends a byte run, or is kept as its (whole) text */
         const unsigned char *b = (const unsigned char *)t->blob + t->bytes[id];
         for (size_t j = t->n_bytes[id]; j-- > 0;) {
             if (is_cont(b[j])) {
@@ -101,10 +103,10 @@ static size_t common(const char *prev, size_t pl, const char *cur, size_t cl)
     return c;
 }
 
-static int decode(const tok *t, const int32_t *ids, size_t n, char **s, size_t *len,
+static int decode(const tok_stream *st, const int32_t *ids, size_t n, char **s, size_t *len,
                   inf_err *err)
 {
-    return t->ops->decode(t, ids, n, s, len, err);
+    return st->t->ops->decode(st->t, ids, n, st->keep_special, s, len, err);
 }
 
 static int push_id(tok_stream *s, int32_t id, inf_err *err)
@@ -133,7 +135,7 @@ static int commit(tok_stream *s, size_t end, char *cur, size_t cur_len, inf_err 
     while (start > 0) {
         free(head);
         head = NULL;
-        int rc = decode(s->t, s->win + start, end - start, &head, &head_len, err);
+        int rc = decode(s, s->win + start, end - start, &head, &head_len, err);
         if (rc) {
             free(cur);
             return rc;
@@ -161,6 +163,12 @@ static int commit(tok_stream *s, size_t end, char *cur, size_t cur_len, inf_err 
 int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix, tok_stream **out,
                       inf_err *err)
 {
+    return tok_stream_create_ex(t, prefix, n_prefix, 0, out, err);
+}
+
+int tok_stream_create_ex(const tok *t, const int32_t *prefix, int n_prefix, unsigned flags,
+                         tok_stream **out, inf_err *err)
+{
     if (!t || !out || n_prefix < 0 || (!prefix && n_prefix))
         return inf_fail(err, INF_ERR_INVALID, "tok_stream_create: bad argument");
     *out = NULL;
@@ -173,6 +181,7 @@ int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix, tok_str
     if (!s)
         return inf_fail(err, INF_ERR_NOMEM, "tok_stream: out of memory");
     s->t = t;
+    s->keep_special = (flags & TOK_KEEP_SPECIAL) != 0;
     /* The prefix's last few kept ids give the context for spacing; take
      * more while the window would start inside a character or decodes to
      * nothing (then it holds no context), all of it when it is short. The
@@ -184,7 +193,7 @@ int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix, tok_str
         rc = inf_fail(err, INF_ERR_NOMEM, "tok_stream: out of memory");
     while (!rc && i > 0 && !done) {
         int32_t id = prefix[--i];
-        if (!keep(t, i > 0 ? prefix[i - 1] : -1, id))
+        if (!keep(s, i > 0 ? prefix[i - 1] : -1, id))
             continue;
         if (k == cap) {
             int32_t *p = realloc(rev, 2 * cap * sizeof *p);
@@ -208,7 +217,7 @@ int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix, tok_str
         free(s->prev);
         s->prev = NULL;
         if (!rc)
-            rc = decode(t, s->win, s->n, &s->prev, &s->prev_len, err);
+            rc = decode(s, s->win, s->n, &s->prev, &s->prev_len, err);
         done = !rc && s->prev_len > 0;
     }
     if (!rc && !done) {
@@ -220,7 +229,7 @@ int tok_stream_create(const tok *t, const int32_t *prefix, int n_prefix, tok_str
         free(s->prev);
         s->prev = NULL;
         if (!rc)
-            rc = decode(t, s->win, s->n, &s->prev, &s->prev_len, err);
+            rc = decode(s, s->win, s->n, &s->prev, &s->prev_len, err);
     }
     free(rev);
     if (rc) {
@@ -255,7 +264,7 @@ static int advance(tok_stream *s, int force, inf_err *err)
         return INF_OK;
     char *cur = NULL;
     size_t cur_len = 0;
-    int rc = decode(s->t, s->win, end, &cur, &cur_len, err);
+    int rc = decode(s, s->win, end, &cur, &cur_len, err);
     if (rc)
         return rc;
     size_t c = common(s->prev, s->prev_len, cur, cur_len);
@@ -283,7 +292,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **text, size_t *len, i
                         s->t->vocab);
     int32_t prev_id = s->last;
     s->last = id;
-    if (!keep(s->t, prev_id, id))
+    if (!keep(s, prev_id, id))
         return INF_OK;
     int rc = push_id(s, id, err);
     if (!rc)

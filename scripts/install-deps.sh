@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
 libsentencepiece-dev libcmocka-dev libyaml-dev libpcre2-dev libutf8proc-dev \
-libcurl4-gnutls-dev nettle-dev clang libclang-rt-14-dev python3 python3-numpy \
+libcurl4-gnutls-dev nettle-dev libgnutls28-dev clang libclang-rt-14-dev python3 python3-numpy \
 python3-sentencepiece python3-jinja2 gnuplot-nox curl openssl systemd groff-base"
 # Node.js runs the end-to-end tests with the official openai SDK; a machine
 # that already has node and npm (e.g. from NodeSource) keeps its own.

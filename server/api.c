@@ -9,9 +9,12 @@
 #include "engine/json_esc.h"
 #include "engine/version.h"
 #include "server/gcall.h"
+#include "server/keys.h"
 
 struct api {
     api_config cfg;
+    keys *keys;                /* NULL: no authentication                   */
+    cors *cors;                /* NULL: no CORS headers                     */
     srv *srv;
     atomic_int ready;
     const model *m;
@@ -29,13 +32,33 @@ int api_create(const api_config *cfg, api **out, inf_err *err)
     if (!a)
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     a->cfg = *cfg;
+    int rc = keys_create(cfg->api_keys, cfg->n_api_keys, cfg->api_key_file, &a->keys, err);
+    if (!rc)
+        rc = cors_create(&cfg->cors, &a->cors, err);
+    if (rc) {
+        api_destroy(a);
+        return rc;
+    }
+    a->cfg.api_keys = NULL; /* borrowed only until here */
     a->created = (long)time(NULL);
     a->next_id = (uint64_t)time(NULL) * 1000003u;
     *out = a;
     return INF_OK;
 }
 
-void api_destroy(api *a) { free(a); }
+void api_destroy(api *a)
+{
+    if (!a)
+        return;
+    keys_destroy(a->keys);
+    cors_destroy(a->cors);
+    free(a);
+}
+
+int api_reload(api *a, inf_err *err)
+{
+    return keys_reload(a->keys, NULL, err);
+}
 
 void api_set_server(api *a, srv *s) { a->srv = s; }
 
@@ -65,24 +88,9 @@ static void fail(srv_conn *c, int status, const char *type, const char *param, c
     gcall_reply_error(c, &e, NULL);
 }
 
-/* Constant-time comparison: the key must not leak through timing. */
-static int same_secret(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char d = (unsigned char)(la != lb);
-    for (size_t i = 0; i < la; i++)
-        d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-    return d == 0;
-}
-
 static int authorized(api *a, srv_conn *c)
 {
-    if (!a->cfg.api_key)
-        return 1;
-    const char *h = srv_header(c, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0)
-        return 0;
-    return same_secret(h + 7, a->cfg.api_key);
+    return keys_check(a->keys, srv_header(c, "Authorization"));
 }
 
 static int chat_prompt(api *a, const oai_request *r, int32_t **ids, int *n, oai_error *err);
@@ -329,6 +337,19 @@ void api_handle(void *app, srv_conn *c, const char *method, const char *path, co
                 size_t len)
 {
     api *a = app;
+    if (a->cors) { /* CORS headers on every answer, errors included */
+        cors_result cr;
+        cors_apply(a->cors, method, srv_header(c, "Origin"),
+                   srv_header(c, "Access-Control-Request-Method"),
+                   srv_header(c, "Access-Control-Request-Headers"), &cr);
+        for (int i = 0; i < cr.n; i++)
+            srv_conn_add_header(c, cr.h[i].name, cr.h[i].value);
+        if (cr.preflight) { /* before authentication: browsers send no key here */
+            char *b = strdup(cr.body);
+            srv_reply(c, cr.status, "text/plain; charset=utf-8", b, b ? strlen(b) : 0, NULL);
+            return;
+        }
+    }
     const struct route *rt = NULL;
     size_t plen = strcspn(path, "?");
     for (size_t i = 0; i < sizeof routes / sizeof *routes && !rt; i++)

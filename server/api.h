@@ -9,12 +9,16 @@
 #include "engine/model.h"
 #include "engine/tmpl.h"
 #include "engine/tok.h"
+#include "server/cors.h"
 #include "server/oai.h"
 #include "server/srv.h"
 
 typedef struct api_config {
     const char *model_id;      /* as served: --served-model-name or --model   */
-    const char *api_key;       /* NULL: no authentication                     */
+    const char *const *api_keys; /* --api-key values (none: see api_key_file) */
+    int n_api_keys;
+    const char *api_key_file;  /* one key per line, read again by api_reload  */
+    cors_config cors;          /* off unless cors.allowed_origins is given    */
     int max_model_len;
     int max_waiting;           /* requests queued before 503                  */
     oai_limits limits;
@@ -27,6 +31,10 @@ typedef struct api api;
 
 int api_create(const api_config *cfg, api **out, inf_err *err);
 void api_destroy(api *a); /* after the server and the engine are gone */
+
+/* Reads the API key file again (on SIGHUP; loop thread). On error the keys
+ * in force stay, and err says why. */
+int api_reload(api *a, inf_err *err);
 
 /* The srv_handler: pass `a` as the app pointer. */
 void api_handle(void *a, srv_conn *c, const char *method, const char *path, const char *body,

@@ -296,17 +296,29 @@ static void stream_choice(gcall *g, choice *c)
     eng_out *o = &c->out;
     c->finished = o->finish != ENG_FINISH_NONE;
     oai_error err;
-    if (finish_error(o, &err)) { /* the status line is out: an error event */
+    int failed = finish_error(o, &err) != 0;
+    if (!o->len && !o->n_lps && !c->finished)
+        return;
+    oai_choice oc;
+    fill_choice(g, c, o, &oc);
+    if (failed) { /* the status line is out: the text so far, then an error event */
+        if (o->len || o->n_lps) {
+            oc.finish_reason = NULL;
+            oai_top *tops;
+            oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+            oc.lps = lps;
+            oc.n_lps = lps ? o->n_lps : 0;
+            queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL));
+            c->text_sent += o->len;
+            free(lps);
+            free(tops);
+        }
         char *e = oai_error_json(&err);
         if (e)
             inf_buf_printf(&g->out, "data: %s\n\n", e);
         free(e);
         return;
     }
-    if (!o->len && !o->n_lps && !c->finished)
-        return;
-    oai_choice oc;
-    fill_choice(g, c, o, &oc);
     if (c->gt) {
         if (gtools_feed(c->gt, oc.text, oc.text_len, c->finished, &oc))
             oc.text_len = 0, oc.n_calls = 0, oc.reasoning = NULL;
@@ -439,6 +451,7 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     p.max_tokens = max_tokens;
     p.min_tokens = r->min_tokens;
     p.ignore_eos = r->ignore_eos;
+    p.keep_special = !r->skip_special_tokens;
     p.stop = (const char *const *)r->stop;
     p.n_stop = r->n_stop;
     p.stop_ids = r->stop_token_ids;

@@ -81,7 +81,7 @@ typedef struct oai_request {
     float *bias_values;
     int n_bias;
     int ignore_eos;              /* vLLM extension; default 0                   */
-    int skip_special_tokens;     /* vLLM's; accepted, no effect (below)         */
+    int skip_special_tokens;     /* vLLM's (default 1): special tokens left out  */
     char *user;                  /* OpenAI's end-user id; accepted, ignored     */
     char *cache_salt;            /* vLLM extension (prefix cache isolation)     */
     int speculative;             /* inferd extension: false opts out; default 1 */

@@ -33,6 +33,8 @@ struct srv_conn {
     uv_poll_t poll;          /* watches for the client leaving while
                                 suspended (MHD cannot see it then)        */
     int poll_init;
+    char *headers[8];        /* "Name: value" lines for every response    */
+    int n_headers;
     /* for the access log */
     char method[16], path[192], client[64], request_id[64];
     int status, tokens_in, tokens_out;
@@ -59,12 +61,13 @@ struct srv {
     srv_handler handler;
     void *app;
     struct MHD_Daemon *d;
+    tls *tls;                /* NULL: plain HTTP                          */
     int port;
     uv_loop_t loop;
     uv_poll_t mhd_poll;
     uv_timer_t mhd_timer;
     uv_async_t wake;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
     uv_timer_t grace;
     pthread_mutex_t mu;
     srv_conn *ready;         /* under mu                                  */
@@ -149,6 +152,8 @@ void srv_conn_ref(srv_conn *c) { atomic_fetch_add(&c->refs, 1); }
 void srv_conn_unref(srv_conn *c)
 {
     if (c && atomic_fetch_sub(&c->refs, 1) == 1) {
+        for (int i = 0; i < c->n_headers; i++)
+            free(c->headers[i]);
         free(c->body);
         free(c);
     }
@@ -254,6 +259,26 @@ const char *srv_header(srv_conn *c, const char *name)
     return MHD_lookup_connection_value(c->mc, MHD_HEADER_KIND, name);
 }
 
+void srv_conn_add_header(srv_conn *c, const char *name, const char *value)
+{
+    if (c->n_headers == (int)(sizeof c->headers / sizeof *c->headers))
+        return;
+    size_t n = strlen(name) + strlen(value) + 3;
+    char *line = malloc(n);
+    if (!line)
+        return;
+    snprintf(line, n, "%s: %s", name, value);
+    c->headers[c->n_headers++] = line;
+}
+
+static void add_header_line(struct MHD_Response *r, const char *line);
+
+static void add_conn_headers(srv_conn *c, struct MHD_Response *r)
+{
+    for (int i = 0; i < c->n_headers; i++)
+        add_header_line(r, c->headers[i]);
+}
+
 static void add_header_line(struct MHD_Response *r, const char *line)
 {
     const char *colon = line ? strchr(line, ':') : NULL;
@@ -292,6 +317,7 @@ void srv_reply(srv_conn *c, int status, const char *content_type, char *body, si
     if (content_type)
         MHD_add_response_header(r, "Content-Type", content_type);
     add_header_line(r, extra_header);
+    add_conn_headers(c, r);
     MHD_queue_response(c->mc, (unsigned)status, r);
     MHD_destroy_response(r);
     c->state = C_REPLIED;
@@ -325,6 +351,7 @@ void srv_stream(srv_conn *c, const srv_call_ops *ops, void *call)
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    add_conn_headers(c, r);
     MHD_queue_response(c->mc, 200, r);
     MHD_destroy_response(r);
 }
@@ -357,6 +384,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     srv_conn *c = *con_cls;
     (void)version;
     if (!c) { /* headers are in: create the connection's state */
+        char why[256];
+        if (!tls_peer_ok(s->tls, mc, why, sizeof why)) {
+            /* as a handshake that requires a certificate would: no reply */
+            log_msg(s->cfg.log, LOG_WARN, "server", NULL, "closed a TLS connection: %s", why);
+            return MHD_NO;
+        }
         c = calloc(1, sizeof *c);
         if (!c)
             return MHD_NO;
@@ -623,6 +656,13 @@ static void on_signal(uv_signal_t *h, int sig)
         begin_shutdown(s);
 }
 
+static void on_sighup(uv_signal_t *h, int sig)
+{
+    srv *s = h->data;
+    (void)sig;
+    s->cfg.on_reload(s->cfg.user);
+}
+
 int srv_run(srv *s)
 {
     uv_run(&s->loop, UV_RUN_DEFAULT);
@@ -630,6 +670,8 @@ int srv_run(srv *s)
 }
 
 int srv_port(const srv *s) { return s->port; }
+
+int srv_is_tls(const srv *s) { return s->tls != NULL; }
 
 int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out, inf_err *err)
 {
@@ -661,8 +703,18 @@ int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out,
         return inf_fail(err, INF_ERR_INVALID, "--host %s is not an IPv4 or IPv6 address",
                         cfg->host);
     }
+    int rc = tls_create(&cfg->tls, &s->tls, err);
+    if (rc) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return rc;
+    }
+    struct MHD_OptionItem tls_opts[4];
+    tls_mhd_options(s->tls, tls_opts, 4);
+    flags |= tls_mhd_flags(s->tls);
     uv_loop_init(&s->loop); /* before MHD: connections get loop timers */
     s->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_ARRAY, tls_opts,
                             MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
@@ -672,9 +724,13 @@ int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out,
     if (!s->d) {
         uv_loop_close(&s->loop);
         pthread_mutex_destroy(&s->mu);
+        int with_tls = s->tls != NULL;
+        tls_destroy(s->tls);
         free(s);
-        return inf_fail(err, INF_ERR_IO, "cannot listen on %s:%d (in use, or not allowed)",
-                        cfg->host, cfg->port);
+        return inf_fail(err, INF_ERR_IO, "cannot listen on %s:%d (in use, or not allowed%s)",
+                        cfg->host, cfg->port,
+                        with_tls ? ", or the TLS key and certificate do not load: see the "
+                                   "libmicrohttpd message above" : "");
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : cfg->port;
@@ -694,6 +750,11 @@ int srv_create(const srv_config *cfg, srv_handler handler, void *app, srv **out,
     uv_signal_init(&s->loop, &s->sigint);
     s->sigint.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
+    if (cfg->on_reload) {
+        uv_signal_init(&s->loop, &s->sighup);
+        s->sighup.data = s;
+        uv_signal_start(&s->sighup, on_sighup, SIGHUP);
+    }
     run_mhd(s);
     *out = s;
     return INF_OK;
@@ -714,5 +775,6 @@ void srv_destroy(srv *s)
         s->posts = n;
     }
     pthread_mutex_destroy(&s->mu);
+    tls_destroy(s->tls);
     free(s);
 }

@@ -11,6 +11,7 @@
 
 #include "engine/common.h"
 #include "engine/log.h"
+#include "server/tls.h"
 
 typedef struct srv srv;
 typedef struct srv_conn srv_conn;
@@ -28,7 +29,10 @@ typedef struct srv_config {
     int access_log;            /* one line per request                        */
     void (*on_shutdown)(void *user); /* when SIGTERM/SIGINT or srv_stop starts
                                         the drain (loop thread); may be NULL   */
+    void (*on_reload)(void *user);   /* on SIGHUP (loop thread); NULL: SIGHUP
+                                        keeps its default action           */
     void *user;
+    tls_config tls;            /* HTTPS when a key and certificate are given */
 } srv_config;
 
 srv_config srv_config_default(void);
@@ -60,6 +64,9 @@ void srv_destroy(srv *s); /* NULL-safe; after srv_run returned */
 /* The port actually bound (useful with port 0). */
 int srv_port(const srv *s);
 
+/* Whether it speaks HTTPS. */
+int srv_is_tls(const srv *s);
+
 /* Runs the loop until SIGTERM/SIGINT (or srv_stop): then stops accepting,
  * gives in-flight calls up to grace_s seconds, closes the rest (their calls
  * see closed()), and returns 0. */
@@ -76,6 +83,10 @@ void srv_post(srv *s, void (*fn)(void *user), void *user);
 
 /* Request header value or NULL. */
 const char *srv_header(srv_conn *c, const char *name);
+
+/* Adds a header to every response of this request (e.g. CORS), whether
+ * srv_reply, srv_stream or srv itself answers. At most 8. */
+void srv_conn_add_header(srv_conn *c, const char *name, const char *value);
 
 /* Replies now; srv takes ownership of body (malloc'd). extra_header may be
  * NULL or "Name: value". */

@@ -5,6 +5,12 @@ set -eu
 BUILD=${BUILD:-build}
 PYTHON=${PYTHON:-/usr/bin/python3}
 "$PYTHON" tests/ref/check_engine.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+# GGUF files against the numpy reader of the format (gguf_ref.py).
+"$PYTHON" tests/ref/check_gguf.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+# GPTQ / AWQ checkpoints against numpy packings of the formats.
+"$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+"$PYTHON" tests/ref/check_hidden.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+"$PYTHON" tests/ref/check_mlp_spec.py --build "$BUILD"
 # The grammar engine against Python references (json, a JSON Schema validator, re).
 "$PYTHON" tests/ref/check_gram.py --build "$BUILD"
 # The daemon end to end: the official openai SDK and raw HTTP (node:test).

@@ -99,12 +99,45 @@ static void test_args_flag_and_its_off_twin(void **state)
     unsetenv("TESTARGS_ENABLE_THING");
 }
 
+/* a repeatable option collects every value; each source replaces what the
+ * sources before it gave (env < config < argv), and the limit is an error */
+static void test_args_repeatable_list(void **state)
+{
+    (void)state;
+    arg_strs keys = {0};
+    arg_spec s[1] = {{"api-key", ARG_STRS, &keys, "KEY", ""}};
+    inf_err e = {0};
+    int help;
+    setenv("TESTARGS_API_KEY", "from-env", 1);
+    assert_int_equal(args_from_env(s, 1, "TESTARGS_", &e), INF_OK);
+    assert_int_equal(keys.n, 1);
+    assert_string_equal(keys.v[0], "from-env");
+    assert_int_equal(args_set(s, 1, "api_key", "from-config", &e), INF_OK);
+    assert_int_equal(keys.n, 1);
+    assert_string_equal(keys.v[0], "from-config");
+    char *argv[] = {"--api-key", "a", "--api_key=b"};
+    assert_int_equal(args_parse(s, 1, 3, argv, &help, &e), INF_OK);
+    assert_int_equal(keys.n, 2);
+    assert_string_equal(keys.v[0], "a");
+    assert_string_equal(keys.v[1], "b");
+    char *none[] = {"--help"}; /* a command line without it keeps the earlier values */
+    assert_int_equal(args_parse(s, 1, 1, none, &help, &e), INF_OK);
+    assert_int_equal(keys.n, 2);
+    char *many[2 * (ARG_STRS_MAX + 1)];
+    for (int i = 0; i <= ARG_STRS_MAX; i++)
+        many[2 * i] = "--api-key", many[2 * i + 1] = "k";
+    assert_int_equal(args_parse(s, 1, 2 * (ARG_STRS_MAX + 1), many, &help, &e), INF_ERR_INVALID);
+    assert_non_null(strstr(e.msg, "api-key"));
+    unsetenv("TESTARGS_API_KEY");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_args_spellings_and_values),
         cmocka_unit_test(test_args_errors_name_the_option),
         cmocka_unit_test(test_args_flag_and_its_off_twin),
+        cmocka_unit_test(test_args_repeatable_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1106,8 +1106,8 @@ static void test_cuda_model_greedy_64_matches_cpu(void **state)
             bb_add(b, blocks, seq_g + first, first, cnt, 0);
             x = bb_batch(b);
             int32_t id;
-            if (cuda_forward_sample(gpu, &x, &greedy, &id, &err))
-                fail_msg("cuda_forward_sample: %s", err.msg);
+            if (be_submit(gpu, &x, &greedy, &err) || be_wait(gpu, &(be_out){.ids = &id}, &err))
+                fail_msg("be_submit + be_wait: %s", err.msg);
             seq_g[n] = id;
             /* the same step again through be_forward, on the same slots */
             memset(b, 0, sizeof *b);
@@ -1280,6 +1280,79 @@ static void test_cuda_graphs_match_eager(void **state)
     model_destroy(m);
 }
 
+/* Logits and final hidden states (want_hidden) of one sequence, every
+ * position, fed in chunks of `chunk` tokens (0: at once; 1: decode steps,
+ * which run from a CUDA graph where graphs are on). */
+static void seq_hidden(be_backend *be, const int32_t *toks, int n, int chunk, float *logits,
+                       float *hidden)
+{
+    int32_t blocks[MAXB];
+    for (int i = 0; i < MAXB; i++)
+        blocks[i] = i + 1;
+    bb *b = malloc(sizeof *b);
+    for (int done = 0; done < n;) {
+        int take = chunk > 0 && n - done > chunk ? chunk : n - done;
+        memset(b, 0, sizeof *b);
+        bb_add(b, blocks, toks + done, done, take, 1);
+        be_batch x = bb_batch(b);
+        x.want_hidden = 1;
+        be_out o = {.logits = logits + (size_t)done * be->vocab_size,
+                    .hidden = hidden + (size_t)done * be->hidden_size};
+        inf_err err = {0};
+        if (be_forward_out(be, &x, &o, &err))
+            fail_msg("%s forward: %s", be->ops->name, err.msg);
+        done += take;
+    }
+    free(b);
+}
+
+/* want_hidden: the final norm's rows (the LM head's input) come back beside
+ * the logits, within bf16 rounding of the CPU backend's on the same bf16
+ * weights, for a prompt at once, in chunks of 5 and as decode steps (from
+ * CUDA graphs: bit-identical to the eager ones). */
+static void test_cuda_hidden_matches_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    model *m = load_test_model(0, dir);
+    int V = m->cfg.vocab_size, D = m->cfg.hidden_size, n = 24;
+    int32_t toks[24];
+    toks[0] = 1;
+    for (int i = 1; i < n; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % V);
+    float *lg = malloc((size_t)n * V * 4), *hc = malloc((size_t)n * D * 4);
+    float *hg[3];
+    mcopy *mc = bf16_copy(m);
+    be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+    assert_int_equal(cpu->hidden_size, D);
+    seq_hidden(cpu, toks, n, 0, lg, hc);
+    be_destroy(cpu);
+    mcopy_free(mc);
+    const int chunks[3] = {0, 5, 1};
+    for (int k = 0; k < 3; k++) {
+        hg[k] = malloc((size_t)n * D * 4);
+        be_backend *gpu = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+        assert_int_equal(gpu->hidden_size, D);
+        seq_hidden(gpu, toks, n, chunks[k], lg, hg[k]);
+        be_destroy(gpu);
+        for (int i = 0; i < n; i++) {
+            double tol, e = row_err(hg[k] + (size_t)i * D, hc + (size_t)i * D, D, &tol);
+            if (e > tol)
+                fail_msg("chunks of %d, position %d: |gpu - cpu| hidden %g > %g", chunks[k], i,
+                         e, tol);
+        }
+    }
+    /* batch-invariant: at once, chunked and decoded are the same bits */
+    assert_memory_equal(hg[0], hg[1], (size_t)n * D * 4);
+    assert_memory_equal(hg[0], hg[2], (size_t)n * D * 4);
+    for (int k = 0; k < 3; k++)
+        free(hg[k]);
+    free(lg);
+    free(hc);
+    model_destroy(m);
+}
+
 /* A decode pipeline two steps deep, each step's tokens given as
  * placeholders for the previous step's sampled ids, produces the same
  * tokens as waiting for every step. */
@@ -1320,17 +1393,17 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
                 }
             }
             be_batch x = bb_batch(b);
-            if (cuda_submit(be, &x, smp, &err))
+            if (be_submit(be, &x, smp, &err))
                 fail_msg("submit step %d: %s", step, err.msg);
             if (mode == 0 || step > 0) { /* mode 1 waits one step behind */
-                if (cuda_wait(be, NULL, ids, &err))
+                if (be_wait(be, &(be_out){.ids = ids}, &err))
                     fail_msg("wait: %s", err.msg);
                 for (int s = 0; s < NS; s++)
                     (mode == 0 ? ref : got)[s][mode == 0 ? step : step - 1] = ids[s];
             }
         }
         if (mode == 1) {
-            if (cuda_wait(be, NULL, ids, &err))
+            if (be_wait(be, &(be_out){.ids = ids}, &err))
                 fail_msg("wait: %s", err.msg);
             for (int s = 0; s < NS; s++)
                 got[s][STEPS - 1] = ids[s];
@@ -1368,13 +1441,13 @@ static void test_cuda_errors(void **state)
     x = bb_batch(b);
     forward_ok(be, &x, lg);
     cuda_smp_row g = {.temperature = 0.0f, .top_p = 1.0f};
-    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_OK);
-    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_OK);
-    assert_int_equal(cuda_submit(be, &x, &g, &err), INF_ERR_INVALID); /* two in flight */
+    assert_int_equal(be_submit(be, &x, &g, &err), INF_OK);
+    assert_int_equal(be_submit(be, &x, &g, &err), INF_OK);
+    assert_int_equal(be_submit(be, &x, &g, &err), INF_ERR_INVALID); /* two in flight */
     int32_t id;
-    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_OK);
-    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_OK);
-    assert_int_equal(cuda_wait(be, NULL, &id, &err), INF_ERR_INVALID); /* none */
+    assert_int_equal(be_wait(be, &(be_out){.ids = &id}, &err), INF_OK);
+    assert_int_equal(be_wait(be, &(be_out){.ids = &id}, &err), INF_OK);
+    assert_int_equal(be_wait(be, &(be_out){.ids = &id}, &err), INF_ERR_INVALID); /* none */
     be_destroy(be);
 
     cuda_config c = cuda_config_default(); /* more logit rows than max_logits */
@@ -1505,6 +1578,7 @@ int main(void)
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
+        cmocka_unit_test(test_cuda_hidden_matches_cpu),
         cmocka_unit_test(test_cuda_errors),
         cmocka_unit_test(test_cuda_small_shared_memory_refused),
         cmocka_unit_test(test_cuda_tensor_parallel_matches_tp1),

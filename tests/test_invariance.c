@@ -2,8 +2,8 @@
  * position and every greedy decode step) are bit-identical whether it runs
  * alone, in a batch of 64 mixing prefill chunks and decode tokens, with its
  * prompt fed in chunks of 1, 7 or 64 tokens, on 1 or 3 threads, and with any
- * kernel table; the same for int8 weights (--quantization int8) among
- * themselves. Runs on the project's own tiny model and, when present, the
+ * kernel table; the same for int8 and int4 weights (--quantization int8,
+ * int4) among themselves. Runs on the project's own tiny model and, when present, the
  * real ones in ../shared/models. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -159,8 +159,8 @@ static void check_model(const char *dir)
     int V = m->cfg.vocab_size;
     prompts *p = malloc(sizeof *p);
     make_prompts(p, V, 7);
-    /* each group against its first variant: the weights as stored, then int8 */
-    const variant groups[2][9] = {{
+    /* each group against its first variant: the weights as stored, int8, int4 */
+    const variant groups[3][9] = {{
         {"alone, whole prompt, 2 threads", 0, 0, 2, "auto", 0},
         {"alone, chunks of 1", 0, 1, 2, "auto", 0},
         {"alone, chunks of 7", 0, 7, 2, "auto", 0},
@@ -178,9 +178,17 @@ static void check_model(const char *dir)
         {"int8, 64 together, chunks of 1", 1, 1, 1, "auto", CPU_QUANT_INT8},
         {"int8, alone, 1 thread, generic kernels", 0, 0, 1, "generic", CPU_QUANT_INT8},
         {"int8, 64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", CPU_QUANT_INT8},
+    }, {
+        {"int4, alone, whole prompt, 2 threads", 0, 0, 2, "auto", CPU_QUANT_INT4},
+        {"int4, alone, chunks of 7", 0, 7, 2, "auto", CPU_QUANT_INT4},
+        {"int4, 64 together, whole prompts", 1, 0, 2, "auto", CPU_QUANT_INT4},
+        {"int4, 64 together, chunks of 7", 1, 7, 3, "auto", CPU_QUANT_INT4},
+        {"int4, 64 together, chunks of 1", 1, 1, 1, "auto", CPU_QUANT_INT4},
+        {"int4, alone, 1 thread, generic kernels", 0, 0, 1, "generic", CPU_QUANT_INT4},
+        {"int4, 64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", CPU_QUANT_INT4},
     }};
     run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < 3; g++) {
         const variant *base = &groups[g][0];
         run_variant(m, p, base, ref);
         for (int i = 1; i < 9 && groups[g][i].name; i++) {

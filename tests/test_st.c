@@ -610,6 +610,16 @@ static void test_st_dir_index_malformed(void **state)
     expect_dir_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json", "weight_map");
     write_bytes(path, "{\"weight_map\": {\"a\": 3}}", 24);
     expect_dir_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json", "'a'");
+    /* shard names that leave the directory are refused, not opened */
+    const char *escapes[] = {"{\"weight_map\": {\"a\": \"/etc/passwd\"}}",
+                             "{\"weight_map\": {\"a\": \"../x.safetensors\"}}",
+                             "{\"weight_map\": {\"a\": \"sub/../../x.safetensors\"}}",
+                             "{\"weight_map\": {\"a\": \"..\"}}"};
+    for (int i = 0; i < 4; i++) {
+        write_bytes(path, escapes[i], strlen(escapes[i]));
+        expect_dir_fail(f->path, INF_ERR_FORMAT, "model.safetensors.index.json",
+                        "outside the checkpoint");
+    }
 }
 
 /* A directory with neither file: I/O error naming the directory and both. */

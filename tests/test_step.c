@@ -48,12 +48,27 @@ typedef struct fake_model {
     int eos_pos;      /* the row at this position predicts EOS (0: never) */
 } fake_model;
 
-/* The logits row predicting the token after ctx[0..n). */
-static void fake_row(const fake_model *fm, const int32_t *ctx, int n, float *row)
+static uint64_t ctx_hash(const int32_t *ctx, int n)
 {
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < n; i++)
         h = (h ^ (uint64_t)(uint32_t)ctx[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The fake's "hidden state" of the row after ctx[0..n): [n, low hash bits],
+ * both exact in float. */
+enum { FAKE_HIDDEN = 2 };
+static void fake_hidden(const int32_t *ctx, int n, float *out)
+{
+    out[0] = (float)n;
+    out[1] = (float)(ctx_hash(ctx, n) & 0xffff);
+}
+
+/* The logits row predicting the token after ctx[0..n). */
+static void fake_row(const fake_model *fm, const int32_t *ctx, int n, float *row)
+{
+    uint64_t h = ctx_hash(ctx, n);
     for (int v = 0; v < fm->V; v++)
         row[v] = (float)(mix(h ^ ((uint64_t)v << 32)) >> 40) * (8.0f / 16777216.0f);
     row[fm->eos] = n - 1 == fm->eos_pos ? 100.0f : -100.0f;
@@ -91,6 +106,7 @@ typedef struct fake_be {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int hold_at, held, released;
+    const be_batch *pending;  /* submitted; run by wait                   */
 } fake_be;
 
 /* Blocks forward number hold_at until release_gate; lets a test act while
@@ -107,7 +123,7 @@ static void gate(fake_be *f)
     pthread_mutex_unlock(&f->mu);
 }
 
-static int fake_forward(be_backend *base, const be_batch *b, float *logits, inf_err *err)
+static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
 {
     fake_be *f = (fake_be *)base;
     int rc = be_batch_check(base, b, 64, MAXLEN, 0, err);
@@ -135,9 +151,28 @@ static int fake_forward(be_backend *base, const be_batch *b, float *logits, inf_
         const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
         for (int j = 0; j <= p; j++)
             ctx[j] = f->kv[table[j / BS] * BS + j % BS];
-        fake_row(&f->fm, ctx, p + 1, logits + (size_t)r * f->fm.V);
+        fake_row(&f->fm, ctx, p + 1, out->logits + (size_t)r * f->fm.V);
+        if (b->want_hidden && out->hidden)
+            fake_hidden(ctx, p + 1, out->hidden + (size_t)r * FAKE_HIDDEN);
     }
     return INF_OK;
+}
+
+static int fake_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
+{
+    fake_be *f = (fake_be *)base;
+    if (smp || f->pending)
+        return inf_fail(err, INF_ERR_INVALID, "fake: one step at a time, no device sampling");
+    f->pending = b;
+    return INF_OK;
+}
+
+static int fake_wait(be_backend *base, const be_out *out, inf_err *err)
+{
+    fake_be *f = (fake_be *)base;
+    const be_batch *b = f->pending;
+    f->pending = NULL;
+    return b ? fake_forward(base, b, out, err) : inf_fail(err, INF_ERR_INVALID, "fake: no step");
 }
 
 static void fake_destroy(be_backend *base)
@@ -148,7 +183,7 @@ static void fake_destroy(be_backend *base)
     free(f);
 }
 
-static const be_ops fake_ops = {.name = "fake", .forward = fake_forward,
+static const be_ops fake_ops = {.name = "fake", .submit = fake_submit, .wait = fake_wait,
                                 .destroy = fake_destroy};
 
 /* ---- the fake proposer -------------------------------------------------- */
@@ -159,6 +194,8 @@ typedef struct fake_spec {
     int calls;
     int full, partial;  /* proposals later found all accepted / cut short */
     int bad_rollbacks;
+    int hidden_ok, hidden_bad; /* spec_seq.hidden was / was not the row of
+                                  the last token's (wants_hidden only)    */
 } fake_spec;
 
 typedef struct fake_spec_seq {
@@ -194,6 +231,13 @@ static int fake_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const s
             s->state = calloc(1, sizeof(fake_spec_seq));
         fake_spec_seq *st = s->state;
         score(p, s);
+        if (p->base.ops->wants_hidden) {
+            float want[FAKE_HIDDEN];
+            fake_hidden(s->tokens, s->n_tokens - 1, want);
+            int ok = s->hidden && !memcmp(s->hidden, want, sizeof want);
+            p->hidden_ok += ok;
+            p->hidden_bad += !ok;
+        }
         int32_t ref[32];
         int got = reference(&p->fm, s->tokens, s->n_tokens, k[i], ref);
         int wrong = p->calls++ % (k[i] + 1); /* k[i]: all right */
@@ -225,6 +269,13 @@ static void fake_spec_destroy(spec_proposer *pp) { (void)pp; }
 static const spec_proposer_ops fake_spec_ops = {
     .name = "fake", .propose = fake_propose, .rollback = fake_rollback,
     .release = fake_release, .destroy = fake_spec_destroy, .deterministic = 1,
+};
+
+/* The same, reading the target's hidden states (as an MLP speculator). */
+static const spec_proposer_ops fake_spec_hidden_ops = {
+    .name = "fake-hidden", .propose = fake_propose, .rollback = fake_rollback,
+    .release = fake_release, .destroy = fake_spec_destroy, .deterministic = 1,
+    .wants_hidden = 1,
 };
 
 /* ---- fixture: an engine on the fakes ------------------------------------ */
@@ -299,17 +350,20 @@ static int teardown(void **state)
             skip();                                                                            \
     } while (0)
 
-/* Starts the engine: a step of `budget` tokens, k drafts (0: off). */
-static void start(fx *x, int budget, int k, int eos_pos)
+/* Starts the engine: a step of `budget` tokens, k drafts (0: off); with
+ * hidden, the proposer reads hidden states. */
+static void start_with(fx *x, int budget, int k, int eos_pos, int hidden)
 {
     x->be = calloc(1, sizeof *x->be);
     pthread_mutex_init(&x->be->mu, NULL);
     pthread_cond_init(&x->be->cv, NULL);
     x->be->base = (be_backend){.ops = &fake_ops, .vocab_size = x->m.cfg.vocab_size,
-                               .block_size = BS, .num_blocks = NBLOCKS};
+                               .block_size = BS, .num_blocks = NBLOCKS,
+                               .hidden_size = FAKE_HIDDEN, .max_inflight = 1};
     x->be->fm = (fake_model){.V = x->m.cfg.vocab_size, .eos = x->m.cfg.eos_token_ids[0],
                              .eos_pos = eos_pos};
-    x->spec = (fake_spec){.base = {.ops = &fake_spec_ops}, .fm = x->be->fm};
+    x->spec = (fake_spec){.base = {.ops = hidden ? &fake_spec_hidden_ops : &fake_spec_ops},
+                          .fm = x->be->fm};
     eng_config c = {.max_num_seqs = MAXSEQ, .max_num_batched_tokens = budget,
                     .max_model_len = MAXLEN, .block_size = BS, .num_blocks = NBLOCKS,
                     .seed = 7, .spec = k ? &x->spec.base : NULL, .spec_k = k,
@@ -319,6 +373,11 @@ static void start(fx *x, int budget, int k, int eos_pos)
     if (rc)
         print_message("eng_create: %s\n", err.msg);
     assert_int_equal(rc, INF_OK);
+}
+
+static void start(fx *x, int budget, int k, int eos_pos)
+{
+    start_with(x, budget, k, eos_pos, 0);
 }
 
 static void make_prompt(const fx *x, unsigned seed, int n, int32_t *p)
@@ -442,12 +501,15 @@ static void test_step_chunked_prefill_matches_reference(void **state)
 /* Drafts, some all accepted and some cut short at every position, over
  * three concurrent sequences whose prompts are prefilled in chunks: the
  * output equals the reference, so every rejected draft was rolled back
- * (tokens, n_computed and KV). Breaking the rollback fails it. */
+ * (tokens, n_computed and KV). Breaking the rollback fails it. The proposer
+ * reads hidden states: each proposal gets the one of the row the sequence's
+ * last token was sampled from (after a full acceptance, a cut-short run or
+ * a plain decode step alike). */
 static void test_step_drafts_accepted_and_rejected(void **state)
 {
     fx *x = *state;
     NEED_FIXTURE(x);
-    start(x, 16, 4, 0);
+    start_with(x, 16, 4, 0, 1);
     enum { N = 3, OUT = 40 };
     int32_t prompt[N][20], want[N][OUT], got[MAXLEN];
     int n_want[N];
@@ -476,6 +538,8 @@ static void test_step_drafts_accepted_and_rejected(void **state)
     assert_true(x->spec.partial > 0);
     assert_true(x->be->multi_row_seqs > 0);
     assert_int_equal(x->spec.bad_rollbacks, 0);
+    assert_true(x->spec.hidden_ok > 0);
+    assert_int_equal(x->spec.hidden_bad, 0);
     assert_no_blocks_held(x);
 }
 

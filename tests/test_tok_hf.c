@@ -18,6 +18,7 @@
 #include "engine/tok.h"
 #include "engine/tok_hf.h"
 #include "engine/tok_int.h"
+#include "tests/tdir.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -352,6 +353,35 @@ static void test_tok_hf_stream_bytelevel(void **state)
     tok_destroy(t);
 }
 
+/* skip_special_tokens false: special tokens stay, in decode and stream. */
+static void test_tok_hf_keep_special(void **state)
+{
+    (void)state;
+    tok *t = open_json(BYTELEVEL_JSON);
+    const int32_t ids[] = {10, 5, 10};
+    char *s = NULL;
+    size_t n = 0;
+    inf_err e = {0};
+    assert_int_equal(tok_decode_ex(t, ids, 3, TOK_KEEP_SPECIAL, &s, &n, &e), INF_OK);
+    assert_string_equal(s, "<|eot|>ab<|eot|>");
+    free(s);
+    expect_decode(t, ids, 3, "ab");
+    tok_stream *st = NULL;
+    assert_int_equal(tok_stream_create_ex(t, NULL, 0, TOK_KEEP_SPECIAL, &st, &e), INF_OK);
+    inf_buf all = {0};
+    for (int i = 0; i <= 3; i++) {
+        const char *c;
+        size_t cl;
+        assert_int_equal(i < 3 ? tok_stream_push(st, ids[i], &c, &cl, &e)
+                               : tok_stream_flush(st, &c, &cl, &e), INF_OK);
+        inf_buf_put(&all, c, cl);
+    }
+    assert_string_equal(all.p, "<|eot|>ab<|eot|>");
+    free(all.p);
+    tok_stream_destroy(st);
+    tok_destroy(t);
+}
+
 /* Metaspace with prepend_scheme "first": only the start of the input gets
  * the marker, so text after a special token (TOK_AFTER_SPECIAL, or split
  * off one) does not. */
@@ -405,16 +435,6 @@ static void test_tok_hf_errors_name_the_path(void **state)
 
 /* ----------------------------------------------------- directory choice */
 
-static char *tmpdir(void)
-{
-    const char *base = getenv("INFERD_TEST_TMP");
-    char tmpl[512];
-    snprintf(tmpl, sizeof tmpl, "%s/tok_hf_XXXXXX", base && *base ? base : "/tmp");
-    char *d = mkdtemp(tmpl);
-    assert_non_null(d);
-    return strdup(d);
-}
-
 static void write_file(const char *dir, const char *name, const char *text)
 {
     char p[600];
@@ -437,8 +457,7 @@ static void remove_file(const char *dir, const char *name)
  * BOS once, whatever the post-processor does. */
 static void test_tok_hf_dir_prefers_json(void **state)
 {
-    (void)state;
-    char *d = tmpdir();
+    const char *d = ((tdir *)*state)->path;
     write_file(d, "tokenizer.json", FALLBACK_JSON);
     write_file(d, "tokenizer.model", "not a sentencepiece model");
     write_file(d, "tokenizer_config.json",
@@ -457,10 +476,6 @@ static void test_tok_hf_dir_prefers_json(void **state)
     remove_file(d, "tokenizer.json");
     assert_int_not_equal(tok_create(d, &t, &e), INF_OK);
     assert_null(t);
-    remove_file(d, "tokenizer.model");
-    remove_file(d, "tokenizer_config.json");
-    rmdir(d);
-    free(d);
 }
 
 int main(void)
@@ -473,9 +488,10 @@ int main(void)
         cmocka_unit_test(test_tok_hf_bpe_fallback),
         cmocka_unit_test(test_tok_hf_bytelevel_added),
         cmocka_unit_test(test_tok_hf_stream_bytelevel),
+        cmocka_unit_test(test_tok_hf_keep_special),
         cmocka_unit_test(test_tok_hf_metaspace_first),
         cmocka_unit_test(test_tok_hf_errors_name_the_path),
-        cmocka_unit_test(test_tok_hf_dir_prefers_json),
+        cmocka_unit_test_setup_teardown(test_tok_hf_dir_prefers_json, tdir_setup, tdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,20 +17,24 @@ export async function freePort() {
   });
 }
 
-export async function startDaemon(model, extra = []) {
+// opts.health(base) says whether the daemon is ready (default: GET /health
+// over plain HTTP is 200); opts.scheme 'https' for a TLS daemon; opts.env
+// adds environment variables.
+export async function startDaemon(model, extra = [], opts = {}) {
   const port = await freePort();
   const args = ['--model', model, '--port', String(port), '--disable-log-stats', ...extra];
-  const proc = spawn(INFERD, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(INFERD, args, { stdio: ['ignore', 'ignore', 'pipe'],
+    env: { ...process.env, ...(opts.env || {}) } });
   let log = '';
   proc.stderr.on('data', (d) => { log += d.toString(); });
   const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
-  const base = `http://127.0.0.1:${port}`;
+  const base = `${opts.scheme || 'http'}://127.0.0.1:${port}`;
+  const healthy = opts.health || (async (b) => (await fetch(`${b}/health`)).status === 200);
   const deadline = Date.now() + 30000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`inferd exited early:\n${log}`);
     try {
-      const r = await fetch(`${base}/health`);
-      if (r.status === 200) break;
+      if (await healthy(base)) break;
     } catch { /* not listening yet */ }
     if (Date.now() > deadline) throw new Error(`inferd not ready in 30 s:\n${log}`);
     await new Promise((r) => setTimeout(r, 50));

@@ -6,7 +6,7 @@ modeling_qwen2/3, modeling_gemma2/3, modeling_phi3, modeling_rope_utils).
 
   llama_ref.py --model DIR (--tokens 1,2,3 | --prompt TEXT) [--no-bos]
                [--logits OUT.npy] [--generate N] [--stop-at-eos]
-               [--quantization int8]
+               [--quantization int8|int4]
 
 Why: the C engine's kernels (CPU and CUDA, every dtype, batched, paged, speculative)
 are checked against this. It shares no code with the engine or with ../shared/tools,
@@ -14,11 +14,16 @@ reads the model files itself and computes in float64, so its logits are the func
 the weights define, up to rounding far below float32's.
 
 --logits writes float64 logits [n_tokens, vocab] for every input position.
+--hidden writes the float64 final hidden state [n_tokens, hidden] (after the
+final RMSNorm, the LM head's input: what an MLP speculator reads).
 --generate N greedily continues the input (argmax, lowest id on ties) for N tokens
 (or until EOS is emitted with --stop-at-eos) with a KV cache, and prints one JSON
-line: {"prompt_ids", "ids", "text", "min_margin"}; min_margin is the smallest
-top-1 minus top-2 logit gap over the generated steps: when it is far above float32
-rounding, a float32 engine must produce the same ids.
+line: {"prompt_ids", "ids", "text", "min_margin", "first_tie"}; min_margin is the
+smallest top-1 minus top-2 logit gap over the generated steps: when it is far above
+float32 rounding, a float32 engine must produce the same ids. first_tie (quantized
+runs; null otherwise or if none) is the first position whose activations came near
+a rounding boundary: from the token that position's logits pick on, a float32
+engine may go its own way.
 --quantization int8 computes the seven matrices of each layer as inferd's W8A8
 does (symmetric int8, one scale per weight row, one per activation row: q =
 round-half-even(clip(v * 127 / max|v|)), y = (qx . qw) * sx * sw); weights are
@@ -27,6 +32,10 @@ it prints {"near_ties": N, "first_tie": P}: the activations that fell within
 2e-5 of a step of a rounding boundary (where a float32 engine may round one
 step apart), and the first position holding one (null if none; positions
 before it cannot be moved by them, attention being causal).
+--quantization int4 computes them as inferd's W4A8 (cpu/q4.h): weights in
+groups of 32 along the input (zero-padded), per group a = the value of largest
+|a|, d = float16(a / -8), q = clip(round-half-even(w * (1 / d)), -8, 7) in
+float32; activations as for int8; y = sx * sum over groups of d * (qx . q).
 Needs only numpy, and sentencepiece for --prompt and "text" (Debian's /usr/bin/python3).
 """
 import argparse
@@ -246,6 +255,23 @@ def quantize(v):
     return np.rint(t).astype(np.float64), (amax / one27).astype(np.float64), ties
 
 
+def quantize4(w):
+    """Weights [out, in] as inferd's int4 groups, in float32 as the engine
+    does: q [out, G, 32] (float64, exact) and d [out, G] (float64)."""
+    out, k = w.shape
+    g = -(-k // 32)
+    wp = np.zeros((out, g * 32), np.float32)
+    wp[:, :k] = w
+    wp = wp.reshape(out, g, 32)
+    idx = np.abs(wp).argmax(axis=-1)
+    a = np.take_along_axis(wp, idx[..., None], axis=-1)[..., 0]
+    d = (a / np.float32(-8)).astype(np.float16)
+    d = np.where(np.isinf(d), np.copysign(np.float16(65504), d), d).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0))
+    q = np.clip(np.rint(wp * inv[..., None]), -8, 7)
+    return q.astype(np.float64), d.astype(np.float64)
+
+
 def silu(x):
     """x * sigmoid(x)."""
     return x / (1.0 + np.exp(-x))
@@ -309,20 +335,28 @@ class Llama:
         self.reset()
 
     def linear(self, x, name, bias=False):
-        """x [n, in] times the transposed weight (as stored, or W8A8 int8), plus its bias."""
+        """x [n, in] times the transposed weight (as stored, W8A8 int8 or W4A8
+        int4), plus its bias."""
         b = self.w[name[:-len("weight")] + "bias"] if bias else 0.0
-        if self.quant != "int8":
+        if self.quant not in ("int8", "int4"):
             return x @ self.w[name].T + b
         if name not in self.qw:
             w = self.w[name].astype(np.float32)
-            self.qw[name] = quantize(w)[:2]  # weights: quantized in float32, as the engine does
-        qw, sw = self.qw[name]
+            # weights: quantized in float32, as the engine does
+            self.qw[name] = quantize(w)[:2] if self.quant == "int8" else quantize4(w)
         qx, sx, ties = quantize(x)
         self.near_ties += int(ties.sum())
         rows = np.nonzero(ties)[0]
         if rows.size:
             at = self.start + int(rows[0])
             self.first_tie = at if self.first_tie is None else min(self.first_tie, at)
+        if self.quant == "int4":
+            q, d = self.qw[name]
+            xp = np.zeros((qx.shape[0], q.shape[1] * 32))
+            xp[:, :qx.shape[1]] = qx
+            s = np.einsum("ngk,ogk->nog", xp.reshape(qx.shape[0], -1, 32), q)
+            return (s * d[None]).sum(axis=-1) * sx[:, None] + b
+        qw, sw = self.qw[name]
         return (qx @ qw.T) * sx[:, None] * sw[None, :] + b
 
     def norm(self, x, name):
@@ -385,7 +419,8 @@ class Llama:
             else:
                 x = x + self.attention(i, self.norm(x, p + "input_layernorm.weight"), pos)
                 x = x + self.mlp(i, self.norm(x, p + "post_attention_layernorm.weight"))
-        return softcap(self.norm(x, "model.norm.weight") @ self.lm_head.T, c.logit_cap)
+        self.hidden = self.norm(x, "model.norm.weight")  # what a speculator reads
+        return softcap(self.hidden @ self.lm_head.T, c.logit_cap)
 
 
 # ---------------------------------------------------------------- greedy decoding
@@ -401,6 +436,7 @@ def generate(model, prompt_ids, n, stop_at_eos):
     """Greedy continuation: (prompt logits [len, vocab], new ids, smallest margin)."""
     model.reset()
     prompt_logits = model.forward(prompt_ids)
+    model.prompt_hidden = model.hidden
     last, ids, margin = prompt_logits[-1], [], float("inf")
     for _ in range(n):
         tok, gap = greedy_pick(last)
@@ -436,10 +472,12 @@ def parse_args():
     src.add_argument("--prompt", help="text, tokenized with DIR/tokenizer.model")
     ap.add_argument("--no-bos", action="store_true", help="no BOS before --prompt")
     ap.add_argument("--logits", metavar="OUT.npy", help="write float64 logits of the input")
+    ap.add_argument("--hidden", metavar="OUT.npy",
+                    help="write the float64 final hidden state (after the final norm) of the input")
     ap.add_argument("--generate", type=int, default=0, metavar="N", help="greedy tokens to generate")
     ap.add_argument("--stop-at-eos", action="store_true", help="stop after emitting EOS")
-    ap.add_argument("--quantization", choices=["none", "int8"], default="none",
-                    help="int8: the layers' matrices as inferd's W8A8")
+    ap.add_argument("--quantization", choices=["none", "int8", "int4"], default="none",
+                    help="int8 / int4: the layers' matrices as inferd's W8A8 / W4A8")
     return ap.parse_args()
 
 
@@ -458,12 +496,14 @@ def main():
     logits, ids, margin = generate(model, prompt_ids, a.generate, a.stop_at_eos)
     if a.logits:
         np.save(a.logits, logits)
-        if a.quantization == "int8" and not a.generate:
+        if a.quantization in ("int8", "int4") and not a.generate:
             print(json.dumps({"near_ties": model.near_ties, "first_tie": model.first_tie}))
+    if a.hidden:
+        np.save(a.hidden, model.prompt_hidden)
     if a.generate:
         print(json.dumps({"prompt_ids": prompt_ids, "ids": ids,
                           "text": continuation_text(sp, prompt_ids, ids) if sp else None,
-                          "min_margin": margin}))
+                          "min_margin": margin, "first_tie": model.first_tie}))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,11 @@
  * as raw little-endian float32 [n_tokens][vocab], for comparison with the
  * numpy reference (tests/ref/llama_ref.py).
  *
- *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K] [--quantization int8]
- *               [--chunk N] [--threads N] */
+ *   dump_logits --model DIR --tokens 1,2,3 --out FILE [--kernels K] [--quantization int8|int4]
+ *               [--chunk N] [--threads N] [--hidden FILE]
+ *
+ * --hidden also writes the final hidden state of every position (after the
+ * final norm; be_batch.want_hidden) as float32 [n_tokens][hidden_size]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@ static int parse_ids(const char *s, int32_t *ids, int cap)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *tokens = NULL, *out = NULL, *kernels = "auto", *quant = NULL;
+    const char *hid_out = NULL;
     int chunk = 0, threads = 0, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "model directory"},
@@ -39,15 +43,16 @@ int main(int argc, char **argv)
         {"kernels", ARG_STR, &kernels, "NAME", "kernel table"},
         {"chunk", ARG_INT, &chunk, "N", "feed the sequence N tokens per forward (default all)"},
         {"threads", ARG_INT, &threads, "N", "threads"},
-        {"quantization", ARG_STR, &quant, "NAME", "none or int8"},
+        {"quantization", ARG_STR, &quant, "NAME", "none, int8 or int4"},
+        {"hidden", ARG_STR, &hid_out, "FILE", "also the final hidden states"},
     };
     inf_err err = {0};
-    if (args_parse(specs, 7, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
+    if (args_parse(specs, 8, argc - 1, argv + 1, &help, &err) || !dir || !tokens || !out) {
         fprintf(stderr, "dump_logits: %s\n", err.msg[0] ? err.msg : "--model, --tokens, --out required");
         return 2;
     }
     if (cpu_quant_parse(quant) < 0) {
-        fprintf(stderr, "dump_logits: --quantization %s: none or int8\n", quant);
+        fprintf(stderr, "dump_logits: --quantization %s: none, int8 or int4\n", quant);
         return 2;
     }
     int32_t ids[4096];
@@ -63,7 +68,7 @@ int main(int argc, char **argv)
     kv_pool *kv = NULL;
     kv_seq seq = {0};
     batch_builder *bb = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *hidden = NULL;
     int rc = model_load(dir, &m, &err);
     if (rc)
         goto done;
@@ -83,6 +88,12 @@ int main(int argc, char **argv)
                        .max_blocks = cc.num_blocks - 1};
     if ((rc = batch_create(&bl, &bb, &err)))
         goto done;
+    batch_set_want_hidden(bb, hid_out != NULL);
+    int D = m->cfg.hidden_size;
+    if (hid_out && !(hidden = malloc(sizeof(float) * (size_t)n * D))) {
+        rc = inf_fail(&err, INF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
     if (!logits || kv_seq_reserve(kv, &seq, n)) {
         rc = inf_fail(&err, INF_ERR_NOMEM, "out of memory");
         goto done;
@@ -93,7 +104,9 @@ int main(int argc, char **argv)
         batch_add_seq(bb, kv, &seq, ids + p0, p0, c);
         for (int i = 0; i < c; i++)
             batch_add_logits(bb, i);
-        if ((rc = be_forward(be, batch_get(bb), logits + (size_t)p0 * V, &err)))
+        be_out o = {.logits = logits + (size_t)p0 * V,
+                    .hidden = hidden ? hidden + (size_t)p0 * D : NULL};
+        if ((rc = be_forward_out(be, batch_get(bb), &o, &err)))
             goto done;
     }
     FILE *f = fopen(out, "wb");
@@ -104,10 +117,21 @@ int main(int argc, char **argv)
         goto done;
     }
     fclose(f);
+    if (hid_out) {
+        f = fopen(hid_out, "wb");
+        if (!f || fwrite(hidden, sizeof(float), (size_t)n * D, f) != (size_t)n * D) {
+            rc = inf_fail(&err, INF_ERR_IO, "%s: cannot write", hid_out);
+            if (f)
+                fclose(f);
+            goto done;
+        }
+        fclose(f);
+    }
 done:
     if (rc)
         fprintf(stderr, "dump_logits: %s\n", err.msg);
     free(logits);
+    free(hidden);
     batch_destroy(bb);
     if (kv)
         kv_seq_release(kv, &seq);

@@ -1,0 +1,108 @@
+/* The AVX-512 int4 kernel, included by q4_avx512.c (products through
+ * vpmaddubsw, any AVX-512 CPU) and q4_avx512_vnni.c (vpdpbusd, built with
+ * -mavx512vnni), as kern_q512.h is for int8.
+ *
+ * A column tile is 64 rows (four registers of 16); up to Q4MR tokens run
+ * over it together, so each group's weights are unpacked once for them. Per
+ * group and block of 16 rows: the 4 packed registers give 8 of q + 8 (mask,
+ * shift and mask), each token's s_g comes from 8 vpdpbusd (or 8 vpmaddubsw
+ * summed in int16, which cannot overflow: 8 * 2 * 15 * 127 < 32768, then one
+ * vpmaddwd), minus 8 * its group sum, and one fma adds it to the chain. */
+#ifndef INFERD_CPU_Q4_512_H
+#define INFERD_CPU_Q4_512_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "cpu/q4.h"
+
+#ifndef ALWAYS
+#define ALWAYS static inline __attribute__((always_inline))
+#endif
+
+enum { Q4MR = 4 };
+
+ALWAYS void q4_tile(const int VNNI, const int MR, const cpu_mm4 *a, int m0, int n)
+{
+    (void)VNNI;
+    __m512 acc[4 * Q4MR];
+#pragma GCC unroll 16
+    for (int i = 0; i < 4 * MR; i++)
+        acc[i] = _mm512_setzero_ps();
+    const __m512i lo = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
+    const uint8_t *w = a->w + (size_t)(n / CPU_Q4_ROWS) * a->G * CPU_Q4_REC;
+    for (int g = 0; g < a->G; g++) {
+        const uint8_t *rec = w + (size_t)g * CPU_Q4_REC;
+        _mm_prefetch((const char *)rec + 8 * CPU_Q4_REC, _MM_HINT_T0);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 1024 + 32 * j)));
+            __m512i wu[8];
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m512i raw = _mm512_load_si512((const void *)(rec + 256 * j + 64 * p));
+                wu[p] = _mm512_and_si512(raw, lo);
+                wu[p + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < MR; i++) {
+                const int8_t *x = a->x + (size_t)(m0 + i) * a->ldx + (size_t)g * CPU_Q4_GROUP;
+                __m512i s = _mm512_setzero_si512();
+#ifdef __AVX512VNNI__
+                if (VNNI) {
+                    /* the activations as a broadcast memory operand: GCC
+                     * otherwise keeps every token's 8 broadcasts in
+                     * registers across the 4 blocks and spills them */
+#define Q4DP(p)                                                          \
+    __asm__("vpdpbusd " #p "*4(%2)%{1to16%}, %1, %0"                     \
+            : "+v"(s)                                                    \
+            : "v"(wu[p]), "r"(x), "m"(*(const int8_t(*)[32])x))
+                    Q4DP(0); Q4DP(1); Q4DP(2); Q4DP(3);
+                    Q4DP(4); Q4DP(5); Q4DP(6); Q4DP(7);
+#undef Q4DP
+                } else
+#endif
+                {
+                    __m512i s16 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                    for (int p = 0; p < 8; p++) {
+                        int32_t x4;
+                        memcpy(&x4, x + 4 * p, 4);
+                        s16 = _mm512_add_epi16(s16, _mm512_maddubs_epi16(wu[p], _mm512_set1_epi32(x4)));
+                    }
+                    s = _mm512_madd_epi16(s16, ones);
+                }
+                s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->xs8[(size_t)(m0 + i) * a->ldxs + g]));
+                acc[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[4 * i + j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        __m512 sx = _mm512_set1_ps(a->sx[m0 + i]);
+        float *y = a->y + (size_t)(m0 + i) * a->ldy + n;
+        for (int j = 0; j < 4; j++) {
+            int left = a->N - n - 16 * j;
+            if (left <= 0)
+                break;
+            __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1u);
+            _mm512_mask_storeu_ps(y + 16 * j, m, _mm512_mul_ps(acc[4 * i + j], sx));
+        }
+    }
+}
+
+typedef void (*q4_tile_fn)(const cpu_mm4 *a, int m0, int n);
+#define Q4TILE(V, MR, NAME)                                  \
+    static void NAME(const cpu_mm4 *a, int m0, int n)        \
+    {                                                        \
+        q4_tile(V, MR, a, m0, n);                            \
+    }
+
+/* Column tiles in order, each over all rows in groups of Q4MR. */
+ALWAYS void q4_run(const q4_tile_fn *tiles, const cpu_mm4 *a, int n0, int n1)
+{
+    for (int n = n0; n < n1 && n < a->N; n += CPU_Q4_ROWS)
+        for (int m = 0; m < a->M; m += Q4MR)
+            tiles[(a->M - m < Q4MR ? a->M - m : Q4MR) - 1](a, m, n);
+}
+
+#endif

@@ -1,0 +1,221 @@
+/* cpu_q4w: quantizing and packing weights for the int4 kernels (q4.h), and
+ * the activations' int8 rows with their group sums. */
+#include "cpu/q4.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/hpage.h"
+
+static size_t q4_bytes(const cpu_q4w *q)
+{
+    return (size_t)q->tiles * q->G * CPU_Q4_REC;
+}
+
+int cpu_q4w_alloc(int N, int K, const char *name, cpu_q4w **out, inf_err *err)
+{
+    *out = NULL;
+    /* s_g is bounded per group, but the float chain is not: the limit only
+     * keeps the sizes in int. */
+    if (N <= 0 || K <= 0 || N > (1 << 30) || K > (1 << 30))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "int4: %s is %d x %d", name ? name : "a weight",
+                        N, K);
+    cpu_q4w *q = calloc(1, sizeof *q);
+    if (!q)
+        return inf_fail(err, INF_ERR_NOMEM, "int4: out of memory");
+    q->N = N;
+    q->K = K;
+    q->G = (K + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
+    q->tiles = (N + CPU_Q4_ROWS - 1) / CPU_Q4_ROWS;
+    q->w = cpu_hpage_alloc(q4_bytes(q));
+    if (!q->w) {
+        size_t mib = q4_bytes(q) >> 20;
+        free(q);
+        return inf_fail(err, INF_ERR_NOMEM, "int4: cannot allocate %zu MiB for %s", mib,
+                        name ? name : "a weight");
+    }
+    /* every weight q = 0 (nibble 8); the scales (zeroed pages) are 0 */
+    for (size_t r = 0; r < (size_t)q->tiles * q->G; r++)
+        memset(q->w + r * CPU_Q4_REC, 0x88, 4 * 256);
+    *out = q;
+    return INF_OK;
+}
+
+/* Byte and shift of row n's weight k of group g (see q4.h's layout). */
+static uint8_t *q4_at(const cpu_q4w *q, int n, int g, int k, int *shift)
+{
+    int t = n / CPU_Q4_ROWS, j = (n % CPU_Q4_ROWS) / 16, r = n % 16;
+    int s = k / 4, i = k % 4, p = s % 4;
+    *shift = s >= 4 ? 4 : 0;
+    return q->w + ((size_t)t * q->G + g) * CPU_Q4_REC + (size_t)j * 256 + p * 64 + r * 4 + i;
+}
+
+static uint16_t *q4_scale(const cpu_q4w *q, int n, int g)
+{
+    int t = n / CPU_Q4_ROWS;
+    return (uint16_t *)(q->w + ((size_t)t * q->G + g) * CPU_Q4_REC + 4 * 256) + n % CPU_Q4_ROWS;
+}
+
+void cpu_q4w_set_group(cpu_q4w *q, int n, int g, const uint8_t u[CPU_Q4_GROUP], uint16_t d)
+{
+    /* both nibbles of a byte are this row's: no other row's bits to keep */
+    int sh;
+    uint8_t *b = q4_at(q, n, g, 0, &sh);
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 4; i++)
+            b[p * 64 + i] = (uint8_t)((u[4 * p + i] & 0x0f) | (u[4 * (p + 4) + i] & 0x0f) << 4);
+    *q4_scale(q, n, g) = d;
+}
+
+void cpu_q4w_get_group(const cpu_q4w *q, int n, int g, uint8_t u[CPU_Q4_GROUP], uint16_t *d)
+{
+    for (int k = 0; k < CPU_Q4_GROUP; k++) {
+        int sh;
+        const uint8_t *b = q4_at(q, n, g, k, &sh);
+        u[k] = (uint8_t)((*b >> sh) & 0x0f);
+    }
+    *d = *q4_scale(q, n, g);
+}
+
+/* q4.h's quantization of one group of len <= 32 values (the rest 0). */
+static void q4_group(const float *v, int len, uint8_t u[CPU_Q4_GROUP], uint16_t *d16)
+{
+    float a = 0.0f;
+    for (int i = 0; i < len; i++)
+        if (fabsf(v[i]) > fabsf(a))
+            a = v[i];
+    uint16_t h = inf_f32_to_f16(a / -8.0f);
+    if ((h & 0x7c00u) == 0x7c00u) /* beyond f16: the largest finite scale */
+        h = (uint16_t)((h & 0x8000u) | 0x7bffu);
+    float D = inf_f16_to_f32(h), inv = D != 0.0f ? 1.0f / D : 0.0f;
+    for (int i = 0; i < CPU_Q4_GROUP; i++) {
+        float t = i < len ? nearbyintf(v[i] * inv) : 0.0f;
+        t = !(t >= -8.0f) ? -8.0f : t > 7.0f ? 7.0f : t; /* NaN weights become -8 */
+        u[i] = (uint8_t)((int)t + 8);
+    }
+    *d16 = h;
+}
+
+typedef struct q4_job {
+    const model_tensor *t;
+    const cpu_kern *k;
+    cpu_q4w *q;
+    float *rows;     /* [threads][K] one row widened to f32 */
+    atomic_int next; /* next tile: rows of one tile share bytes, so
+                        a tile is one thread's                   */
+} q4_job;
+
+static void q4_row(q4_job *j, float *row, int n)
+{
+    cpu_q4w *q = j->q;
+    size_t es = inf_dtype_size(j->t->dtype);
+    j->k->to_f32((const char *)j->t->data + (size_t)n * q->K * es, j->t->dtype, row, q->K);
+    for (int g = 0; g < q->G; g++) {
+        uint8_t u[CPU_Q4_GROUP];
+        uint16_t d;
+        int k0 = g * CPU_Q4_GROUP;
+        q4_group(row + k0, q->K - k0 < CPU_Q4_GROUP ? q->K - k0 : CPU_Q4_GROUP, u, &d);
+        cpu_q4w_set_group(q, n, g, u, d);
+    }
+}
+
+static void q4_run(void *ctx, int t, int nt)
+{
+    q4_job *j = ctx;
+    (void)nt;
+    float *row = j->rows + (size_t)t * j->q->K;
+    for (;;) {
+        int tile = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (tile >= j->q->tiles)
+            break;
+        for (int n = tile * CPU_Q4_ROWS; n < j->q->N && n < (tile + 1) * CPU_Q4_ROWS; n++)
+            q4_row(j, row, n);
+    }
+}
+
+int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_q4w **out,
+                   inf_err *err)
+{
+    *out = NULL;
+    if (t->rows > INT32_MAX || t->cols > INT32_MAX)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "int4: %s is too large",
+                        t->name ? t->name : "a weight");
+    cpu_q4w *q;
+    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, t->name, &q, err);
+    if (rc)
+        return rc;
+    int nt = pool ? cpu_pool_size(pool) : 1;
+    q4_job j = {.t = t, .k = k, .q = q, .rows = malloc((size_t)nt * q->K * sizeof(float))};
+    if (!j.rows) {
+        cpu_q4w_destroy(q);
+        return inf_fail(err, INF_ERR_NOMEM, "int4: out of memory");
+    }
+    atomic_init(&j.next, 0);
+    if (pool)
+        cpu_pool_run(pool, q4_run, &j);
+    else
+        q4_run(&j, 0, 1);
+    free(j.rows);
+    *out = q;
+    return INF_OK;
+}
+
+void cpu_q4w_destroy(cpu_q4w *q)
+{
+    if (!q)
+        return;
+    cpu_hpage_free(q->w, q4_bytes(q));
+    free(q);
+}
+
+size_t cpu_q4w_bytes(const cpu_q4w *q)
+{
+    return q4_bytes(q);
+}
+
+float cpu_q4_quant_act(const cpu_kern *k, const float *x, int K, int8_t *qx, int32_t *xs8)
+{
+    int G = (K + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
+    float s = k->quant(x, K, qx, 0);
+    memset(qx + K, 0, (size_t)(G * CPU_Q4_GROUP - K));
+    for (int g = 0; g < G; g++) {
+        int32_t sum = 0;
+        for (int i = 0; i < CPU_Q4_GROUP; i++)
+            sum += qx[g * CPU_Q4_GROUP + i];
+        xs8[g] = 8 * sum;
+    }
+    return s;
+}
+
+cpu_mm4 cpu_q4w_args(const cpu_q4w *q, const int8_t *x, size_t ldx, const int32_t *xs8,
+                     size_t ldxs, const float *sx, float *y, size_t ldy, int M)
+{
+    cpu_mm4 a = {.x = x, .ldx = ldx, .xs8 = xs8, .ldxs = ldxs, .sx = sx, .w = q->w, .y = y,
+                 .ldy = ldy, .M = M, .N = q->N, .G = q->G};
+    return a;
+}
+
+static int q4_has_vnni(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
+const cpu_q4k *cpu_q4k_select(const char *kern_name)
+{
+    /* the int4 tables need what the cpu_kern table of that name needs */
+    const cpu_kern *k = cpu_kern_select(kern_name);
+    if (!k)
+        return NULL;
+    if (!strcmp(k->name, "avx512"))
+        return q4_has_vnni() ? &cpu_q4k_avx512_vnni : &cpu_q4k_avx512;
+    if (!strcmp(k->name, "avx2"))
+        return &cpu_q4k_avx2;
+    return &cpu_q4k_generic;
+}

@@ -1,0 +1,209 @@
+/* hfq_: GPTQ and AWQ 4-bit linears dequantized at load (hfq.h). */
+#include "hfq.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { HFQ_GPTQ, HFQ_AWQ } hfq_kind;
+
+struct hfq {
+    hfq_kind kind;
+    int group;       /* group_size; <= 0: one group per row */
+    int zero_plus1;  /* GPTQ v1 stores zero - 1                */
+    char path[512];  /* config.json, for messages              */
+    void **bufs;
+    int n_bufs, cap;
+};
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* An integer key, or def when absent; -1000 when not an integer. */
+static int jint(const cJSON *o, const char *k, int def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+        return -1000;
+    return (int)v->valuedouble;
+}
+
+int hfq_open(const char *config_path, hfq **out, inf_err *err)
+{
+    *out = NULL;
+    char *buf;
+    int rc = inf_read_file(config_path, (size_t)16 << 20, &buf, NULL, NULL, err);
+    if (rc)
+        return rc;
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    const cJSON *qc = root ? cJSON_GetObjectItemCaseSensitive(root, "quantization_config") : NULL;
+    if (!qc || cJSON_IsNull(qc)) {
+        cJSON_Delete(root); /* not JSON at all is model_config_load's to say */
+        return INF_OK;
+    }
+    const char *method = jstr(qc, "quant_method");
+    int bits = jint(qc, "bits", jint(qc, "w_bit", 4));
+    int group = jint(qc, "group_size", jint(qc, "q_group_size", 128));
+    const char *fmt = jstr(qc, "checkpoint_format"), *ver = jstr(qc, "version");
+    hfq *q = NULL;
+    if (!cJSON_IsObject(qc) || !method)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
+                      config_path);
+    else if (strcmp(method, "gptq") && strcmp(method, "awq"))
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
+                      "not supported (gptq, awq)", config_path, method);
+    else if (bits != 4)
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s with %d bits is not supported (4)",
+                      config_path, method, bits);
+    else if (group == -1000 || group == 0 || group < -1)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config group_size must be a "
+                      "positive integer or -1", config_path);
+    else if (!strcmp(method, "awq") && ver && strcmp(ver, "gemm") && strcmp(ver, "GEMM"))
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: awq version '%s' is not supported (gemm)",
+                      config_path, ver);
+    else if (!strcmp(method, "gptq") && fmt && strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: gptq checkpoint_format '%s' is not "
+                      "supported (gptq, gptq_v2)", config_path, fmt);
+    else if (!(q = calloc(1, sizeof *q)))
+        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", config_path);
+    if (q) {
+        q->kind = strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
+        q->group = group;
+        q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
+        snprintf(q->path, sizeof q->path, "%s", config_path);
+        *out = q;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+void hfq_free(hfq *q)
+{
+    if (!q)
+        return;
+    for (int i = 0; i < q->n_bufs; i++)
+        free(q->bufs[i]);
+    free(q->bufs);
+    free(q);
+}
+
+const char *hfq_method(const hfq *q)
+{
+    return q->kind == HFQ_GPTQ ? "gptq" : "awq";
+}
+
+static float *keep(hfq *q, size_t n)
+{
+    if (q->n_bufs == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 64;
+        void **b = realloc(q->bufs, sizeof *b * (size_t)cap);
+        if (!b)
+            return NULL;
+        q->bufs = b;
+        q->cap = cap;
+    }
+    float *p = malloc(n * sizeof(float));
+    if (p)
+        q->bufs[q->n_bufs++] = p;
+    return p;
+}
+
+/* prefix + part ("qweight", ...) of dtype name with shape [r, c]. */
+static int part(const hfq *q, const st_set *st, const char *prefix, const char *what, const char *dt,
+                int64_t r, int64_t c, int optional, const st_tensor **out, inf_err *err)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    const st_tensor *t = st_find(st, name);
+    *out = t;
+    if (!t) {
+        if (optional)
+            return INF_OK;
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s checkpoint without tensor '%s'", q->path,
+                        hfq_method(q), name);
+    }
+    int shape_ok = c ? t->ndim == 2 && t->shape[0] == r && t->shape[1] == c
+                     : t->ndim == 1 && t->shape[0] == r;
+    if (strcmp(t->dtype_name, dt) || !shape_ok)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be %s [%lld%s%lld%s]", t->file,
+                        name, dt, (long long)r, c ? ", " : "", (long long)c, "");
+    return INF_OK;
+}
+
+static uint32_t u32_at(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static float f16_at(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
+    return inf_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+             model_tensor *out, inf_err *err)
+{
+    size_t len = strlen(name);
+    char prefix[256];
+    if (len < 7 || len - 7 >= sizeof prefix || strcmp(name + len - 7, ".weight"))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    memcpy(prefix, name, len - 7);
+    prefix[len - 7] = 0;
+    const int64_t N = rows, K = cols;
+    int64_t gs = q->group > 0 ? q->group : K, G = (K + gs - 1) / gs;
+    if (K % 8 || N % 8)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %lld x %lld; packed 4-bit needs both "
+                        "multiples of 8", q->path, prefix, (long long)N, (long long)K);
+    const st_tensor *qw, *qz, *sc, *gi = NULL;
+    int awq = q->kind == HFQ_AWQ, rc;
+    if ((rc = part(q, st, prefix, "qweight", "I32", awq ? K : K / 8, awq ? N / 8 : N, 0, &qw, err)) ||
+        (rc = part(q, st, prefix, "qzeros", "I32", G, N / 8, 0, &qz, err)) ||
+        (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
+        (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
+        return rc;
+    float *w = keep(q, (size_t)N * (size_t)K);
+    if (!w)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    int awq_slot[8]; /* output 8j + o is in nibble awq_slot[o] */
+    for (int i = 0; i < 8; i++)
+        awq_slot[awq_order[i]] = i;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t g = k / gs;
+        if (gi) {
+            int32_t v = (int32_t)u32_at(gi, (size_t)k);
+            if (v < 0 || v >= G)
+                return inf_fail(err, INF_ERR_FORMAT, "%s: %s.g_idx[%lld] is %d, outside 0..%lld",
+                                gi->file, prefix, (long long)k, v, (long long)G - 1);
+            g = v;
+        }
+        for (int64_t n = 0; n < N; n++) {
+            int qv, zv;
+            if (awq) {
+                int s = awq_slot[n % 8];
+                qv = (int)(u32_at(qw, (size_t)(k * (N / 8) + n / 8)) >> (4 * s) & 15);
+                zv = (int)(u32_at(qz, (size_t)(g * (N / 8) + n / 8)) >> (4 * s) & 15);
+            } else {
+                qv = (int)(u32_at(qw, (size_t)((k / 8) * N + n)) >> (4 * (k % 8)) & 15);
+                zv = (int)(u32_at(qz, (size_t)(g * (N / 8) + n / 8)) >> (4 * (n % 8)) & 15) +
+                     q->zero_plus1;
+            }
+            w[(size_t)n * (size_t)K + (size_t)k] = f16_at(sc, (size_t)(g * N + n)) * (float)(qv - zv);
+        }
+    }
+    out->dtype = INF_F32;
+    out->data = w;
+    out->rows = N;
+    out->cols = K;
+    out->name = qw->name;
+    return INF_OK;
+}

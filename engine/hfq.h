@@ -1,0 +1,45 @@
+/* hfq_: Hugging Face pre-quantized checkpoints, by config.json's
+ * quantization_config: GPTQ and AWQ 4-bit linear layers.
+ *
+ * A quantized linear `P.weight` [N out, K in] is stored as
+ *
+ *   GPTQ  P.qweight I32 [K/8, N]: input k of output n in bits 4(k%8) of
+ *         qweight[k/8][n]; P.qzeros I32 [G, N/8]: output n's zero in bits
+ *         4(n%8) of qzeros[g][n/8], stored minus one unless
+ *         checkpoint_format is "gptq_v2"; P.scales F16 [G, N]; P.g_idx I32
+ *         [K] (optional): the group of input k (any order with desc_act;
+ *         k / group_size without it)
+ *   AWQ   (version "gemm") P.qweight I32 [K, N/8] and P.qzeros I32 [G, N/8]:
+ *         nibble i of packed column j holds output 8j + {0,2,4,6,1,3,5,7}[i];
+ *         P.scales F16 [G, N]; the group of input k is k / group_size
+ *
+ * and means W[n][k] = scale[g][n] * (q - zero[g][n]), g the group of k.
+ * inferd dequantizes it once at load to f32 (the product of an f16 scale and
+ * a small integer is exact in f32), so the checkpoint's function is computed
+ * as written; `--quantization int8|int4` then requantizes it like any
+ * checkpoint. Other methods (compressed-tensors, fp8, bitsandbytes, ...),
+ * other bit widths and AWQ's gemv layouts are refused by name. */
+#ifndef INFERD_HFQ_H
+#define INFERD_HFQ_H
+
+#include "model.h"
+#include "st.h"
+
+typedef struct hfq hfq;
+
+/* Reads config_path's quantization_config: *out NULL when there is none,
+ * else what the tensors are bound with. */
+int hfq_open(const char *config_path, hfq **out, inf_err *err);
+
+void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
+
+/* The method's name ("gptq", "awq"). */
+const char *hfq_method(const hfq *q);
+
+/* Binds name (a linear's "P.weight", absent from st) as [rows, cols] from
+ * P.qweight / qzeros / scales (/ g_idx), dequantized to f32 owned by q.
+ * Errors name the tensor and what is wrong with it. */
+int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+             model_tensor *out, inf_err *err);
+
+#endif

@@ -1,0 +1,380 @@
+#include "spec_mlp.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st.h"
+
+#define MLP_EPS 1e-6
+
+typedef struct mlp_stage {
+    const float *emb;   /* [vocab][inner]                                */
+    const float *proj;  /* [inner][in]: in = emb_dim at stage 0, else inner */
+    const float *head;  /* [vocab][inner]                                */
+    const float *ln_w, *ln_b; /* [inner]                                 */
+} mlp_stage;
+
+typedef struct mlp_seq {
+    smp_rng rng;        /* its own draws: the target's stream is untouched */
+    int seeded;
+} mlp_seq;
+
+typedef struct mlp {
+    spec_proposer base;
+    int vocab, emb_dim, inner, n_predict, tie, scale_input;
+    double sw, ew;
+    float *arena;       /* every weight, as f32                           */
+    mlp_stage *stage;   /* [n_predict]                                    */
+    smp_ctx *smp;
+    double *s, *t;      /* [max(emb_dim, inner)] the state, and scratch    */
+    float *row;         /* [vocab] one stage's logits                      */
+} mlp;
+
+/* ---- loading -------------------------------------------------------------- */
+
+static int json_int(const cJSON *o, const char *key, int dflt, const char *path, int *out,
+                    inf_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (dflt < 0)
+            return inf_fail(err, INF_ERR_FORMAT, "%s: missing required key '%s'", path, key);
+        *out = dflt;
+        return INF_OK;
+    }
+    if (cJSON_IsBool(v)) {
+        *out = cJSON_IsTrue(v);
+        return INF_OK;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be a non-negative integer", path,
+                        key);
+    *out = (int)v->valuedouble;
+    return INF_OK;
+}
+
+static int is_mlp_config(const cJSON *c)
+{
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
+    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(c, "architectures");
+    const cJSON *a0 = cJSON_IsArray(ar) ? cJSON_GetArrayItem(ar, 0) : NULL;
+    return (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mlp_speculator")) ||
+           (cJSON_IsString(a0) && !strcmp(a0->valuestring, "MLPSpeculatorPreTrainedModel"));
+}
+
+int spec_mlp_detect(const char *dir)
+{
+    char *path = inf_path_join(dir, "config.json"), *buf = NULL;
+    int missing = 0, is = 0;
+    if (path && inf_read_file(path, 1 << 20, &buf, NULL, &missing, NULL) == INF_OK) {
+        cJSON *c = cJSON_Parse(buf);
+        is = cJSON_IsObject(c) && is_mlp_config(c);
+        cJSON_Delete(c);
+    }
+    free(buf);
+    free(path);
+    return is;
+}
+
+static int read_config(mlp *m, const char *dir, inf_err *err)
+{
+    char *path = inf_path_join(dir, "config.json"), *buf = NULL;
+    if (!path)
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    int rc = inf_read_file(path, 1 << 20, &buf, NULL, NULL, err);
+    cJSON *c = rc ? NULL : cJSON_Parse(buf);
+    free(buf);
+    if (!rc && !cJSON_IsObject(c))
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
+    if (!rc) {
+        if (!is_mlp_config(c))
+            rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: not an MLP speculator (model_type "
+                          "\"mlp_speculator\" or architectures "
+                          "[\"MLPSpeculatorPreTrainedModel\"])", path);
+    }
+    int topk = 0, ncand = 0;
+    if (!rc && !(rc = json_int(c, "vocab_size", -1, path, &m->vocab, err)) &&
+        !(rc = json_int(c, "emb_dim", -1, path, &m->emb_dim, err)) &&
+        !(rc = json_int(c, "inner_dim", 0, path, &m->inner, err)) &&
+        !(rc = json_int(c, "n_predict", -1, path, &m->n_predict, err)) &&
+        /* a list per head in IBM's configs; vLLM (and inferd) follow one
+         * candidate path, so its values are not used */
+        (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(c, "top_k_tokens_per_head")) ||
+         !(rc = json_int(c, "top_k_tokens_per_head", 1, path, &topk, err))) &&
+        !(rc = json_int(c, "n_candidates", 1, path, &ncand, err)) &&
+        !(rc = json_int(c, "tie_weights", 0, path, &m->tie, err)))
+        rc = json_int(c, "scale_input", 0, path, &m->scale_input, err);
+    if (!rc && !m->inner)
+        m->inner = m->emb_dim;
+    if (!rc && (m->vocab < 1 || m->emb_dim < 1 || m->n_predict < 1 || m->n_predict > 32))
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: vocab_size, emb_dim and n_predict must be >= 1 "
+                      "(n_predict at most 32)", path);
+    if (!rc && m->tie && m->n_predict < 2)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: tie_weights needs n_predict >= 2", path);
+    cJSON_Delete(c);
+    free(path);
+    return rc;
+}
+
+/* Tensor "[speculator.]kind.i.suffix" of rows x cols, widened into dst. */
+static int load_tensor(const st_set *st, const char *dir, const char *kind, int i,
+                       const char *suffix, int64_t rows, int64_t cols, float *dst, inf_err *err)
+{
+    char name[160], bare[128];
+    snprintf(bare, sizeof bare, "%s.%d.%s", kind, i, suffix);
+    snprintf(name, sizeof name, "speculator.%s", bare);
+    const st_tensor *t = st_find(st, name);
+    if (!t)
+        t = st_find(st, bare);
+    if (!t)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: the speculator has no tensor %s", dir, name);
+    int64_t r = t->ndim >= 1 ? t->shape[0] : 0, c = t->ndim == 2 ? t->shape[1] : 1;
+    if (t->ndim < 1 || t->ndim > 2 || r != rows || c != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor %s has shape [%lld%s%lld], expected "
+                        "[%lld, %lld]", dir, t->name, (long long)r, t->ndim == 2 ? ", " : " x ",
+                        (long long)(t->ndim == 2 ? c : 1), (long long)rows, (long long)cols);
+    if (t->dtype == INF_DTYPE_NONE)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (f32, f16 or "
+                        "bf16)", dir, t->name, t->dtype_name);
+    size_t n = (size_t)(rows * cols);
+    for (size_t k = 0; k < n; k++) {
+        const void *d = t->data;
+        dst[k] = t->dtype == INF_F32 ? ((const float *)d)[k]
+                 : t->dtype == INF_F16 ? inf_f16_to_f32(((const uint16_t *)d)[k])
+                                       : inf_bf16_to_f32(((const uint16_t *)d)[k]);
+    }
+    return INF_OK;
+}
+
+static int load_weights(mlp *m, const char *dir, inf_err *err)
+{
+    st_set *st = NULL;
+    int rc = st_open_dir(dir, &st, err);
+    if (rc)
+        return rc;
+    /* distinct weight sets: untied, one per stage; tied, one (proj: two) */
+    int n_sets = m->tie ? 1 : m->n_predict, n_proj = m->tie ? 2 : m->n_predict;
+    size_t V = (size_t)m->vocab, I = (size_t)m->inner, E = (size_t)m->emb_dim;
+    size_t per = 2 * V * I + 2 * I, total = per * n_sets + E * I + (size_t)(n_proj - 1) * I * I;
+    m->arena = malloc(sizeof(float) * total);
+    m->stage = calloc((size_t)m->n_predict, sizeof *m->stage);
+    if (!m->arena || !m->stage) {
+        st_destroy(st);
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the speculator's %zu weights",
+                        dir, total);
+    }
+    float *p = m->arena;
+    for (int i = 0; i < n_sets && !rc; i++) {
+        mlp_stage *s = &m->stage[i];
+        s->emb = p, p += V * I;
+        s->head = p, p += V * I;
+        s->ln_w = p, p += I;
+        s->ln_b = p, p += I;
+        if (!(rc = load_tensor(st, dir, "emb", i, "weight", m->vocab, m->inner,
+                               (float *)s->emb, err)) &&
+            !(rc = load_tensor(st, dir, "head", i, "weight", m->vocab, m->inner,
+                               (float *)s->head, err)) &&
+            !(rc = load_tensor(st, dir, "ln", i, "weight", m->inner, 1, (float *)s->ln_w, err)))
+            rc = load_tensor(st, dir, "ln", i, "bias", m->inner, 1, (float *)s->ln_b, err);
+    }
+    for (int i = 0; i < n_proj && !rc; i++) {
+        int in = i == 0 ? m->emb_dim : m->inner;
+        m->stage[i].proj = p;
+        rc = load_tensor(st, dir, "proj", i, "weight", m->inner, in, p, err);
+        p += (size_t)in * I;
+    }
+    const float *proj1 = m->tie && !rc ? m->stage[1].proj : NULL;
+    for (int i = 1; i < m->n_predict && proj1; i++) {
+        m->stage[i] = m->stage[0];
+        m->stage[i].proj = proj1;
+    }
+    st_destroy(st);
+    return rc;
+}
+
+/* ---- the computation ---------------------------------------------------------- */
+
+/* y[r] = sum_c w[r][c] x[c], in double. */
+static void matvec(const float *w, int rows, int cols, const double *x, double *y)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *wr = w + (size_t)r * cols;
+        double acc = 0;
+        for (int c = 0; c < cols; c++)
+            acc += (double)wr[c] * x[c];
+        y[r] = acc;
+    }
+}
+
+static double inv_rms(const double *x, int n)
+{
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    return 1.0 / sqrt(ss / n + MLP_EPS);
+}
+
+/* The state from the hidden state, before stage 0. */
+static void mlp_begin(mlp *m, const float *hidden)
+{
+    for (int i = 0; i < m->emb_dim; i++)
+        m->s[i] = hidden[i];
+    if (!m->scale_input)
+        return;
+    double k = inv_rms(m->s, m->emb_dim) / sqrt(2.0);
+    for (int i = 0; i < m->emb_dim; i++)
+        m->s[i] *= k;
+}
+
+/* Stage i from the state and token t: the new state, and its logits in m->row. */
+static void mlp_stage_run(mlp *m, int i, int32_t t)
+{
+    const mlp_stage *st = &m->stage[i];
+    int I = m->inner;
+    matvec(st->proj, I, i == 0 ? m->emb_dim : I, m->s, m->t);
+    const float *z = st->emb + (size_t)t * I;
+    for (int j = 0; j < I; j++)
+        m->t[j] = m->t[j] * m->sw + (double)z[j] * m->ew;
+    double k = inv_rms(m->t, I);
+    for (int j = 0; j < I; j++) {
+        double v = m->t[j] * k * st->ln_w[j] + st->ln_b[j];
+        m->s[j] = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+    }
+    for (int r = 0; r < m->vocab; r++) {
+        const float *hr = st->head + (size_t)r * I;
+        double acc = 0;
+        for (int j = 0; j < I; j++)
+            acc += (double)hr[j] * m->s[j];
+        m->row[r] = (float)acc;
+    }
+}
+
+void spec_mlp_run(spec_proposer *pp, const float *hidden, int32_t token, int k, int32_t *toks,
+                  float *logits)
+{
+    mlp *m = (mlp *)pp;
+    mlp_begin(m, hidden);
+    for (int i = 0; i < k && i < m->n_predict; i++) {
+        mlp_stage_run(m, i, token);
+        if (logits)
+            memcpy(logits + (size_t)i * m->vocab, m->row, sizeof(float) * (size_t)m->vocab);
+        toks[i] = token = smp_argmax(m->row, m->vocab);
+    }
+}
+
+int spec_mlp_n_predict(const spec_proposer *pp) { return ((const mlp *)pp)->n_predict; }
+int spec_mlp_vocab(const spec_proposer *pp) { return ((const mlp *)pp)->vocab; }
+
+/* ---- the proposer ------------------------------------------------------------ */
+
+static int mlp_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const smp_params *params,
+                       int kmax, int *k, int32_t *drafts, float *probs, inf_err *err)
+{
+    (void)err;
+    mlp *m = (mlp *)pp;
+    for (int i = 0; i < n; i++) {
+        spec_seq *q = seqs[i];
+        if (!q->hidden || q->n_tokens < 1) { /* no hidden state yet */
+            k[i] = 0;
+            continue;
+        }
+        if (k[i] > m->n_predict)
+            k[i] = m->n_predict;
+        const smp_params *p = &params[i];
+        int sample = p->temperature > 0 && probs;
+        if (sample && !q->state) {
+            mlp_seq *s = calloc(1, sizeof *s);
+            if (!s) {
+                k[i] = 0;
+                continue;
+            }
+            smp_rng_seed(&s->rng, p->seed ^ 0x6d6c7073u);
+            q->state = s;
+        }
+        int32_t t = q->tokens[q->n_tokens - 1];
+        mlp_begin(m, q->hidden);
+        for (int j = 0; j < k[i]; j++) {
+            mlp_stage_run(m, j, t);
+            if (sample) {
+                float *pr = probs + ((size_t)i * kmax + j) * m->vocab;
+                smp_probs(m->smp, p, m->row, pr);
+                t = smp_draw(pr, m->vocab, smp_rng_uniform(&((mlp_seq *)q->state)->rng));
+            } else {
+                t = smp_argmax(m->row, m->vocab);
+            }
+            drafts[(size_t)i * kmax + j] = t;
+        }
+    }
+    return INF_OK;
+}
+
+static void mlp_rollback(spec_proposer *pp, spec_seq *s, int n_valid)
+{
+    (void)pp, (void)s, (void)n_valid; /* no state beyond the hidden state it is handed */
+}
+
+static void mlp_release(spec_proposer *pp, spec_seq *s)
+{
+    (void)pp;
+    free(s->state);
+    s->state = NULL;
+}
+
+static void mlp_destroy(spec_proposer *pp)
+{
+    mlp *m = (mlp *)pp;
+    if (!m)
+        return;
+    free(m->arena);
+    free(m->stage);
+    free(m->s);
+    free(m->t);
+    free(m->row);
+    smp_destroy(m->smp);
+    free(m);
+}
+
+static const spec_proposer_ops mlp_ops = {
+    .name = "mlp_speculator", .propose = mlp_propose, .rollback = mlp_rollback,
+    .release = mlp_release, .destroy = mlp_destroy, .deterministic = 0, .wants_hidden = 1,
+};
+
+int spec_mlp_create(const spec_mlp_config *cfg, spec_proposer **out, inf_err *err)
+{
+    *out = NULL;
+    mlp *m = calloc(1, sizeof *m);
+    if (!m)
+        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    m->base.ops = &mlp_ops;
+    int rc = read_config(m, cfg->dir, err);
+    if (!rc && cfg->target_vocab > 0 && m->vocab != cfg->target_vocab)
+        rc = inf_fail(err, INF_ERR_INVALID, "%s: the speculator's vocabulary has %d tokens, the "
+                      "target's %d", cfg->dir, m->vocab, cfg->target_vocab);
+    if (!rc && cfg->target_hidden > 0 && m->emb_dim != cfg->target_hidden)
+        rc = inf_fail(err, INF_ERR_INVALID, "%s: the speculator reads hidden states of %d "
+                      "(emb_dim), the target's hidden size is %d", cfg->dir, m->emb_dim,
+                      cfg->target_hidden);
+    if (!rc)
+        rc = load_weights(m, cfg->dir, err);
+    if (!rc)
+        rc = smp_create(m->vocab, &m->smp, err);
+    if (!rc) {
+        int w = m->emb_dim > m->inner ? m->emb_dim : m->inner;
+        m->s = malloc(sizeof(double) * (size_t)w);
+        m->t = malloc(sizeof(double) * (size_t)w);
+        m->row = malloc(sizeof(float) * (size_t)m->vocab);
+        if (!m->s || !m->t || !m->row)
+            rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    }
+    if (rc) {
+        mlp_destroy(&m->base);
+        return rc;
+    }
+    m->sw = pow(0.5, 0.5 / m->n_predict);
+    m->ew = sqrt((1.0 - m->sw * m->sw) * m->inner / 2.0);
+    *out = &m->base;
+    return INF_OK;
+}

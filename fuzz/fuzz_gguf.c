@@ -1,0 +1,45 @@
+/* A GGUF file through the container reader and every block dequantizer
+ * (from memory), then through the whole model loader (metadata mapping,
+ * shapes, conversion) from a memfd. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine/gguf.h"
+#include "engine/gguf_model.h"
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+    gguf_file *g = NULL;
+    inf_err err;
+    if (gguf_open_mem(data, size, "fuzz", &g, &err) == INF_OK) {
+        for (int i = 0; i < gguf_kv_count(g); i++)
+            (void)gguf_find_kv(g, gguf_kv_at(g, i)->key);
+        for (int i = 0; i < gguf_tensor_count(g); i++) {
+            const gguf_tensor *t = gguf_tensor_at(g, i);
+            int64_t n = 1;
+            for (int d = 0; d < t->n_dims; d++)
+                n *= t->ne[d];
+            if (!t->known || n > (1 << 20))
+                continue;
+            float *v = malloc(sizeof(float) * (size_t)n);
+            if (v)
+                gguf_dequant(t->type, t->data, v, n);
+            free(v);
+        }
+        gguf_close(g);
+    }
+    int fd = memfd_create("fuzz-gguf", 0);
+    if (fd < 0)
+        return 0;
+    if (write(fd, data, size) == (ssize_t)size) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        model *m = NULL;
+        if (gguf_model_load(path, &m, &err) == INF_OK)
+            model_destroy(m);
+    }
+    close(fd);
+    return 0;
+}

@@ -1,0 +1,52 @@
+/* A quantization_config and a safetensors file through hfq_open and
+ * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values). Input:
+ * u8 rows selector, u8 cols selector, u16 JSON length, the config.json,
+ * then the safetensors bytes; both go through memfds. The linear bound is
+ * "l.weight", rows and cols multiples of 8 up to 64. */
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "engine/hfq.h"
+
+static int memfd_path(const unsigned char *p, size_t n, char *path, size_t cap)
+{
+    int fd = memfd_create("fuzz-hfq", 0);
+    if (fd < 0)
+        return -1;
+    if (write(fd, p, n) != (ssize_t)n) {
+        close(fd);
+        return -1;
+    }
+    snprintf(path, cap, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
+{
+    if (size < 4)
+        return 0;
+    int64_t rows = 8 * (1 + data[0] % 8), cols = 8 * (1 + data[1] % 8);
+    size_t jlen = (size_t)data[2] | (size_t)data[3] << 8;
+    if (jlen > size - 4)
+        return 0;
+    char cpath[64], spath[64];
+    int cfd = memfd_path(data + 4, jlen, cpath, sizeof cpath);
+    int sfd = memfd_path(data + 4 + jlen, size - 4 - jlen, spath, sizeof spath);
+    hfq *q = NULL;
+    st_set *st = NULL;
+    inf_err err;
+    if (cfd >= 0 && sfd >= 0 && hfq_open(cpath, &q, &err) == INF_OK && q &&
+        st_open_file(spath, &st, &err) == INF_OK) {
+        model_tensor t;
+        (void)hfq_bind(q, st, "l.weight", rows, cols, &t, &err);
+    }
+    st_destroy(st);
+    hfq_free(q);
+    if (cfd >= 0)
+        close(cfd);
+    if (sfd >= 0)
+        close(sfd);
+    return 0;
+}

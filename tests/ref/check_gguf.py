@@ -1,0 +1,302 @@
+#!/usr/bin/python3
+"""GGUF end to end against tests/ref/gguf_ref.py (numpy, from the format's
+definitions):
+
+  * blocks: every type's values, as build/gguf_dump reads them, equal the
+    numpy dequantization bit for bit, for random block bytes (finite scales)
+    and for quantized real values;
+  * lossless files: a model written as GGUF in F32 (and BF16 / F16 from a
+    checkpoint of that dtype) gives bit-identical logits and the same greedy
+    tokens as its safetensors directory;
+  * quantized files (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and a Q4_K_M-like mix):
+    logits bit-identical to a safetensors checkpoint of numpy's dequantized
+    weights; with --quantization int8 / int4 the conversion error (logits
+    against the file's own) is printed;
+  * corrupt files (bad magic, version, truncation, offsets, types, absurd
+    sizes) are refused with a message naming the problem, never a crash.
+
+  check_gguf.py --build build --fixtures build/fixtures [--shared ../shared]
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import gguf_ref as G  # noqa: E402
+
+PY = sys.executable
+MAKE_MODEL = os.path.join(ROOT, "scripts", "make_model.py")
+QTYPES = ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
+
+
+def run(cmd, ok=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def rand_blocks(rng, tname, nblocks):
+    """Random bytes of nblocks blocks whose f16 scales are finite."""
+    per, size = G.BLOCK[tname]
+    b = rng.integers(0, 256, (nblocks, size), dtype=np.uint8)
+    f16 = lambda n: rng.standard_normal((nblocks, n)).astype("<f2").view(np.uint8)  # noqa: E731
+    if tname in ("Q8_0", "Q4_0"):
+        b[:, 0:2] = f16(1)
+    elif tname in ("Q4_K", "Q5_K"):
+        b[:, 0:4] = f16(2)
+    elif tname == "Q6_K":
+        b[:, 208:210] = f16(1)
+    elif tname in ("F16",):
+        b[:] = f16(size // 2)
+    elif tname == "BF16":
+        b[:] = rng.standard_normal((nblocks, 1)).astype(np.float32).view(np.uint8)[:, 2:4]
+    elif tname == "F32":
+        b[:] = rng.standard_normal((nblocks, 1)).astype(np.float32).view(np.uint8)
+    return b.tobytes()
+
+
+def check_blocks(build, tmp, failures):
+    rng = np.random.default_rng(5)
+    tensors, want = [], {}
+    for t in ("F32", "F16", "BF16") + QTYPES:
+        per, _ = G.BLOCK[t]
+        cols = 512 if per > 1 else 96
+        raw = rand_blocks(rng, t, 3 * cols // per)
+        tensors.append((f"rand.{t}", t, [cols, 3], raw))
+        want[f"rand.{t}"] = G.dequant(t, raw, 3 * cols)
+        x = (rng.standard_normal(2 * 512) * rng.uniform(0.01, 3)).astype(np.float32)
+        raw = G.quantize(t, x)
+        tensors.append((f"real.{t}", t, [512, 2], raw))
+        want[f"real.{t}"] = G.dequant(t, raw, x.size)
+        err = float(np.abs(want[f"real.{t}"] - x).max() / np.abs(x).max())
+        if t in QTYPES and not err < 0.2:
+            failures.append(f"gguf_ref's own {t} quantizer is off: max error {err:.2e}")
+    path = os.path.join(tmp, "blocks.gguf")
+    G.write_gguf(path, [("general.architecture", G.V_STRING, "none")], tensors)
+    out = os.path.join(tmp, "blocks")
+    os.makedirs(out, exist_ok=True)
+    run([os.path.join(build, "gguf_dump"), path, out])
+    for name, v in want.items():
+        got = np.fromfile(os.path.join(out, name + ".f32"), "<f4")
+        if got.shape != v.shape or not np.array_equal(got.view(np.uint32), v.view(np.uint32)):
+            failures.append(f"{name}: inferd's dequantized values differ from numpy's")
+    print(f"  blocks: {len(want)} tensors (random bytes and quantized values, "
+          f"{'/'.join(('F32', 'F16', 'BF16') + QTYPES)}) bit-identical to numpy")
+
+
+def logits(build, tmp, model, tokens, tag, extra=()):
+    out = os.path.join(tmp, tag + ".f32")
+    run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", tokens, "--out", out]
+        + list(extra))
+    return np.fromfile(out, "<f4")
+
+
+def greedy(build, model, tokens, tok_dir, extra=()):
+    r = run([os.path.join(build, "inferd"), "generate", "--model", model, "--tokenizer", tok_dir,
+             "--prompt-ids", tokens,
+             "--max-tokens", "40", "--ignore-eos", "--output-ids", "--quiet"] + list(extra))
+    return r.stdout.split()
+
+
+def unpermute(w, heads):
+    r = w.shape[0]
+    return w.reshape(heads, r // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_dequantized(src, held, out):
+    """A safetensors directory of numpy's dequantized weights (f32), with
+    src's config and tokenizer: the function the GGUF file defines."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_model  # noqa: E402
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(src):
+        if not f.endswith(".safetensors") and not f.endswith(".index.json"):
+            shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    c = json.load(open(os.path.join(src, "config.json")))
+    H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    back = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+            "output.weight": "lm_head.weight"}
+    per = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+           "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+           "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+           "ffn_down": "mlp.down_proj"}
+    tensors = []
+    for g, (_, v, _) in held.items():
+        if g in back:
+            name = back[g]
+        else:
+            _, n, sub, _ = g.split(".")
+            name = f"model.layers.{n}.{per[sub]}.weight"
+        if g.endswith("attn_q.weight"):
+            v = unpermute(v, H)
+        elif g.endswith("attn_k.weight"):
+            v = unpermute(v, KV)
+        tensors.append((name, v))
+    make_model.write_safetensors(os.path.join(out, "model.safetensors"), tensors, "F32")
+
+
+def check_lossless(build, tmp, label, model, tname, failures):
+    path = os.path.join(tmp, f"{label}-{tname}.gguf")
+    G.from_hf(model, path, tname, tname)
+    tokens = "1,7,3,12,9,4,30,2,11,5"
+    a, b = logits(build, tmp, model, tokens, label + "-st"), logits(build, tmp, path, tokens, label + "-gguf")
+    same = a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    ga, gb = greedy(build, model, tokens, model), greedy(build, path, tokens, model)
+    if not same:
+        failures.append(f"{label} as GGUF {tname}: logits differ from the safetensors model's")
+    if ga != gb:
+        failures.append(f"{label} as GGUF {tname}: greedy tokens differ")
+    print(f"  {label + ' as GGUF ' + tname:36s} logits {'bit-identical' if same else 'DIFFER'}, "
+          f"greedy {len(gb)} tokens {'equal' if ga == gb else 'DIFFER'} to the safetensors model")
+
+
+def check_quantized(build, tmp, label, model, tname, failures, override=None):
+    path = os.path.join(tmp, f"{label}-{tname}.gguf")
+    held = G.from_hf(model, path, tname if tname != "mix" else "Q4_K", "F32", override)
+    deq = os.path.join(tmp, f"{label}-{tname}-dequantized")
+    write_dequantized(model, held, deq)
+    tokens = "1,7,3,12,9,4,30,2,11,5"
+    a, b = logits(build, tmp, deq, tokens, label + "-deq"), logits(build, tmp, path, tokens, label + "-q")
+    same = a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    if not same:
+        failures.append(f"{label} as GGUF {tname}: logits differ from numpy's dequantized weights'")
+    if greedy(build, deq, tokens, model) != greedy(build, path, tokens, model):
+        failures.append(f"{label} as GGUF {tname}: greedy tokens differ from the dequantized model")
+    # weight conversion error of int8 / int4 on the file's own values (the
+    # reference's quantizers), energy-weighted over the layer matrices
+    import llama_ref  # noqa: E402
+    e8 = e4 = tot = 0.0
+    for g, (_, v, _) in held.items():
+        if v.ndim != 2 or not g.startswith("blk."):
+            continue
+        q, sc = llama_ref.quantize(v.astype(np.float32))[:2]
+        q4, d4 = llama_ref.quantize4(v.astype(np.float32))
+        w4 = (q4 * d4[..., None]).reshape(v.shape[0], -1)[:, :v.shape[1]]
+        e8 += float(((q * sc[:, None] - v) ** 2).sum())
+        e4 += float(((w4 - v) ** 2).sum())
+        tot += float((v.astype(np.float64) ** 2).sum())
+    if tname == "Q4_0" and e4 != 0.0:
+        failures.append(f"{label} as GGUF Q4_0: int4 should hold its values exactly (error {e4 / tot:.1e})")
+    b2 = b.reshape(len(tokens.split(",")), -1).astype(np.float64)
+    errs = []
+    for q in ("int8", "int4"):
+        c = logits(build, tmp, path, tokens, f"{label}-{tname}-{q}", ["--quantization", q])
+        c = c.reshape(b2.shape).astype(np.float64)
+        errs.append(f"{q} {float((np.abs(c - b2).max(1) / np.abs(b2).max(1)).max()):.1e}")
+    print(f"  {label + ' as GGUF ' + tname:36s} logits {'bit-identical' if same else 'DIFFER'} to "
+          f"numpy's dequantized weights; requantized: weights int8 {e8 / tot:.1e}, int4 "
+          f"{e4 / tot:.1e} (squared error / energy); logits with W8A8 / W4A8: {', '.join(errs)}")
+
+
+def corrupt_cases(good):
+    """(label, bytes, what the message must say) for a valid file good."""
+    n_kv = struct.unpack_from("<Q", good, 16)[0]
+    cases = [("bad magic", b"GGUX" + good[4:], "not a GGUF file"),
+             ("version 1", good[:4] + struct.pack("<I", 1) + good[8:], "version 1"),
+             ("empty", b"", "not a GGUF file"),
+             ("absurd tensor count", good[:8] + struct.pack("<Q", 1 << 40) + good[16:], "do not fit"),
+             ("absurd metadata count", good[:16] + struct.pack("<Q", n_kv + 10 ** 6) + good[24:],
+              "do not fit")]
+    for cut in (12, 30, 200, len(good) // 2, len(good) - 5):
+        cases.append((f"truncated at {cut}", good[:cut], ("truncated", "do not fit", "outside the file")))
+    return cases
+
+
+def find_tensor_info(raw, name):
+    """Offset of tensor name's info (its u64 name length) in raw."""
+    key = struct.pack("<Q", len(name)) + name.encode()
+    return raw.index(key)
+
+
+def check_corrupt(build, tmp, model, failures):
+    path = os.path.join(tmp, "good.gguf")
+    G.from_hf(model, path, "F32", "F32")
+    good = open(path, "rb").read()
+    cases = corrupt_cases(good)
+    at = find_tensor_info(good, "blk.0.attn_q.weight") + 8 + len("blk.0.attn_q.weight")
+    nd = struct.unpack_from("<I", good, at)[0]
+    t_at, o_at = at + 4 + 8 * nd, at + 4 + 8 * nd + 4
+
+    def patched(off, fmt, v):
+        b = bytearray(good)
+        struct.pack_into(fmt, b, off, v)
+        return bytes(b)
+    cases += [("tensor offset past the end", patched(o_at, "<Q", 1 << 40), "outside the file"),
+              ("tensor offset not aligned", patched(o_at, "<Q", 4), "not aligned"),
+              ("overlapping tensors", patched(o_at, "<Q", 0), "overlap"),
+              ("unknown tensor type", patched(t_at, "<I", 99), "blk.0.attn_q.weight' has type type 99"),
+              ("unsupported tensor type", patched(t_at, "<I", 16), "has type IQ2_XXS"),
+              ("absurd dimension", patched(at + 4, "<Q", 1 << 61), "absurd shape"),
+              ("zero dimension", patched(at + 4, "<Q", 0), "absurd shape"),
+              ("wrong shape", patched(at + 4, "<Q", 8), "shape")]
+    bad = 0
+    for label, raw, want in cases:
+        p = os.path.join(tmp, "corrupt.gguf")
+        open(p, "wb").write(raw)
+        r = run([os.path.join(build, "inferd"), "generate", "--model", p, "--tokenizer", model,
+                 "--prompt-ids", "1,2",
+                 "--max-tokens", "2", "--output-ids", "--quiet"], ok=False)
+        wants = want if isinstance(want, tuple) else (want,)
+        if r.returncode != 1 or not any(w in r.stderr for w in wants):
+            bad += 1
+            failures.append(f"corrupt GGUF ({label}): exit {r.returncode}, {r.stderr.strip()!r} "
+                            f"(expected exit 1 and {want!r})")
+    print(f"  corrupt files: {len(cases) - bad} of {len(cases)} refused with the expected message")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--fixtures", default="build/fixtures")
+    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    a = ap.parse_args()
+    tmp = os.path.join(a.build, "tmp", "gguf")
+    os.makedirs(tmp, exist_ok=True)
+    failures = []
+    print("GGUF vs numpy (tests/ref/gguf_ref.py):")
+    check_blocks(a.build, tmp, failures)
+    fx = a.fixtures
+    # rows of 256: every K-quant applies to every matrix
+    k256 = os.path.join(fx, "k256")
+    if not os.path.exists(os.path.join(k256, "config.json")):
+        run([PY, MAKE_MODEL, k256, "--seed", "4", "--hidden", "256", "--intermediate", "512",
+             "--heads", "4", "--kv-heads", "2", "--layers", "2"])
+    bf16 = os.path.join(fx, "tiny-bf16-gguf")
+    if not os.path.exists(os.path.join(bf16, "config.json")):
+        run([PY, MAKE_MODEL, bf16, "--from", os.path.join(fx, "tiny"), "--dtype", "bf16"])
+    f16 = os.path.join(fx, "wide-f16-gguf")
+    if not os.path.exists(os.path.join(f16, "config.json")):
+        run([PY, MAKE_MODEL, f16, "--from", os.path.join(fx, "wide"), "--dtype", "f16"])
+    check_lossless(a.build, tmp, "tiny", os.path.join(fx, "tiny"), "F32", failures)
+    check_lossless(a.build, tmp, "tiny-bf16", bf16, "BF16", failures)
+    check_lossless(a.build, tmp, "wide-f16", f16, "F16", failures)
+    stories = os.path.join(a.shared, "models", "stories260K")
+    if os.path.isdir(stories):
+        check_lossless(a.build, tmp, "stories260K", stories, "F32", failures)
+    else:
+        print(f"  skipped: {stories} not present")
+    for t in QTYPES:
+        check_quantized(a.build, tmp, "k256", k256, t, failures)
+    # Q4_K_M-like: Q4_K matrices, Q6_K for v and down, Q8_0 embedding, F32 norms
+    mix = {f"blk.{i}.{n}.weight": "Q6_K" for i in range(2) for n in ("attn_v", "ffn_down")}
+    mix["token_embd.weight"] = "Q8_0"
+    check_quantized(a.build, tmp, "k256", k256, "mix", failures, mix)
+    check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)
+    if failures:
+        print("FAILED:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+#!/usr/bin/python3
+"""GPTQ and AWQ checkpoints (engine/hfq.c) against numpy.
+
+A test model's seven layer matrices are quantized to 4 bits in groups and
+packed the way GPTQ (AutoGPTQ's int32 layouts, desc_act with a shuffled
+g_idx, zeros stored minus one, and the gptq_v2 format without) and AWQ
+(version gemm, its interleaved nibble order) write them, with the
+quantization_config transformers writes. Written from the formats'
+descriptions, not from inferd's code:
+
+  GPTQ  qweight I32 [K/8, N]: input k of output n in bits 4(k%8) of [k/8][n]
+        qzeros I32 [G, N/8]: output n's zero in bits 4(n%8) of [g][n/8]
+        scales F16 [G, N]; g_idx I32 [K]: the group of input k
+  AWQ   qweight I32 [K, N/8], qzeros I32 [G, N/8]: nibble i of column j is
+        output 8j + [0, 2, 4, 6, 1, 3, 5, 7][i]; scales F16 [G, N]
+  W[n][k] = scale[g][n] * (q - zero[g][n])
+
+Checks: logits bit-identical to a plain f32 checkpoint of numpy's unpacked
+weights and the same greedy tokens; --quantization int4 runs on it; and
+unsupported configurations and broken tensors are refused by name.
+
+  check_hfq.py --build build --fixtures build/fixtures
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import gguf_ref  # noqa: E402  (read_safetensors)
+
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
+LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def write_st(path, tensors):
+    """{name: array} with each array's own dtype (float32, float16, int32)."""
+    dt = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int32"): "I32"}
+    header, blobs, off = {}, [], 0
+    for name, a in tensors.items():
+        raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": dt[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    hb = json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
+
+
+def quantize(w, g_idx, groups):
+    """Asymmetric 4-bit per (group, output): q [N, K], zero [G, N], scale
+    [G, N] (float16), and the unpacked weights scale * (q - zero) in f32."""
+    N, K = w.shape
+    q = np.zeros((N, K), np.int64)
+    zero = np.zeros((groups, N), np.int64)
+    scale = np.zeros((groups, N), np.float16)
+    for g in range(groups):
+        ks = np.nonzero(g_idx == g)[0]
+        sub = w[:, ks]
+        lo, hi = np.minimum(sub.min(1), 0), np.maximum(sub.max(1), 0)
+        s = ((hi - lo) / 15).astype(np.float16)
+        sf = np.where(s == 0, 1, s.astype(np.float32))
+        z = np.clip(np.rint(-lo / sf), 1, 15).astype(np.int64)  # >= 1: GPTQ v1 stores z - 1
+        q[:, ks] = np.clip(np.rint(sub / sf[:, None]) + z[:, None], 0, 15)
+        zero[g], scale[g] = z, s
+    deq = scale.astype(np.float32)[g_idx].T * (q - zero[g_idx].T).astype(np.float32)
+    return q, zero, scale, deq
+
+
+def pack_gptq(q, zero, v1):
+    N, K = q.shape
+    qw = np.zeros((K // 8, N), np.uint32)
+    for i in range(8):
+        qw |= (q[:, i::8].T.astype(np.uint32) << np.uint32(4 * i))
+    z = zero - (1 if v1 else 0)
+    qz = np.zeros((z.shape[0], N // 8), np.uint32)
+    for i in range(8):
+        qz |= (z[:, i::8].astype(np.uint32) << np.uint32(4 * i))
+    return qw.view(np.int32), qz.view(np.int32)
+
+
+def pack_awq(q, zero):
+    N, K = q.shape
+    qw = np.zeros((K, N // 8), np.uint32)
+    qz = np.zeros((zero.shape[0], N // 8), np.uint32)
+    for i in range(8):
+        qw |= (q[AWQ_ORDER[i]::8, :].T.astype(np.uint32) << np.uint32(4 * i))
+        qz |= (zero[:, AWQ_ORDER[i]::8].astype(np.uint32) << np.uint32(4 * i))
+    return qw.view(np.int32), qz.view(np.int32)
+
+
+def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
+    """src as a GPTQ / AWQ checkpoint at out, and its unpacked weights as a
+    plain f32 checkpoint at deq_out."""
+    rng = np.random.default_rng(seed)
+    w = {}
+    for f in os.listdir(src):
+        if f.endswith(".safetensors"):
+            w.update(gguf_ref.read_safetensors(os.path.join(src, f)))
+    for d in (out, deq_out):
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(src):
+            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
+                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    qt, deq = {}, {}
+    for name, v in w.items():
+        prefix = name[:-len(".weight")]
+        if not any(prefix.endswith(s) for s in LINEARS):
+            qt[name] = deq[name] = v.astype(np.float32)
+            continue
+        N, K = v.shape
+        gs = group if group > 0 else K
+        G = -(-K // gs)
+        g_idx = np.arange(K) // gs
+        if desc_act:  # GPTQ's act-order: groups over a permutation of the inputs
+            g_idx = g_idx[np.argsort(rng.permutation(K))]
+        q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G)
+        if method == "gptq":
+            qw, qz = pack_gptq(q, zero, not v2)
+            qt[prefix + ".g_idx"] = g_idx.astype(np.int32)
+        else:
+            qw, qz = pack_awq(q, zero)
+        qt[prefix + ".qweight"], qt[prefix + ".qzeros"], qt[prefix + ".scales"] = qw, qz, scale
+        deq[name] = d
+    write_st(os.path.join(out, "model.safetensors"), qt)
+    write_st(os.path.join(deq_out, "model.safetensors"), deq)
+    c = json.load(open(os.path.join(src, "config.json")))
+    qc = {"quant_method": method, "bits": 4, "group_size": group}
+    if method == "gptq":
+        qc.update({"desc_act": desc_act, "sym": False})
+        if v2:
+            qc["checkpoint_format"] = "gptq_v2"
+    else:
+        qc.update({"version": "gemm", "zero_point": True})
+    c["quantization_config"] = qc
+    json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=2)
+    return qt
+
+
+def run(cmd, ok=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def logits(build, model, tokens, out, extra=()):
+    run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", tokens, "--out", out]
+        + list(extra))
+    return np.fromfile(out, "<f4")
+
+
+def greedy(build, model, tokens):
+    return run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
+                "--max-tokens", "30", "--ignore-eos", "--output-ids", "--quiet"]).stdout.split()
+
+
+def refused(build, model, want, label, failures):
+    r = run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", "1,2", "--out",
+             os.devnull], ok=False)
+    if r.returncode == 0 or want not in r.stderr:
+        failures.append(f"{label}: exit {r.returncode}, {r.stderr.strip()!r} (expected {want!r})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--fixtures", default="build/fixtures")
+    a = ap.parse_args()
+    tmp = os.path.join(a.build, "tmp", "hfq")
+    os.makedirs(tmp, exist_ok=True)
+    failures = []
+    tokens = "1,7,3,12,9,4,30,2,11,5"
+    print("GPTQ / AWQ vs numpy:")
+    cases = [("gptq", 32, False, False), ("gptq", 32, True, False), ("gptq", -1, False, True),
+             ("awq", 32, False, False)]
+    for src_name in ("tiny", "wide"):
+        src = os.path.join(a.fixtures, src_name)
+        for method, group, desc, v2 in cases:
+            if src_name == "wide" and group > 0:
+                group = 40  # wide's 80 / 600-input rows: groups of 40
+            tag = (f"{src_name}-{method}{'_v2' if v2 else ''}-"
+                   f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}")
+            out, deq = os.path.join(tmp, tag), os.path.join(tmp, tag + "-deq")
+            make(src, out, deq, method, group, desc, v2)
+            x = logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"))
+            y = logits(a.build, deq, tokens, os.path.join(tmp, tag + "-deq.f32"))
+            same = x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32))
+            geq = greedy(a.build, out, tokens) == greedy(a.build, deq, tokens)
+            z = logits(a.build, out, tokens, os.path.join(tmp, tag + "-int4.f32"), ["--quantization", "int4"])
+            e4 = float((np.abs(z - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
+            if not same:
+                failures.append(f"{tag}: logits differ from numpy's unpacked weights'")
+            if not geq:
+                failures.append(f"{tag}: greedy tokens differ from numpy's unpacked weights'")
+            print(f"  {tag:28s} logits {'bit-identical' if same else 'DIFFER'} to numpy's unpacked "
+                  f"weights, greedy {'equal' if geq else 'DIFFER'}; with --quantization int4 {e4:.1e}")
+    # refusals
+    base = os.path.join(tmp, "tiny-gptq-g32")  # made above
+    bad = os.path.join(tmp, "bad")
+    for label, edit, want in [
+            ("fp8", lambda c: c["quantization_config"].update({"quant_method": "fp8"}),
+             "quant_method 'fp8' is not supported"),
+            ("8 bits", lambda c: c["quantization_config"].update({"bits": 8}), "8 bits is not supported"),
+            ("awq gemv", lambda c: c["quantization_config"].update({"quant_method": "awq", "version": "gemv"}),
+             "awq version 'gemv' is not supported")]:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        c = json.load(open(os.path.join(bad, "config.json")))
+        edit(c)
+        json.dump(c, open(os.path.join(bad, "config.json"), "w"))
+        refused(a.build, bad, want, label, failures)
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    src = os.path.join(a.fixtures, "tiny")
+    qt = make(src, bad, os.path.join(tmp, "bad-deq"), "gptq", 32)
+    qt["model.layers.0.self_attn.q_proj.g_idx"] = np.full_like(qt["model.layers.0.self_attn.q_proj.g_idx"], 99)
+    write_st(os.path.join(bad, "model.safetensors"), qt)
+    refused(a.build, bad, "q_proj.g_idx[0] is 99", "g_idx out of range", failures)
+    del qt["model.layers.1.mlp.up_proj.scales"]
+    qt["model.layers.0.self_attn.q_proj.g_idx"] = np.arange(64, dtype=np.int32) // 32
+    write_st(os.path.join(bad, "model.safetensors"), qt)
+    refused(a.build, bad, "without tensor 'model.layers.1.mlp.up_proj.scales'", "missing scales", failures)
+    print("  refused: fp8, 8 bits, awq gemv, g_idx out of range, missing scales")
+    if failures:
+        print("FAILED:")
+        for f in failures:
+            print("  " + f)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

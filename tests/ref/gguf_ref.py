@@ -1,0 +1,325 @@
+#!/usr/bin/python3
+"""GGUF for the tests, written from the GGUF specification and ggml's block
+definitions, in numpy only (no code shared with inferd or llama.cpp):
+
+  * write_gguf: a GGUF v3 file (metadata, tensor infos, aligned data);
+  * from_hf: a Llama safetensors directory as a llama.cpp-style GGUF
+    (llama.* metadata, token_embd / blk.N.* names, attn_q / attn_k rows
+    permuted as llama.cpp's converter does), tensors of a chosen type;
+  * dequant: each block type to float32, as the format defines it;
+  * quantizers for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K: simple ones (min/max
+    scales, not ggml's search), enough to make valid blocks of real weights.
+
+Block formats (little-endian; f16 = IEEE half):
+  Q8_0  32 values, 34 bytes: f16 d, int8 q[32];                 x = d * q
+  Q4_0  32 values, 18 bytes: f16 d, u8 qs[16]; q[i] = qs[i] & 15, q[i+16] =
+        qs[i] >> 4 (i < 16);                                     x = (q - 8) * d
+  Q4_K  256 values, 144 bytes: f16 d, f16 dmin, u8 scales[12], u8 qs[128].
+        8 sub-blocks of 32 with 6-bit scale sc[j] and min m[j]: for j < 4
+        sc = scales[j] & 63, m = scales[j+4] & 63; for j >= 4 sc =
+        (scales[j+4] & 15) | (scales[j-4] >> 6) << 4, m = (scales[j+4] >> 4) |
+        (scales[j] >> 6) << 4. Value 64c + l (l < 32) is qs[32c + l] & 15 in
+        sub-block 2c, value 64c + 32 + l is qs[32c + l] >> 4 in sub-block 2c+1;
+        x = (d * sc) * q - (dmin * m), in float32.
+  Q5_K  256 values, 176 bytes: f16 d, f16 dmin, u8 scales[12], u8 qh[32],
+        u8 qs[128]: as Q4_K with a fifth bit (16): bit 2c of qh[l] for value
+        64c + l, bit 2c+1 for value 64c + 32 + l.
+  Q6_K  256 values, 210 bytes: u8 ql[128], u8 qh[64], int8 scales[16], f16 d.
+        For half h and l < 32 (ql from 64h, qh from 32h): value 128h + l is
+        ql[l] & 15 | (qh[l] & 3) << 4, + 32: ql[l+32] & 15 | (qh[l] >> 2 & 3) << 4,
+        + 64: ql[l] >> 4 | (qh[l] >> 4 & 3) << 4, + 96: ql[l+32] >> 4 |
+        (qh[l] >> 6) << 4; value v's scale is scales[v // 16];
+        x = (d * sc) * (q - 32), in float32.
+"""
+import json
+import os
+import struct
+
+import numpy as np
+
+ALIGN = 32
+TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+BLOCK = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0": (32, 18),
+         "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+V_U32, V_I32, V_F32, V_BOOL, V_STRING, V_ARRAY = 4, 5, 6, 7, 8, 9
+
+
+# ---------------------------------------------------------------- container
+
+def _str(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def _value(vtype, v):
+    if vtype == V_U32:
+        return struct.pack("<I", v)
+    if vtype == V_I32:
+        return struct.pack("<i", v)
+    if vtype == V_F32:
+        return struct.pack("<f", v)
+    if vtype == V_BOOL:
+        return struct.pack("<B", 1 if v else 0)
+    if vtype == V_STRING:
+        return _str(v)
+    if vtype == V_ARRAY:
+        etype, items = v
+        return struct.pack("<IQ", etype, len(items)) + b"".join(_value(etype, x) for x in items)
+    raise ValueError(vtype)
+
+
+def write_gguf(path, kvs, tensors, version=3):
+    """kvs: [(key, vtype, value)]; tensors: [(name, type name, ne list
+    (innermost first), raw bytes)]."""
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for k, t, v in kvs:
+        head += _str(k) + struct.pack("<I", t) + _value(t, v)
+    off, data = 0, b""
+    for name, tname, ne, raw in tensors:
+        head += _str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
+        head += struct.pack("<IQ", TYPES[tname], off)
+        pad = (-len(raw)) % ALIGN
+        data += raw + b"\0" * pad
+        off += len(raw) + pad
+    head += b"\0" * ((-len(head)) % ALIGN)
+    with open(path, "wb") as f:
+        f.write(head + data)
+    return len(head)
+
+
+# ---------------------------------------------------------------- dequantization
+
+def _f16(b):
+    return np.frombuffer(b.tobytes(), "<f2").astype(np.float32)
+
+
+def dequant(tname, raw, n):
+    """n values of type tname from raw bytes, as float32."""
+    f32 = np.float32
+    if tname == "F32":
+        return np.frombuffer(raw, "<f4", n).copy()
+    if tname == "F16":
+        return np.frombuffer(raw, "<f2", n).astype(f32)
+    if tname == "BF16":
+        return (np.frombuffer(raw, "<u2", n).astype(np.uint32) << 16).view(f32)
+    per, size = BLOCK[tname]
+    b = np.frombuffer(raw, np.uint8, n // per * size).reshape(-1, size)
+    if tname == "Q8_0":
+        d = _f16(b[:, :2])[:, None]
+        return (d * b[:, 2:].view(np.int8).astype(f32)).reshape(-1)
+    if tname == "Q4_0":
+        d = _f16(b[:, :2])[:, None]
+        qs = b[:, 2:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int32) - 8
+        return (q.astype(f32) * d).reshape(-1)
+    if tname in ("Q4_K", "Q5_K"):
+        d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
+        sc8 = b[:, 4:16].astype(np.int32)
+        sc = np.zeros((len(b), 8), np.int32)
+        mn = np.zeros((len(b), 8), np.int32)
+        for j in range(8):
+            if j < 4:
+                sc[:, j], mn[:, j] = sc8[:, j] & 63, sc8[:, j + 4] & 63
+            else:
+                sc[:, j] = (sc8[:, j + 4] & 15) | ((sc8[:, j - 4] >> 6) << 4)
+                mn[:, j] = (sc8[:, j + 4] >> 4) | ((sc8[:, j] >> 6) << 4)
+        qh = b[:, 16:48].astype(np.int32) if tname == "Q5_K" else None
+        qs = b[:, 48:].astype(np.int32) if tname == "Q5_K" else b[:, 16:].astype(np.int32)
+        out = np.zeros((len(b), 256), f32)
+        for c in range(4):
+            for half in range(2):
+                j = 2 * c + half
+                q = (qs[:, 32 * c:32 * c + 32] >> (4 * half)) & 15
+                if qh is not None:
+                    q = q + ((qh >> j) & 1) * 16
+                d1 = (d * sc[:, j].astype(f32))[:, None]
+                m1 = (dmin * mn[:, j].astype(f32))[:, None]
+                out[:, 64 * c + 32 * half:64 * c + 32 * half + 32] = d1 * q.astype(f32) - m1
+        return out.reshape(-1)
+    if tname == "Q6_K":
+        ql, qh = b[:, :128].astype(np.int32), b[:, 128:192].astype(np.int32)
+        scales = b[:, 192:208].view(np.int8).astype(f32)
+        d = _f16(b[:, 208:210])
+        q = np.zeros((len(b), 256), np.int32)
+        for h in range(2):
+            L, H = ql[:, 64 * h:64 * h + 64], qh[:, 32 * h:32 * h + 32]
+            q[:, 128 * h:128 * h + 32] = (L[:, :32] & 15) | ((H & 3) << 4)
+            q[:, 128 * h + 32:128 * h + 64] = (L[:, 32:] & 15) | (((H >> 2) & 3) << 4)
+            q[:, 128 * h + 64:128 * h + 96] = (L[:, :32] >> 4) | (((H >> 4) & 3) << 4)
+            q[:, 128 * h + 96:128 * h + 128] = (L[:, 32:] >> 4) | (((H >> 6) & 3) << 4)
+        sc = np.repeat(scales, 16, axis=1)
+        return ((d[:, None] * sc) * (q - 32).astype(f32)).reshape(-1)
+    raise ValueError(tname)
+
+
+# ---------------------------------------------------------------- quantization
+
+def _h(x):
+    return np.asarray(x, np.float32).astype("<f2")
+
+
+def _pack_scales(sc, mn):
+    """8 six-bit scales and mins per row into the 12 bytes Q4_K/Q5_K read."""
+    out = np.zeros((len(sc), 12), np.uint8)
+    for j in range(4):
+        out[:, j] = (sc[:, j] & 63) | ((sc[:, j + 4] >> 4) << 6)
+        out[:, j + 4] = (mn[:, j] & 63) | ((mn[:, j + 4] >> 4) << 6)
+        out[:, j + 8] = (sc[:, j + 4] & 15) | ((mn[:, j + 4] & 15) << 4)
+    return out
+
+
+def quantize(tname, x):
+    """float values (a multiple of the block) -> raw bytes of type tname."""
+    x = np.asarray(x, np.float32).reshape(-1)
+    if tname == "F32":
+        return x.astype("<f4").tobytes()
+    if tname == "F16":
+        return x.astype("<f2").tobytes()
+    if tname == "BF16":
+        u = x.view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+    per, size = BLOCK[tname]
+    g = x.reshape(-1, per)
+    n = len(g)
+    if tname == "Q8_0":
+        d = _h(np.abs(g).max(1) / 127)
+        df = d.astype(np.float32)
+        q = np.clip(np.rint(g / np.where(df == 0, 1, df)[:, None]), -127, 127).astype(np.int8)
+        return np.concatenate([d.view(np.uint8).reshape(n, 2), q.view(np.uint8)], 1).tobytes()
+    if tname == "Q4_0":
+        i = np.abs(g).argmax(1)
+        d = _h(g[np.arange(n), i] / -8)
+        df = d.astype(np.float32)
+        q = np.clip(np.rint(g / np.where(df == 0, 1, df)[:, None]) + 8, 0, 15).astype(np.uint8)
+        qs = q[:, :16] | (q[:, 16:] << 4)
+        return np.concatenate([d.view(np.uint8).reshape(n, 2), qs], 1).tobytes()
+    if tname in ("Q4_K", "Q5_K"):
+        top = 15 if tname == "Q4_K" else 31
+        s = g.reshape(n, 8, 32)
+        lo = np.minimum(s.min(2), 0)
+        step = (s.max(2) - lo) / top
+        d = _h(step.max(1) / 63)
+        dmin = _h(-lo.min(1) / 63)
+        df, mf = d.astype(np.float32), dmin.astype(np.float32)
+        sc = np.clip(np.rint(step / np.where(df == 0, 1, df)[:, None]), 0, 63).astype(np.int32)
+        mn = np.clip(np.rint(-lo / np.where(mf == 0, 1, mf)[:, None]), 0, 63).astype(np.int32)
+        scale = (df[:, None] * sc)[:, :, None]
+        q = np.rint((s + (mf[:, None] * mn)[:, :, None]) / np.where(scale == 0, 1, scale))
+        q = np.clip(q, 0, top).astype(np.int32).reshape(n, 256)
+        qs = np.zeros((n, 128), np.uint8)
+        qh = np.zeros((n, 32), np.uint8)
+        for c in range(4):
+            a, b = q[:, 64 * c:64 * c + 32], q[:, 64 * c + 32:64 * c + 64]
+            qs[:, 32 * c:32 * c + 32] = (a & 15) | ((b & 15) << 4)
+            qh |= (((a >> 4) & 1) << (2 * c) | ((b >> 4) & 1) << (2 * c + 1)).astype(np.uint8)
+        parts = [d.view(np.uint8).reshape(n, 2), dmin.view(np.uint8).reshape(n, 2),
+                 _pack_scales(sc, mn)] + ([qh] if tname == "Q5_K" else []) + [qs]
+        return np.concatenate(parts, 1).tobytes()
+    if tname == "Q6_K":
+        s = g.reshape(n, 16, 16)
+        i = np.abs(s).argmax(2)
+        sub = np.take_along_axis(s, i[:, :, None], 2)[:, :, 0] / -32
+        d = _h(np.abs(sub).max(1) / 127)
+        df = d.astype(np.float32)
+        sc = np.clip(np.rint(sub / np.where(df == 0, 1, df)[:, None]), -127, 127).astype(np.int8)
+        scale = (df[:, None] * sc.astype(np.float32))[:, :, None]
+        q = np.clip(np.rint(s / np.where(scale == 0, 1, scale)), -32, 31).astype(np.int32) + 32
+        q = q.reshape(n, 256)
+        ql = np.zeros((n, 128), np.uint8)
+        qh = np.zeros((n, 64), np.uint8)
+        for h in range(2):
+            v = [q[:, 128 * h + 32 * k:128 * h + 32 * k + 32] for k in range(4)]
+            ql[:, 64 * h:64 * h + 32] = (v[0] & 15) | ((v[2] & 15) << 4)
+            ql[:, 64 * h + 32:64 * h + 64] = (v[1] & 15) | ((v[3] & 15) << 4)
+            qh[:, 32 * h:32 * h + 32] = ((v[0] >> 4) | ((v[1] >> 4) << 2) | ((v[2] >> 4) << 4)
+                                         | ((v[3] >> 4) << 6))
+        return np.concatenate([ql, qh, sc.view(np.uint8), d.view(np.uint8).reshape(n, 2)], 1).tobytes()
+    raise ValueError(tname)
+
+
+# ---------------------------------------------------------------- from a safetensors model
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in head.items():
+        if name == "__metadata__":
+            continue
+        a, b = info["data_offsets"]
+        raw = data[a:b]
+        dt = info["dtype"]
+        if dt == "BF16":
+            v = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            v = np.frombuffer(raw, {"F32": "<f4", "F16": "<f2"}[dt]).astype(np.float32)
+        out[name] = v.reshape(info["shape"])
+    return out
+
+
+def load_hf(model_dir):
+    files = [f for f in os.listdir(model_dir) if f.endswith(".safetensors")]
+    w = {}
+    for f in files:
+        w.update(read_safetensors(os.path.join(model_dir, f)))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f), w
+
+
+def permute(w, heads):
+    """llama.cpp's converter: each head's rotate-half rows (i, i + hd/2)
+    become adjacent rows (2i, 2i + 1)."""
+    r = w.shape[0]
+    return w.reshape(heads, 2, r // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_kvs=()):
+    """model_dir's Llama as a GGUF at out: matrices in tname (norms in
+    norm_type; override maps a GGUF tensor name to another type). Returns
+    {gguf name: (type, float32 values as the file holds them, HF shape)}."""
+    c, w = load_hf(model_dir)
+    H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    hd = c.get("head_dim", c["hidden_size"] // H)
+    kvs = [("general.architecture", V_STRING, "llama"),
+           ("general.alignment", V_U32, ALIGN),
+           ("llama.context_length", V_U32, c.get("max_position_embeddings", 2048)),
+           ("llama.embedding_length", V_U32, c["hidden_size"]),
+           ("llama.block_count", V_U32, c["num_hidden_layers"]),
+           ("llama.feed_forward_length", V_U32, c["intermediate_size"]),
+           ("llama.attention.head_count", V_U32, H),
+           ("llama.attention.head_count_kv", V_U32, KV),
+           ("llama.rope.freq_base", V_F32, c.get("rope_theta", 10000.0)),
+           ("llama.attention.layer_norm_rms_epsilon", V_F32, c.get("rms_norm_eps", 1e-6)),
+           ("llama.rope.dimension_count", V_U32, hd),
+           ("llama.vocab_size", V_U32, c["vocab_size"])] + list(extra_kvs)
+    if hd * H != c["hidden_size"]:
+        kvs.append(("llama.attention.key_length", V_U32, hd))
+    for key, name in (("bos_token_id", "tokenizer.ggml.bos_token_id"),
+                      ("eos_token_id", "tokenizer.ggml.eos_token_id")):
+        if isinstance(c.get(key), int):
+            kvs.append((name, V_U32, c[key]))
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    per = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+           "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+           "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
+           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    tensors, held = [], {}
+    for hf, v in w.items():
+        if hf in names:
+            g = names[hf]
+        else:
+            parts = hf.split(".")  # model.layers.N.<sub>.weight
+            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
+        if g.endswith("attn_q.weight"):
+            v = permute(v, H)
+        elif g.endswith("attn_k.weight"):
+            v = permute(v, KV)
+        t = (override or {}).get(g, norm_type if v.ndim == 1 else tname)
+        raw = quantize(t, v)
+        tensors.append((g, t, list(v.shape[::-1]), raw))
+        held[g] = (t, dequant(t, raw, v.size).reshape(v.shape), v.shape)
+    write_gguf(out, kvs, tensors)
+    return held

@@ -1,0 +1,245 @@
+/* int4 kernels (cpu/q4.h): every table equals the portable one bit for bit
+ * over shapes with row, column and group tails; a row's result does not
+ * depend on the rows computed with it or on how columns are split; packing
+ * round-trips; and the result is the float64 value of the same integers.
+ * (The quantization itself is checked against numpy by tests/ref/check_q4.py.) */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "cpu/q4.h"
+#include "engine/gguf.h"
+
+static uint64_t rng_state = 7;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static const cpu_q4k *tables[4];
+static int n_tables;
+
+static int setup(void **state)
+{
+    (void)state;
+    tables[n_tables++] = &cpu_q4k_generic;
+    const char *names[] = {"avx2", "avx512"};
+    for (int i = 0; i < 2; i++) {
+        const cpu_q4k *k = cpu_q4k_select(names[i]);
+        if (k)
+            tables[n_tables++] = k;
+        else
+            printf("note: %s int4 kernels not supported on this CPU; not tested here\n", names[i]);
+    }
+    /* AVX-512 without VNNI too, where the CPU has VNNI (same instructions
+     * otherwise) */
+    if (cpu_q4k_select("avx512") == &cpu_q4k_avx512_vnni)
+        tables[n_tables++] = &cpu_q4k_avx512;
+    return 0;
+}
+
+typedef struct fix {
+    int M, N, K;
+    float *w, *x;        /* [N][K], [M][K] */
+    cpu_q4w *q;
+    int8_t *qx;          /* [M][G*32] */
+    int32_t *xs8;        /* [M][G] */
+    float *sx;
+} fix;
+
+static void fix_make(fix *f, int M, int N, int K)
+{
+    f->M = M, f->N = N, f->K = K;
+    f->w = malloc(sizeof(float) * (size_t)N * K);
+    f->x = malloc(sizeof(float) * (size_t)M * K);
+    for (int i = 0; i < N * K; i++)
+        f->w[i] = frand() * (1 + i % 7); /* groups of different sizes */
+    for (int i = 0; i < M * K; i++)
+        f->x[i] = frand();
+    model_tensor t = {.dtype = INF_F32, .data = f->w, .rows = N, .cols = K, .name = "w"};
+    inf_err err;
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &f->q, &err), 0);
+    int G = f->q->G;
+    f->qx = malloc((size_t)M * G * 32);
+    f->xs8 = malloc(sizeof(int32_t) * (size_t)M * G);
+    f->sx = malloc(sizeof(float) * (size_t)M);
+    for (int m = 0; m < M; m++)
+        f->sx[m] = cpu_q4_quant_act(cpu_kern_select("generic"), f->x + (size_t)m * K, K,
+                                    f->qx + (size_t)m * G * 32, f->xs8 + (size_t)m * G);
+}
+
+static void fix_free(fix *f)
+{
+    free(f->w), free(f->x), free(f->qx), free(f->xs8), free(f->sx);
+    cpu_q4w_destroy(f->q);
+}
+
+/* Rows [m0, m0 + M) into y [M][N], columns [n0, n1). */
+static void run(const cpu_q4k *k, const fix *f, int m0, int M, float *y, int n0, int n1)
+{
+    int G = f->q->G;
+    cpu_mm4 a = cpu_q4w_args(f->q, f->qx + (size_t)m0 * G * 32, (size_t)G * 32,
+                             f->xs8 + (size_t)m0 * G, (size_t)G, f->sx + m0, y, (size_t)f->N, M);
+    k->mm4(&a, n0, n1);
+}
+
+/* Every table equals generic bit for bit, and generic equals the float64
+ * sum of the same quantized integers within the chain's rounding. */
+static void test_q4_tables_match_oracle_all_shapes(void **state)
+{
+    (void)state;
+    const int Ms[] = {1, 2, 3, 4, 5, 9};
+    const int Ns[] = {1, 15, 64, 65, 130};
+    const int Ks[] = {1, 31, 32, 33, 100, 600};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+                fix f;
+                fix_make(&f, Ms[mi], Ns[ni], Ks[ki]);
+                int M = f.M, N = f.N, G = f.q->G;
+                float *ref = calloc((size_t)M * N, sizeof(float));
+                float *y = calloc((size_t)M * N, sizeof(float));
+                run(tables[0], &f, 0, M, ref, 0, N);
+                for (int m = 0; m < M; m++)
+                    for (int n = 0; n < N; n++) {
+                        double want = 0, mag = 0;
+                        for (int g = 0; g < G; g++) {
+                            uint8_t u[32];
+                            uint16_t d;
+                            cpu_q4w_get_group(f.q, n, g, u, &d);
+                            long s = 0;
+                            for (int i = 0; i < 32; i++)
+                                s += (long)(u[i] - 8) * f.qx[(size_t)m * G * 32 + g * 32 + i];
+                            want += (double)s * inf_f16_to_f32(d);
+                            mag += fabs((double)s * inf_f16_to_f32(d));
+                        }
+                        want *= f.sx[m];
+                        mag *= f.sx[m];
+                        assert_true(fabs(ref[(size_t)m * N + n] - want) <= 1e-6 * mag + 1e-30);
+                    }
+                for (int t = 1; t < n_tables; t++) {
+                    memset(y, 0, sizeof(float) * (size_t)M * N);
+                    run(tables[t], &f, 0, M, y, 0, N);
+                    if (memcmp(y, ref, sizeof(float) * (size_t)M * N))
+                        fail_msg("%s int4 differs from generic: M=%d N=%d K=%d", tables[t]->name,
+                                 M, N, f.K);
+                }
+                free(ref), free(y);
+                fix_free(&f);
+            }
+}
+
+/* A row's result is the same alone, among 37 rows or 5, and whatever
+ * column tiles a thread is given. */
+static void test_q4_row_and_split_invariant(void **state)
+{
+    (void)state;
+    enum { M = 37, N = 200, K = 300 };
+    fix f;
+    fix_make(&f, M, N, K);
+    float *all = malloc(sizeof(float) * M * N), *part = malloc(sizeof(float) * M * N);
+    for (int t = 0; t < n_tables; t++) {
+        run(tables[t], &f, 0, M, all, 0, N);
+        run(tables[t], &f, 0, M, part, 0, 64);
+        run(tables[t], &f, 0, M, part, 64, 192);
+        run(tables[t], &f, 0, M, part, 192, N);
+        assert_memory_equal(all, part, sizeof(float) * M * N);
+        for (int m = 0; m < M; m += 4) {
+            float one[N];
+            run(tables[t], &f, m, 1, one, 0, N);
+            assert_memory_equal(one, all + (size_t)m * N, sizeof one);
+        }
+        run(tables[t], &f, 3, 5, part, 0, N);
+        assert_memory_equal(part, all + 3 * N, sizeof(float) * 5 * N);
+    }
+    free(all), free(part);
+    fix_free(&f);
+}
+
+/* set_group / get_group round-trip at every position of a record, and the
+ * padding of a fresh matrix is q = 0 with scale 0. */
+static void test_q4_pack_roundtrip(void **state)
+{
+    (void)state;
+    cpu_q4w *q;
+    inf_err err;
+    assert_int_equal(cpu_q4w_alloc(70, 70, "t", &q, &err), 0);
+    uint8_t u[32], v[32];
+    uint16_t d;
+    cpu_q4w_get_group(q, 69, 2, v, &d);
+    for (int i = 0; i < 32; i++)
+        assert_int_equal(v[i], 8);
+    assert_int_equal(d, 0);
+    for (int n = 0; n < 70; n++)
+        for (int g = 0; g < 3; g++) {
+            for (int i = 0; i < 32; i++)
+                u[i] = (uint8_t)((n * 7 + g * 3 + i) & 15);
+            cpu_q4w_set_group(q, n, g, u, (uint16_t)(n * 3 + g));
+        }
+    for (int n = 0; n < 70; n++)
+        for (int g = 0; g < 3; g++) {
+            cpu_q4w_get_group(q, n, g, v, &d);
+            for (int i = 0; i < 32; i++)
+                assert_int_equal(v[i], (n * 7 + g * 3 + i) & 15);
+            assert_int_equal(d, n * 3 + g);
+        }
+    cpu_q4w_destroy(q);
+}
+
+/* A GGUF Q4_0 matrix as ggml writes it (each group's largest |value| at
+ * q = -8: d is that value / -8), dequantized and quantized again, gives the
+ * file's own nibbles and scales: Q4_0 files lose nothing more in int4. */
+static void test_q4_from_q4_0_is_lossless(void **state)
+{
+    (void)state;
+    enum { N = 70, K = 96, G = K / 32 };
+    uint8_t blocks[N * G * 18];
+    for (int b = 0; b < N * G; b++) {
+        uint16_t d = inf_f32_to_f16(frand() * 0.1f + (frand() > 0 ? 1e-3f : -1e-3f));
+        blocks[18 * b] = (uint8_t)d, blocks[18 * b + 1] = (uint8_t)(d >> 8);
+        for (int i = 0; i < 16; i++) {
+            frand();
+            blocks[18 * b + 2 + i] = (uint8_t)(rng_state >> 40);
+        }
+        blocks[18 * b + 2 + b % 16] &= (uint8_t)(b % 3 ? 0xf0 : 0x0f); /* one q = -8 */
+    }
+    float *w = malloc(sizeof(float) * N * K);
+    gguf_dequant(GGUF_Q4_0, blocks, w, (int64_t)N * K);
+    model_tensor t = {.dtype = INF_F32, .data = w, .rows = N, .cols = K, .name = "q4_0"};
+    cpu_q4w *q;
+    inf_err err;
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &q, &err), 0);
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const uint8_t *blk = blocks + 18 * (n * G + g);
+            uint8_t u[32];
+            uint16_t d;
+            cpu_q4w_get_group(q, n, g, u, &d);
+            assert_int_equal(d, blk[0] | blk[1] << 8);
+            for (int i = 0; i < 16; i++) {
+                assert_int_equal(u[i], blk[2 + i] & 15);
+                assert_int_equal(u[i + 16], blk[2 + i] >> 4);
+            }
+        }
+    cpu_q4w_destroy(q);
+    free(w);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q4_tables_match_oracle_all_shapes),
+        cmocka_unit_test(test_q4_row_and_split_invariant),
+        cmocka_unit_test(test_q4_pack_roundtrip),
+        cmocka_unit_test(test_q4_from_q4_0_is_lossless),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}

@@ -1,0 +1,231 @@
+/* The MLP speculator as a proposer: fed the target's hidden states through
+ * the seam (the CPU backend's want_hidden), it drafts, and greedy output
+ * with it equals output without it (lossless), for concurrent requests
+ * prefilled in chunks. The speculator is a random one the test writes in
+ * the real checkpoint format (tied), sized for the fixture model
+ * $INFERD_TEST_FIXTURES/tiny (skipped, saying so, when absent). Its
+ * computation against the numpy reference is tests/ref/check_mlp_spec.py. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "cpu/backend.h"
+#include "engine/eng.h"
+#include "engine/spec_mlp.h"
+
+/* A safetensors file of f32 tensors. */
+typedef struct wtensor {
+    char name[64];
+    int64_t rows, cols;
+    float *data;
+} wtensor;
+
+static void write_st(const char *path, wtensor *t, int n)
+{
+    char hdr[8192];
+    size_t len = 0, off = 0;
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)(t[i].rows * t[i].cols) * 4;
+        if (t[i].cols > 0)
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
+                                    (long long)t[i].rows, (long long)t[i].cols, off, off + bytes);
+        else
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
+                                    (long long)t[i].rows, off, off + (size_t)t[i].rows * 4);
+        off += t[i].cols > 0 ? bytes : (size_t)t[i].rows * 4;
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    while (len % 8)
+        hdr[len++] = ' ';
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    uint64_t n8 = len;
+    fwrite(&n8, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++)
+        fwrite(t[i].data, 4, (size_t)(t[i].rows * (t[i].cols > 0 ? t[i].cols : 1)), f);
+    fclose(f);
+}
+
+static float gauss(unsigned *s)
+{
+    double u = 0;
+    for (int i = 0; i < 12; i++) {
+        *s = *s * 1103515245u + 12345u;
+        u += (double)(*s >> 8) / 16777216.0;
+    }
+    return (float)(u - 6.0);
+}
+
+/* A tied speculator for vocab V, hidden D: emb/head/ln 0, proj 0 and 1. */
+static void make_speculator(const char *dir, int V, int D, int I, int n_predict)
+{
+    mkdir(dir, 0755);
+    char path[800];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "{\"architectures\": [\"MLPSpeculatorPreTrainedModel\"], \"model_type\": "
+               "\"mlp_speculator\", \"vocab_size\": %d, \"emb_dim\": %d, \"inner_dim\": %d, "
+               "\"n_predict\": %d, \"top_k_tokens_per_head\": [1, 1, 1], \"n_candidates\": 1, "
+               "\"tie_weights\": true, \"scale_input\": true}\n", V, D, I, n_predict);
+    fclose(f);
+    unsigned seed = 99;
+    wtensor t[6] = {{"speculator.emb.0.weight", V, I, NULL},
+                    {"speculator.head.0.weight", V, I, NULL},
+                    {"speculator.ln.0.weight", I, 0, NULL},
+                    {"speculator.ln.0.bias", I, 0, NULL},
+                    {"speculator.proj.0.weight", I, D, NULL},
+                    {"speculator.proj.1.weight", I, I, NULL}};
+    for (int i = 0; i < 6; i++) {
+        size_t n = (size_t)(t[i].rows * (t[i].cols > 0 ? t[i].cols : 1));
+        t[i].data = malloc(n * 4);
+        for (size_t j = 0; j < n; j++)
+            t[i].data[j] = i == 2 ? 1.0f + 0.1f * gauss(&seed) : gauss(&seed) * (i == 0 ? 1.0f : 0.2f);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    write_st(path, t, 6);
+    for (int i = 0; i < 6; i++)
+        free(t[i].data);
+}
+
+typedef struct done_wait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} done_wait;
+
+static void on_notify(void *user, eng_req *r)
+{
+    (void)r;
+    done_wait *w = user;
+    pthread_mutex_lock(&w->mu);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+enum { NREQ = 3, OUT = 30 };
+
+/* Greedy text of NREQ concurrent requests, with the speculator or without. */
+static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
+                char texts[NREQ][4096])
+{
+    cpu_config cc = cpu_config_default();
+    cc.n_threads = 2;
+    cc.max_tokens = 16;
+    cc.max_context = 128;
+    cc.num_blocks = 64;
+    be_backend *be = NULL;
+    inf_err err = {0};
+    assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+    done_wait w;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    eng_config ec = {.max_num_seqs = 8, .max_num_batched_tokens = 16, .max_model_len = 128,
+                     .block_size = 16, .num_blocks = 64, .met = met, .spec = sp,
+                     .spec_k = sp ? 3 : 0, .notify = on_notify, .notify_user = &w};
+    eng *e = NULL;
+    if (eng_create(&ec, m, tk, be, &e, &err))
+        fail_msg("eng_create: %s", err.msg);
+    eng_req *r[NREQ];
+    for (int i = 0; i < NREQ; i++) {
+        int32_t prompt[24];
+        prompt[0] = 1;
+        for (int j = 1; j < 24; j++)
+            prompt[j] = (int32_t)(3 + (j * 31 + i * 17) % (m->cfg.vocab_size - 3));
+        eng_params p = {.sampling = smp_params_default(), .max_tokens = OUT, .ignore_eos = 1,
+                        .logprobs = -1};
+        p.sampling.temperature = 0;
+        assert_int_equal(eng_req_create(prompt, 24, &p, &r[i], &err), INF_OK);
+        assert_int_equal(eng_submit(e, r[i], 0, &err), INF_OK);
+    }
+    for (int i = 0; i < NREQ; i++) {
+        eng_out o = {0};
+        pthread_mutex_lock(&w.mu);
+        while (!eng_req_finished(r[i]))
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        eng_req_take(r[i], &o);
+        assert_int_equal(o.finish, ENG_FINISH_LENGTH);
+        assert_int_equal(o.n_output, OUT);
+        snprintf(texts[i], 4096, "%s", o.text ? o.text : "");
+        eng_out_free(&o);
+        eng_req_unref(r[i]);
+    }
+    eng_destroy(e);
+    be_destroy(be);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+}
+
+static void test_spec_mlp_lossless_and_drafting(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[600], sdir[700];
+    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
+    char cfgp[700];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (!fx || access(cfgp, R_OK)) {
+        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
+        skip();
+    }
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny", tmp ? tmp : "/tmp");
+    model *m = NULL;
+    tok *tk = NULL;
+    inf_err err = {0};
+    assert_int_equal(model_load(dir, &m, &err), INF_OK);
+    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
+    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3);
+    spec_proposer *sp = NULL;
+    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
+                          .target_hidden = m->cfg.hidden_size};
+    if (spec_mlp_create(&sc, &sp, &err))
+        fail_msg("spec_mlp_create: %s", err.msg);
+    assert_int_equal(spec_mlp_n_predict(sp), 3);
+    met_registry *met = NULL;
+    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
+    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
+    static char off[NREQ][4096], on[NREQ][4096];
+    run(m, tk, NULL, NULL, off);
+    run(m, tk, sp, met, on);
+    for (int i = 0; i < NREQ; i++)
+        assert_string_equal(on[i], off[i]);
+    met_snap s;
+    met_snapshot(met, &s);
+    print_message("mlp speculator (random weights): %llu drafted, %llu accepted\n",
+                  (unsigned long long)s.counters[MET_SPEC_DRAFT_TOKENS],
+                  (unsigned long long)s.counters[MET_SPEC_ACCEPTED_TOKENS]);
+    assert_true(s.counters[MET_SPEC_DRAFT_TOKENS] > 0);
+    /* a speculator for another vocabulary or hidden size is refused */
+    sc.target_vocab = m->cfg.vocab_size + 1;
+    spec_proposer *bad = NULL;
+    assert_int_equal(spec_mlp_create(&sc, &bad, &err), INF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    met_destroy(met);
+    sp->ops->destroy(sp);
+    tok_destroy(tk);
+    model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_mlp_lossless_and_drafting),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
