@@ -305,9 +305,8 @@ static void stream_choice(gcall *g, choice *c)
         if (o->len || o->n_lps) {
             oc.finish_reason = NULL;
             oai_top *tops;
-            oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+            oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
             oc.lps = lps;
-            oc.n_lps = lps ? o->n_lps : 0;
             queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL));
             c->text_sent += o->len;
             free(lps);
