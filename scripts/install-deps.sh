@@ -1,5 +1,7 @@
 #!/bin/sh
 # Install inferd's build, test and benchmark dependencies from Debian 12's archive.
+# python3-torch trains the MLP speculator (scripts/train_mlp_speculator) and
+# its check in make test (tests/ref/check_mlp_train.py).
 # Idempotent: packages already present are not touched and apt is not even called.
 # Runs as root, or through sudo when it is available.
 set -eu
@@ -8,7 +10,7 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential pkg-config libcjson-dev libuv1-dev libmicrohttpd-dev \
 libsentencepiece-dev libcmocka-dev libyaml-dev libpcre2-dev libutf8proc-dev \
 libcurl4-gnutls-dev nettle-dev libgnutls28-dev clang libclang-rt-14-dev python3 python3-numpy \
-python3-sentencepiece python3-jinja2 gnuplot-nox curl openssl systemd groff-base"
+python3-sentencepiece python3-jinja2 python3-torch gnuplot-nox curl openssl systemd groff-base"
 # Node.js runs the end-to-end tests with the official openai SDK; a machine
 # that already has node and npm (e.g. from NodeSource) keeps its own.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
