@@ -132,7 +132,8 @@ int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_er
             rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
         } else {
             memcpy(ids, c->eos_token_ids, sizeof(int32_t) * (size_t)n_eos);
-            memcpy(ids + n_eos, r->stop_ids, sizeof(int32_t) * (size_t)r->p.n_stop_ids);
+            if (r->p.n_stop_ids > 0) /* stop_ids is NULL without any */
+                memcpy(ids + n_eos, r->stop_ids, sizeof(int32_t) * (size_t)r->p.n_stop_ids);
             if (!(rc = lp_min_tokens_create(r->p.min_tokens, r->n_output, ids, n, &p, err)))
                 rc = lp_chain_add(&r->lp, p, err);
             free(ids);
