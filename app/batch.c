@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -81,7 +82,20 @@ static size_t on_data(char *p, size_t sz, size_t n, void *user)
     return sz * n;
 }
 
-static CURL *post(int port, line *l)
+/* The key the server will want (--api-key, else INFERD_API_KEY), or NULL. */
+static const char *api_key(int argc, char **argv)
+{
+    const char *key = getenv("INFERD_API_KEY");
+    for (int i = 0; i < argc; i++) {
+        if ((!strcmp(argv[i], "--api-key") || !strcmp(argv[i], "--api_key")) && i + 1 < argc)
+            key = argv[++i];
+        else if (!strncmp(argv[i], "--api-key=", 10) || !strncmp(argv[i], "--api_key=", 10))
+            key = argv[i] + 10;
+    }
+    return key && *key ? key : NULL;
+}
+
+static CURL *post(int port, const char *key, line *l)
 {
     char url[256];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, l->url);
@@ -89,6 +103,11 @@ static CURL *post(int port, line *l)
     if (!k)
         return NULL;
     l->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    if (key) {
+        char auth[512];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        l->hdrs = curl_slist_append(l->hdrs, auth);
+    }
     curl_easy_setopt(k, CURLOPT_URL, url);
     curl_easy_setopt(k, CURLOPT_HTTPHEADER, l->hdrs);
     curl_easy_setopt(k, CURLOPT_POSTFIELDS, l->body);
@@ -131,6 +150,7 @@ static pid_t spawn_server(int argc, char **argv, int port)
     av[n] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive run-batch */
         dup2(2, 1);
         execv("/proc/self/exe", av);
         fprintf(stderr, "run-batch: cannot start the server: %s\n", strerror(errno));
@@ -170,7 +190,7 @@ static int wait_ready(pid_t pid, int port)
 
 /* Runs every runnable line, BATCH_INFLIGHT at a time; a progress line on
  * stderr as they finish. */
-static void run_all(line *ls, int n, int port)
+static void run_all(line *ls, int n, int port, const char *key)
 {
     CURLM *m = curl_multi_init();
     int next = 0, running = 0, done = 0, todo = 0;
@@ -181,7 +201,7 @@ static void run_all(line *ls, int n, int port)
             line *l = &ls[next++];
             if (l->error)
                 continue;
-            if (!(l->k = post(port, l))) {
+            if (!(l->k = post(port, key, l))) {
                 l->error = strdup("out of memory");
                 todo--;
                 continue;
@@ -326,7 +346,7 @@ int batch_main(int argc, char **argv)
             waitpid(pid, NULL, 0);
         goto done;
     }
-    run_all(ls, n, port);
+    run_all(ls, n, port, api_key(n_rest, rest));
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     FILE *f = fopen(out, "w");

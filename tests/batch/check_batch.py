@@ -8,6 +8,7 @@
   input line, in input order, each with its custom_id; lines that cannot be
   run carry an error and a null response, the rest the server's status and
   body.
+* With --api-key, run-batch sends the key the server it starts wants.
 * Greedy outputs equal the server's for the same bodies: the same daemon,
   started by this test, answers each body one at a time, and the texts,
   finish reasons, token counts and error statuses must match.
@@ -114,6 +115,14 @@ def main():
         assert r.returncode == 0, f"run-batch exited {r.returncode}: {r.stderr[-2000:]}"
         assert "requests done" in r.stderr, "no progress lines on stderr"
         outs = [json.loads(l) for l in open(fout)]
+        # with --api-key the server wants it, and run-batch sends it
+        with open(fin, "w") as f:
+            f.write(reqs[0][0] + "\n")
+        r = subprocess.run([exe, "run-batch", "-i", fin, "-o", fout, "--model", a.model,
+                            "--api-key", "sekrit"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, f"run-batch --api-key exited {r.returncode}: {r.stderr[-2000:]}"
+        keyed = [json.loads(l) for l in open(fout)]
+        assert len(keyed) == 1 and keyed[0]["response"]["status_code"] == 200, keyed
     assert len(outs) == len(reqs), f"{len(outs)} output lines for {len(reqs)} requests"
     port = free_port()
     p = subprocess.Popen([exe, "--model", a.model, "--port", str(port)],
