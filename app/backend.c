@@ -7,6 +7,7 @@
 #ifdef INFERD_CUDA
 #include "cuda/backend.h"
 #endif
+#include "engine/eng.h"
 #include "engine/kv.h"
 
 _Static_assert((int)APP_QUANT_NONE == (int)CPU_QUANT_NONE, "APP_QUANT_NONE is cpu_quant's none");
@@ -92,7 +93,7 @@ static int open_cuda(const model *m, const app_backend_config *c, app_backend *o
     cuda_config gc = cuda_config_for(c->block_size, c->max_tokens, out->max_context, c->max_seqs);
     if (c->gpu_mem > 0)
         gc.gpu_memory_utilization = c->gpu_mem;
-    gc.max_logits = c->max_seqs * (c->spec_k + 1);
+    gc.max_logits = c->max_seqs * (c->spec_k + 1) + ENG_PROMPT_LOGPROB_ROWS;
     gc.tensor_parallel_size = c->tp > 0 ? c->tp : 1;
     int rc = INF_OK;
     size_t per = 0, dfixed = 0, dper = 0;

@@ -79,6 +79,13 @@ typedef struct eng_params {
     const float *bias;
     int n_bias;
     int logprobs;         /* -1: none; else alternatives per token (0..20)  */
+    int prompt_logprobs;  /* 0 (the default): none; else 1 + alternatives
+                             per prompt token (1..21; zero-initialised
+                             params ask nothing): each prompt token after
+                             the first gets
+                             its logprob given those before it (vLLM's
+                             prompt_logprobs). Such a request computes every
+                             prompt token (no prefix-cache hits)           */
     const char *cache_salt; /* NULL: share cached prefixes with everyone    */
     int no_speculation;   /* the request opted out of speculative decoding  */
     const char *grammar;  /* GBNF the output must match (gram_parse's syntax,
@@ -96,6 +103,12 @@ typedef struct eng_params {
     lp_proc *const *procs;
     int n_procs;
 } eng_params;
+
+/* Prompt-logprob rows one step computes, over all requests (beyond
+ * max_num_seqs * (spec_k + 1) rows of next-token logits): a backend must
+ * take that many logit rows in a batch. Longer prompts asking for prompt
+ * logprobs are fed in chunks of this many tokens. */
+#define ENG_PROMPT_LOGPROB_ROWS 32
 
 /* Creates a request for one sequence (one choice): prompt ids (BOS included
  * as wanted) and parameters, all copied. The caller holds one reference. */
@@ -121,11 +134,15 @@ void eng_cancel(eng *e, eng_req *r);
 typedef struct eng_lp_alt {
     size_t off, len;      /* the piece's text in pool                      */
     float logprob;
+    int32_t id;           /* its token id; its rank is its index + 1       */
 } eng_lp_alt;
 
 typedef struct eng_lp {
-    size_t off, len;      /* text this token added to the output, in pool   */
+    size_t off, len;      /* text this token added to the output (a prompt
+                             token: its piece), in pool                    */
     float logprob;
+    int32_t id;           /* the token                                      */
+    int rank;             /* 1 + tokens with a higher logit                 */
     int alt0, n_alt;      /* alternatives: alts[alt0 .. alt0+n_alt)         */
 } eng_lp;
 
@@ -135,6 +152,10 @@ typedef struct eng_out {
     size_t len, cap;
     eng_lp *lps;          /* one per new token, when logprobs were asked    */
     int n_lps, cap_lps;
+    eng_lp *plps;         /* prompt logprobs (prompt_logprobs >= 0): the
+                             next prompt tokens', from the second on, in order;
+                             the last comes before the first output token   */
+    int n_plps, cap_plps;
     eng_lp_alt *alts;
     int n_alts, cap_alts;
     char *pool;           /* strings of lps and alts                        */

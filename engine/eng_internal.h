@@ -41,6 +41,9 @@ struct eng_req {
                                  admission, then built-ins first)           */
     sched_seq seq;
     int n_output;
+    int plp_next;             /* prompt logprobs: rows below it recorded    */
+    int plp_row0, plp_rows;   /* this step's prompt rows (position plp_next
+                                 on), at logits row plp_row0               */
     smp_rng rng;
     tok_stream *ts;
     stop *stopper;            /* stop strings, when the request has any     */
@@ -137,6 +140,12 @@ int eng__emit(eng_req *r, const char *text, size_t len, int final);
  * r->p.logprobs alternatives (under r->mu); text is what the token added. */
 void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
                           int32_t tokid, const char *text, size_t text_len);
+
+/* Records prompt token tokid's logprob under the raw logits row of the
+ * position before it, with the top r->p.prompt_logprobs - 1 alternatives (under
+ * r->mu) into r->out.plps. */
+void eng__record_prompt_logprob(const tok *tk, int vocab, eng_req *r, const float *logits,
+                                int32_t tokid);
 
 /* Builds r's logits-processor chain at admission: logit_bias, min_tokens
  * (EOS of c unless ignore_eos, and the stop ids), penalties (scratch: the

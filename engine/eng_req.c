@@ -21,6 +21,7 @@ void eng_out_free(eng_out *o)
 {
     free(o->text);
     free(o->lps);
+    free(o->plps);
     free(o->alts);
     free(o->pool);
     free(o->ids);
@@ -52,11 +53,13 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
 {
     *out = NULL;
     eng_req *r = NULL;
-    if (n_prompt < 1 || p->max_tokens < 1 || !(r = calloc(1, sizeof *r))) {
+    int bad = n_prompt < 1 || p->max_tokens < 1 || p->prompt_logprobs < 0 ||
+              p->prompt_logprobs > ENG_MAX_LOGPROBS + 1;
+    if (bad || !(r = calloc(1, sizeof *r))) {
         for (int i = 0; i < p->n_procs; i++)
             p->procs[i]->ops->destroy(p->procs[i]);
-        return n_prompt < 1 || p->max_tokens < 1
-                   ? inf_fail(err, INF_ERR_INVALID, "a request needs a prompt and max_tokens >= 1")
+        return bad ? inf_fail(err, INF_ERR_INVALID, "a request needs a prompt, max_tokens >= 1 "
+                              "and prompt logprobs 0..%d", ENG_MAX_LOGPROBS)
                    : inf_fail(err, INF_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < p->n_procs; i++) /* the request owns them now */
@@ -106,6 +109,7 @@ int eng_req_create(const int32_t *prompt, int n_prompt, const eng_params *p, eng
         r->seq.salt = h;
     }
     r->seq.n_tokens = r->seq.n_prompt = n_prompt;
+    r->seq.no_prefix_hit = p->prompt_logprobs > 0; /* as vLLM: every row computed */
     r->out.stop_index = -1;
     r->out.stop_token = -1;
     r->out.n_prompt = n_prompt;
@@ -195,7 +199,7 @@ void eng_req_take(eng_req *r, eng_out *dst)
     eng_out fresh = *dst; /* reuse dst's buffers for the next round */
     *dst = r->out;
     fresh.len = 0;
-    fresh.n_lps = fresh.n_alts = 0;
+    fresh.n_lps = fresh.n_plps = fresh.n_alts = 0;
     fresh.pool_len = 0;
     fresh.n_ids = 0;
     /* counters and the finish state stay current in both */
@@ -242,15 +246,19 @@ static int out_pool(eng_out *o, const char *s, size_t n, size_t *off)
     return 1;
 }
 
-/* log-softmax of the raw logits for the sampled token and the top n. */
-void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
-                          int32_t tokid, const char *text, size_t text_len)
+/* log-softmax of the raw logits for token tokid and the top n, appended to
+ * *arr (the output's lps or plps). */
+static void record_lp(const tok *tk, int V, eng_out *o, eng_lp **arr, int *n_arr, int *cap,
+                      int n, const float *logits, int32_t tokid, const char *text,
+                      size_t text_len)
 {
-    int V = vocab, n = r->p.logprobs;
     float mx = logits[smp_argmax(logits, V)];
     double sum = 0;
-    for (int i = 0; i < V; i++)
+    int above = 0;
+    for (int i = 0; i < V; i++) {
         sum += exp((double)logits[i] - mx);
+        above += logits[i] > logits[tokid];
+    }
     double lse = mx + log(sum);
     int32_t top[ENG_MAX_LOGPROBS];
     int nt = 0;
@@ -264,15 +272,16 @@ void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *log
         }
         top[j] = i;
     }
-    eng_out *o = &r->out;
-    if (!eng__grow((void **)&o->lps, &o->cap_lps, o->n_lps + 1, sizeof *o->lps) ||
+    if (!eng__grow((void **)arr, cap, *n_arr + 1, sizeof **arr) ||
         !eng__grow((void **)&o->alts, &o->cap_alts, o->n_alts + nt, sizeof *o->alts))
         return;
-    eng_lp *lp = &o->lps[o->n_lps];
+    eng_lp *lp = &(*arr)[*n_arr];
     if (!out_pool(o, text, text_len, &lp->off))
         return;
     lp->len = text_len;
     lp->logprob = (float)(logits[tokid] - lse);
+    lp->id = tokid;
+    lp->rank = above + 1;
     lp->alt0 = o->n_alts;
     lp->n_alt = 0;
     for (int i = 0; i < nt; i++) {
@@ -283,10 +292,29 @@ void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *log
             return;
         a->len = bl;
         a->logprob = (float)(logits[top[i]] - lse);
+        a->id = top[i];
         o->n_alts++;
         lp->n_alt++;
     }
-    o->n_lps++;
+    (*n_arr)++;
+}
+
+void eng__record_logprobs(const tok *tk, int vocab, eng_req *r, const float *logits,
+                          int32_t tokid, const char *text, size_t text_len)
+{
+    eng_out *o = &r->out;
+    record_lp(tk, vocab, o, &o->lps, &o->n_lps, &o->cap_lps, r->p.logprobs, logits, tokid,
+              text, text_len);
+}
+
+void eng__record_prompt_logprob(const tok *tk, int vocab, eng_req *r, const float *logits,
+                                int32_t tokid)
+{
+    size_t bl = 0;
+    const char *piece = tok_token_bytes(tk, tokid, &bl);
+    eng_out *o = &r->out;
+    record_lp(tk, vocab, o, &o->plps, &o->n_plps, &o->cap_plps, r->p.prompt_logprobs - 1,
+              logits, tokid, piece ? piece : "", piece ? bl : 0);
 }
 
 /* Output passes through the stop strings first, when there are any. */

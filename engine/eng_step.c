@@ -193,12 +193,35 @@ int eng__step(eng *e)
     batch_reset(bb);
     inf_err err = {0};
     int rc = INF_OK;
+    int plp_left = ENG_PROMPT_LOGPROB_ROWS;
     for (int i = 0; i < plan->n && !rc; i++) {
         sched_seq *q = plan->seqs[i];
         eng_req *r = eng__req_of(q);
         int end = q->n_computed + plan->n_new[i];
+        int p0 = 0;
+        r->plp_rows = 0;
+        if (r->p.prompt_logprobs > 0) { /* rows of prompt positions not yet recorded */
+            p0 = q->n_computed > r->plp_next ? q->n_computed : r->plp_next;
+            int p1 = end < q->n_prompt - 1 ? end : q->n_prompt - 1;
+            if (p1 - p0 > plp_left) { /* the rest next step: a shorter chunk */
+                p1 = p0 + plp_left;
+                end = p1;
+                plan->n_new[i] = end - q->n_computed;
+            }
+            r->plp_rows = p1 > p0 ? p1 - p0 : 0;
+            if (r->plp_rows) /* == plp_next: no cache hit skips a row */
+                r->plp_next = p0;
+            plp_left -= r->plp_rows;
+        }
+        e->row0[i] = e->nrows[i] = 0;
+        if (plan->n_new[i] == 0) /* its chunk waits for prompt-logprob rows */
+            continue;
         int tb = batch_add_seq(bb, e->kv, &q->kv, q->tokens + q->n_computed, q->n_computed,
                                plan->n_new[i]);
+        r->plp_row0 = batch_n_logits(bb);
+        for (int p = p0; p < p0 + r->plp_rows && tb >= 0; p++)
+            if (batch_add_logits(bb, tb + (p - q->n_computed)) < 0)
+                tb = -1;
         int first = q->n_tokens - r->n_draft - 1;
         e->row0[i] = batch_n_logits(bb);
         e->nrows[i] = end > first ? end - first : 0;
@@ -226,6 +249,18 @@ int eng__step(eng *e)
         plan->seqs[i]->n_computed += plan->n_new[i];
     for (int i = 0; i < plan->n; i++) {
         eng_req *r = eng__req_of(plan->seqs[i]);
+        if (r->plp_rows && r->active) { /* before the first output token's */
+            const sched_seq *q = &r->seq;
+            pthread_mutex_lock(&r->mu);
+            for (int j = 0; j < r->plp_rows; j++)
+                eng__record_prompt_logprob(e->tk, e->vocab, r,
+                                           e->logits + (size_t)(r->plp_row0 + j) * e->vocab,
+                                           q->tokens[r->plp_next + j + 1]);
+            pthread_mutex_unlock(&r->mu);
+            r->plp_next += r->plp_rows;
+            r->plp_rows = 0;
+            eng__touch(e, r);
+        }
         if (!e->nrows[i] || !r->active)
             continue;
         const float *rows = e->logits + (size_t)e->row0[i] * e->vocab;
@@ -262,7 +297,7 @@ int eng__step_init(eng *e, inf_err *err)
     if (e->kmax < 0 || e->kmax > 32)
         return inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
                         e->kmax);
-    e->max_rows = S * (e->kmax + 1);
+    e->max_rows = S * (e->kmax + 1) + ENG_PROMPT_LOGPROB_ROWS;
     batch_limits bl = {.max_tokens = cfg->max_num_batched_tokens, .max_seqs = S,
                        .max_rows = e->max_rows,
                        .max_blocks = (cfg->max_model_len + cfg->block_size - 1) /

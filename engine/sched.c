@@ -208,7 +208,8 @@ void sched_schedule(sched *s, sched_plan **out)
     while (s->plan.n_preempted == 0 && budget > 0 && s->waiting.head &&
            s->running.n < s->cfg.max_num_seqs) {
         sched_seq *q = s->waiting.head;
-        int hit = kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
+        int hit = q->no_prefix_hit
+                      ? 0 : kv_seq_match_prefix(s->kv, &q->kv, q->tokens, q->n_tokens, q->salt);
         int take = q->n_tokens - hit;
         int is_long = take > SCHED_LONG_PROMPT * s->cfg.max_prefill_while_decoding;
         if (take > budget)

@@ -51,6 +51,8 @@ typedef struct sched_seq {
     int n_preempt;       /* times preempted                                */
     uint64_t salt;       /* prefix-cache isolation (0: shared)             */
     int n_cached;        /* prompt tokens its first admission found cached */
+    int no_prefix_hit;   /* computes every token (never starts from cached
+                            blocks): prompt logprobs need every row        */
     int admitted;        /* has been admitted once                         */
     uint64_t order;      /* admission order: FCFS and preemption victims   */
     int prefill_end;     /* n_tokens when last admitted: below it, prefill  */

@@ -288,10 +288,12 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, int responses, const
         gcall_reply_error(c, &err, NULL);
         return;
     }
-    if (r->echo && r->logprobs >= 0) {
-        oai_fail(&err, 400, "invalid_request_error", "echo",
-                 "echo together with logprobs is not supported (prompt logprobs are not "
-                 "computed)");
+    if (r->stream && (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0))) {
+        /* vLLM refuses prompt_logprobs when streaming too */
+        oai_fail(&err, 400, "invalid_request_error",
+                 r->prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
+                 "prompt logprobs (prompt_logprobs, or echo with logprobs) are not "
+                 "available when stream is true");
         oai_request_free(r);
         free(r);
         gcall_reply_error(c, &err, NULL);

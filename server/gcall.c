@@ -26,6 +26,7 @@ typedef struct gcall {
     srv *srv;
     srv_conn *conn;
     eng *e;
+    const tok *tk;
     oai_request *req;
     gcall_prompt *prompts;
     int n_prompts;
@@ -85,14 +86,33 @@ void gcall_on_engine_output(void *user, eng_req *r)
         gcall_unref(g);
 }
 
-/* oai logprob records for o's tokens; *tops receives the alternatives'
- * storage (free both). Offsets start at text_base. */
-static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, oai_top **tops)
+/* One oai record of an engine one; its alternatives are in tops. */
+static void lp_rec(const eng_out *o, const eng_lp *e, const oai_top *tops, oai_token_lp *l)
 {
+    l->token = o->pool + e->off;
+    l->token_len = e->len;
+    l->logprob = e->logprob;
+    l->top = tops + e->alt0;
+    l->n_top = e->n_alt;
+    l->id = e->id;
+    l->rank = e->rank;
+}
+
+/* oai logprob records for o's tokens; *tops receives the alternatives'
+ * storage (free both; also made, with no records, when o has only prompt
+ * logprobs). Offsets start at text_base. With echo (first: the
+ * prompt's first token and its piece) the prompt's records come first: the
+ * first token without a logprob, then o's prompt logprobs. */
+static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, const int32_t *first,
+                                const char *piece, size_t piece_len, oai_top **tops,
+                                int *n_out)
+{
+    int np = first ? 1 + o->n_plps : 0, n = np + o->n_lps;
     *tops = NULL;
-    if (!o->n_lps)
+    *n_out = 0;
+    if (!n && !o->n_plps)
         return NULL;
-    oai_token_lp *l = calloc((size_t)o->n_lps, sizeof *l);
+    oai_token_lp *l = calloc((size_t)(n ? n : 1), sizeof *l);
     *tops = calloc((size_t)(o->n_alts ? o->n_alts : 1), sizeof **tops);
     if (!l || !*tops) {
         free(l);
@@ -104,17 +124,36 @@ static oai_token_lp *to_oai_lps(const eng_out *o, size_t text_base, oai_top **to
         (*tops)[i].token = o->pool + o->alts[i].off;
         (*tops)[i].token_len = o->alts[i].len;
         (*tops)[i].logprob = o->alts[i].logprob;
+        (*tops)[i].id = o->alts[i].id;
+    }
+    if (first) {
+        l[0] = (oai_token_lp){.token = piece, .token_len = piece_len, .logprob = NAN,
+                              .id = *first};
+        for (int i = 0; i < o->n_plps; i++)
+            lp_rec(o, &o->plps[i], *tops, &l[1 + i]);
+        size_t off = 0; /* pieces (a BOS's) may not be in the echoed text */
+        for (int i = 0; i < np; i++) {
+            l[i].text_offset = (int)(off < text_base ? off : text_base);
+            off += l[i].token_len;
+        }
     }
     size_t off = text_base;
     for (int i = 0; i < o->n_lps; i++) {
-        l[i].token = o->pool + o->lps[i].off;
-        l[i].token_len = o->lps[i].len;
-        l[i].logprob = o->lps[i].logprob;
-        l[i].top = *tops + o->lps[i].alt0;
-        l[i].n_top = o->lps[i].n_alt;
-        l[i].text_offset = (int)off;
+        lp_rec(o, &o->lps[i], *tops, &l[np + i]);
+        l[np + i].text_offset = (int)off;
         off += o->lps[i].len;
     }
+    *n_out = n;
+    return l;
+}
+
+/* vLLM's prompt_logprobs records of o (alternatives in tops, from
+ * to_oai_lps); NULL when there are none. */
+static oai_token_lp *to_oai_plps(const eng_out *o, const oai_top *tops)
+{
+    oai_token_lp *l = o->n_plps && tops ? calloc((size_t)o->n_plps, sizeof *l) : NULL;
+    for (int i = 0; l && i < o->n_plps; i++)
+        lp_rec(o, &o->plps[i], tops, &l[i]);
     return l;
 }
 
@@ -186,10 +225,11 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     }
     oai_choice *cs = calloc((size_t)g->n_ch, sizeof *cs);
     oai_token_lp **lps = calloc((size_t)g->n_ch, sizeof *lps);
+    oai_token_lp **plps = calloc((size_t)g->n_ch, sizeof *plps);
     oai_top **tops = calloc((size_t)g->n_ch, sizeof *tops);
     char **texts = calloc((size_t)g->n_ch, sizeof *texts);
-    if (!cs || !lps || !tops || !texts) {
-        free(cs), free(lps), free(tops), free(texts);
+    if (!cs || !lps || !plps || !tops || !texts) {
+        free(cs), free(lps), free(plps), free(tops), free(texts);
         oai_error e;
         oai_fail(&e, 500, "internal_error", "", "out of memory");
         *status = 500;
@@ -214,9 +254,23 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
             cs[i].text = "";
             cs[i].text_len = 0;
         }
-        lps[i] = to_oai_lps(&c->out, echo_len, &tops[i]);
+        const gcall_prompt *gp = &g->prompts[c->prompt];
+        const int32_t *first = NULL; /* echo with logprobs: the prompt's too */
+        size_t pl = 0;
+        const char *piece = NULL;
+        if (g->req->echo && g->req->logprobs >= 0 && gp->n > 0) {
+            first = gp->ids;
+            piece = tok_token_bytes(g->tk, gp->ids[0], &pl);
+        }
+        lps[i] = to_oai_lps(&c->out, echo_len, first, piece ? piece : "", piece ? pl : 0,
+                            &tops[i], &cs[i].n_lps);
         cs[i].lps = lps[i];
-        cs[i].n_lps = lps[i] ? c->out.n_lps : 0;
+        if (g->req->prompt_logprobs >= 0) {
+            plps[i] = to_oai_plps(&c->out, tops[i]);
+            cs[i].plps = plps[i];
+            cs[i].n_plps = plps[i] ? c->out.n_plps : 0;
+            cs[i].want_prompt_logprobs = 1;
+        }
     }
     oai_usage u;
     usage_of(g, &u);
@@ -226,8 +280,8 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     *len = *body ? strlen(*body) : 0;
     *status = *body ? 200 : 500;
     for (int i = 0; i < g->n_ch; i++)
-        free(lps[i]), free(tops[i]), free(texts[i]);
-    free(cs), free(lps), free(tops), free(texts);
+        free(lps[i]), free(plps[i]), free(tops[i]), free(texts[i]);
+    free(cs), free(lps), free(plps), free(tops), free(texts);
     return 1;
 }
 
@@ -268,9 +322,8 @@ static void stream_choice(gcall *g, choice *c)
         if (o->len || o->n_lps) {
             oc.finish_reason = NULL;
             oai_top *tops;
-            oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+            oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
             oc.lps = lps;
-            oc.n_lps = lps ? o->n_lps : 0;
             queue_chunk(g, &oc);
             c->text_sent += o->len;
             free(lps);
@@ -291,9 +344,8 @@ static void stream_choice(gcall *g, choice *c)
         }
     }
     oai_top *tops;
-    oai_token_lp *lps = to_oai_lps(o, c->text_sent, &tops);
+    oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
     oc.lps = lps;
-    oc.n_lps = lps ? o->n_lps : 0;
     queue_chunk(g, &oc); /* the role went first */
     c->text_sent += o->len;
     free(lps);
@@ -429,6 +481,11 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     p.bias = r->bias_values;
     p.n_bias = r->n_bias;
     p.logprobs = r->logprobs;
+    /* echo with logprobs scores the prompt too (as prompt_logprobs does) */
+    int plp = r->prompt_logprobs;
+    if (r->echo && r->logprobs > plp)
+        plp = r->logprobs;
+    p.prompt_logprobs = plp >= 0 ? plp + 1 : 0;
     p.grammar = r->grammar;
     p.cache_salt = r->cache_salt;
     p.no_speculation = !r->speculative;
@@ -453,6 +510,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     atomic_init(&g->refs, 1);
     g->srv = env->srv;
     g->e = env->e;
+    g->tk = env->tk;
     g->req = r;
     g->prompts = prompts;
     g->n_prompts = n_prompts;

@@ -71,6 +71,8 @@ typedef struct oai_request {
                                     "logprobs": true gives top_logprobs (0..max);
                                     -1 when not asked                           */
     int echo;                    /* completions; default 0                      */
+    int prompt_logprobs;         /* vLLM: alternatives per prompt token
+                                    (0..max_logprobs); -1 when not asked       */
     char **stop;                 /* stop strings (a string or a list), may be 0 */
     int n_stop;
     int32_t *stop_token_ids;     /* vLLM extension                              */
@@ -146,6 +148,7 @@ typedef struct oai_top {
     const char *token;
     size_t token_len;
     float logprob;
+    int32_t id;              /* its token id (prompt_logprobs' keys)           */
 } oai_top;
 
 /* Logprobs for one output (or echoed prompt) token. */
@@ -156,6 +159,8 @@ typedef struct oai_token_lp {
     const oai_top *top;      /* n_top alternatives, most likely first          */
     int n_top;
     int text_offset;         /* completions: offset of the token in the text   */
+    int32_t id;              /* prompt_logprobs: the token's id and rank       */
+    int rank;
 } oai_token_lp;
 
 /* A tool call in a response, or a piece of one in a chunk (chat). */
@@ -176,6 +181,12 @@ typedef struct oai_choice {
     const oai_token_lp *lps;   /* logprobs for the tokens in this text/delta   */
     int n_lps;
     int want_logprobs;         /* emit a logprobs object even when n_lps == 0   */
+    /* vLLM's prompt_logprobs (want_prompt_logprobs): null for the first prompt
+     * token, then plps[0..n_plps) for the others; chat writes choice 0's at
+     * the response's top level, as vLLM */
+    const oai_token_lp *plps;
+    int n_plps;
+    int want_prompt_logprobs;
     /* finish details (vLLM): the stop string or token id that ended it */
     const char *stop_reason_str;
     int stop_reason_id;        /* -1 when none                                 */

@@ -293,6 +293,47 @@ static cJSON *tool_calls_item(const oai_choice *c, int delta)
 /* One choice: for chat, a `container` object ("message", or "delta" in a
  * chunk) with the role and content when asked, reasoning_content and
  * tool_calls when there are any; for completions, the text. */
+/* {"<id>": {"logprob","rank","decoded_token"}} entries into o; an id
+ * already there (the prompt token among its alternatives) is kept once. */
+static int plp_put(cJSON *o, int32_t id, float lp, int rank, const char *tok, size_t len)
+{
+    char key[16];
+    snprintf(key, sizeof key, "%d", (int)id);
+    if (cJSON_GetObjectItemCaseSensitive(o, key))
+        return 0;
+    cJSON *e = cJSON_CreateObject();
+    if (attach(o, key, e) || attach(e, "logprob", lp_item(lp)) ||
+        attach(e, "rank", cJSON_CreateNumber(rank)) ||
+        attach(e, "decoded_token", oai__str_item(tok, tok ? len : 0)))
+        return -1;
+    return 0;
+}
+
+/* vLLM's prompt_logprobs: [null, {id: {...}}, ...] (NULL when not asked). */
+static cJSON *prompt_logprobs_item(const oai_choice *c)
+{
+    if (!c->want_prompt_logprobs)
+        return NULL;
+    cJSON *a = cJSON_CreateArray();
+    if (!a || attach(a, NULL, cJSON_CreateNull()))
+        goto fail;
+    for (int i = 0; i < c->n_plps; i++) {
+        const oai_token_lp *t = &c->plps[i];
+        cJSON *o = cJSON_CreateObject();
+        if (attach(a, NULL, o) ||
+            plp_put(o, t->id, t->logprob, t->rank, t->token, t->token_len))
+            goto fail;
+        for (int j = 0; j < t->n_top; j++)
+            if (plp_put(o, t->top[j].id, t->top[j].logprob, j + 1, t->top[j].token,
+                        t->top[j].token_len))
+                goto fail;
+    }
+    return a;
+fail:
+    cJSON_Delete(a);
+    return NULL;
+}
+
 static cJSON *choice_item(int chat, const oai_choice *c, const char *container, int role,
                           int content)
 {
@@ -312,7 +353,9 @@ static cJSON *choice_item(int chat, const oai_choice *c, const char *container, 
             attach(ch, "logprobs", chat_logprobs_item(c)))
             goto fail;
     } else if (attach(ch, "text", oai__str_item(c->text, c->text_len)) ||
-               attach(ch, "logprobs", cmpl_logprobs_item(c))) {
+               attach(ch, "logprobs", cmpl_logprobs_item(c)) ||
+               (c->want_prompt_logprobs &&
+                attach(ch, "prompt_logprobs", prompt_logprobs_item(c)))) {
         goto fail;
     }
     if (attach(ch, "finish_reason", finish_item(c)) ||
@@ -339,6 +382,9 @@ char *oai_response_json(const oai_meta *m, const oai_choice *choices, int n,
     for (int i = 0; i < n; i++)
         if (attach(arr, NULL, choice_item(chat, &choices[i], "message", 1, 1)))
             goto fail;
+    if (chat && n > 0 && choices[0].want_prompt_logprobs &&
+        attach(o, "prompt_logprobs", prompt_logprobs_item(&choices[0])))
+        goto fail;
     if (attach(o, "usage", usage ? usage_item(usage) : cJSON_CreateNull()))
         goto fail;
     return finish_print(o, 0);

@@ -137,7 +137,12 @@ static int parse_logprobs(const cJSON *o, oai_kind kind, const oai_limits *lim,
 {
     oai__span s = {0, lim->max_logprobs, 0, 0, 1};
     const cJSON *lp = oai__get(o, "logprobs");
+    const cJSON *plp = oai__get(o, "prompt_logprobs");
 
+    if (plp && !cJSON_IsNumber(plp))
+        return oai__bad_type(err, "prompt_logprobs", "an integer or null", plp);
+    if (oai__want_int32(plp, "prompt_logprobs", s, &r->prompt_logprobs, err))
+        return 400;
     if (kind == OAI_COMPLETION) {
         if (lp && !cJSON_IsNumber(lp))
             return oai__bad_type(err, "logprobs", "an integer or null", lp);
@@ -346,6 +351,7 @@ void oai__request_init(oai_request *r, oai_kind kind)
     r->top_k = -1;
     r->repetition_penalty = 1.0f;
     r->logprobs = -1;
+    r->prompt_logprobs = -1;
     r->skip_special_tokens = 1;
     r->speculative = 1;
     r->parallel_tool_calls = 1;

@@ -1063,13 +1063,13 @@ static void test_oai_response_completion_logprobs(void **state)
 {
     (void)state;
     oai_meta m = meta(OAI_COMPLETION);
-    oai_top t1[] = {{"He", 2, -0.5f}, {"She", 3, -1.25f}, {"He", 2, -3.0f}};
-    oai_top t2[] = {{"llo", 3, -0.25f}, {"\xff", 1, -2.0f}, {"\xfe", 1, -4.0f}};
+    oai_top t1[] = {{"He", 2, -0.5f, 0}, {"She", 3, -1.25f, 0}, {"He", 2, -3.0f, 0}};
+    oai_top t2[] = {{"llo", 3, -0.25f, 0}, {"\xff", 1, -2.0f, 0}, {"\xfe", 1, -4.0f, 0}};
     oai_token_lp lps[] = {
-        {"<s>", 3, NAN, NULL, 0, 0},
-        {"He", 2, -0.5f, t1, 3, 0},
-        {"llo", 3, -0.25f, t2, 3, 2},
-        {"!", 1, -INFINITY, NULL, 0, 5},
+        {"<s>", 3, NAN, NULL, 0, 0, 0, 0},
+        {"He", 2, -0.5f, t1, 3, 0, 0, 0},
+        {"llo", 3, -0.25f, t2, 3, 2, 0, 0},
+        {"!", 1, -INFINITY, NULL, 0, 5, 0, 0},
     };
     oai_choice c = choice(0, "Hello!", "length");
     c.lps = lps;
@@ -1099,12 +1099,58 @@ static void test_oai_response_completion_logprobs(void **state)
     cJSON_Delete(j);
 }
 
+/* vLLM's prompt_logprobs: parsed on both kinds (null: off, 0..20);
+ * written as [null, {"<id>": {logprob, rank, decoded_token}}, ...], the
+ * token first and an alternative equal to it once; chat at the top level. */
+static void test_oai_prompt_logprobs(void **state)
+{
+    (void)state;
+    oai_request r;
+    oai_error e;
+    parse_ok(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":3}", &r);
+    assert_int_equal(r.prompt_logprobs, 3);
+    oai_request_free(&r);
+    parse_ok(OAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"prompt_logprobs\":null}", &r);
+    assert_int_equal(r.prompt_logprobs, -1);
+    oai_request_free(&r);
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":-1}", &r, &e),
+                     400);
+    assert_string_equal(e.param, "prompt_logprobs");
+    assert_int_equal(parse(OAI_COMPLETION, "{\"prompt\":\"x\",\"prompt_logprobs\":\"2\"}", &r,
+                           &e), 400);
+
+    oai_top tops[] = {{"b", 1, -0.25f, 7}, {"a", 1, -1.5f, 5}};
+    oai_token_lp plps[] = {{"a", 1, -1.5f, tops, 2, 0, 5, 2},
+                           {"c", 1, -9.0f, tops, 1, 0, 9, 40}};
+    for (int kind = 0; kind < 2; kind++) {
+        oai_meta m = meta(kind ? OAI_CHAT : OAI_COMPLETION);
+        oai_choice c = choice(0, "z", "length");
+        c.plps = plps;
+        c.n_plps = 2;
+        c.want_prompt_logprobs = 1;
+        cJSON *j = json_of(oai_response_json(&m, &c, 1, NULL));
+        const cJSON *a = kind ? at(j, "prompt_logprobs")
+                              : at(idx(at(j, "choices"), 0), "prompt_logprobs");
+        assert_int_equal(cJSON_GetArraySize(a), 3);
+        assert_true(cJSON_IsNull(idx(a, 0)));
+        assert_keys(idx(a, 1), "5,7"); /* the token (5) first, once */
+        assert_true(num_at(at(idx(a, 1), "5"), "logprob") == -1.5);
+        assert_int_equal((int)num_at(at(idx(a, 1), "5"), "rank"), 2);
+        assert_string_equal(at(at(idx(a, 1), "5"), "decoded_token")->valuestring, "a");
+        assert_int_equal((int)num_at(at(idx(a, 1), "7"), "rank"), 1);
+        assert_keys(idx(a, 2), "9,7");
+        assert_int_equal((int)num_at(at(idx(a, 2), "9"), "rank"), 40);
+        cJSON_Delete(j);
+    }
+}
+
 /* A logprob is written as the shortest text that reads back as the float. */
 static void test_oai_response_logprob_text(void **state)
 {
     (void)state;
     oai_meta m = meta(OAI_COMPLETION);
-    oai_token_lp lp = {"a", 1, -0.1f, NULL, 0, 0};
+    oai_token_lp lp = {"a", 1, -0.1f, NULL, 0, 0, 0, 0};
     oai_choice c = choice(0, "a", NULL);
     c.lps = &lp;
     c.n_lps = 1;
@@ -1122,10 +1168,10 @@ static void test_oai_response_chat_logprobs(void **state)
 {
     (void)state;
     oai_meta m = meta(OAI_CHAT);
-    oai_top tops[] = {{"\xE4\xBD", 2, -0.125f}, {"A", 1, -2.5f}};
-    oai_token_lp lps[] = {{"\xE4\xBD", 2, -0.125f, tops, 2, 0},
-                          {"\xA0", 1, -0.5f, NULL, 0, 0},
-                          {"", 0, -1.0f, NULL, 0, 0}};
+    oai_top tops[] = {{"\xE4\xBD", 2, -0.125f, 0}, {"A", 1, -2.5f, 0}};
+    oai_token_lp lps[] = {{"\xE4\xBD", 2, -0.125f, tops, 2, 0, 0, 0},
+                          {"\xA0", 1, -0.5f, NULL, 0, 0, 0, 0},
+                          {"", 0, -1.0f, NULL, 0, 0, 0, 0}};
     oai_choice c = choice(0, "\xE4\xBD\xA0", "length");
     c.lps = lps;
     c.n_lps = 3;
@@ -1330,7 +1376,7 @@ static void test_oai_chunk_chat_logprobs(void **state)
 {
     (void)state;
     oai_meta m = meta(OAI_CHAT);
-    oai_token_lp lp = {"Hi", 2, -0.75f, NULL, 0, 0};
+    oai_token_lp lp = {"Hi", 2, -0.75f, NULL, 0, 0, 0, 0};
     oai_choice c = choice(0, "Hi", NULL);
     c.lps = &lp;
     c.n_lps = 1;
@@ -1477,8 +1523,8 @@ static void set_budget(long n)
 static void test_oai_alloc_failures_unwind(void **state)
 {
     (void)state;
-    oai_top tops[] = {{"a", 1, -0.5f}, {"b", 1, -1.5f}};
-    oai_token_lp lps[] = {{"a", 1, -0.5f, tops, 2, 0}, {"b", 1, NAN, NULL, 0, 1}};
+    oai_top tops[] = {{"a", 1, -0.5f, 0}, {"b", 1, -1.5f, 0}};
+    oai_token_lp lps[] = {{"a", 1, -0.5f, tops, 2, 0, 0, 0}, {"b", 1, NAN, NULL, 0, 1, 0, 0}};
     oai_usage u = {1, 2, 0};
     oai_error e;
     oai_fail(&e, 400, NULL, "n", "n must be in [1, 16], got 0");
@@ -1692,6 +1738,7 @@ int main(void)
         cmocka_unit_test(test_oai_response_chat_fields),
         cmocka_unit_test(test_oai_response_stop_reason_only_on_stop),
         cmocka_unit_test(test_oai_response_completion_logprobs),
+        cmocka_unit_test(test_oai_prompt_logprobs),
         cmocka_unit_test(test_oai_response_logprob_text),
         cmocka_unit_test(test_oai_response_chat_logprobs),
         cmocka_unit_test(test_oai_response_logprobs_empty),

@@ -1,0 +1,161 @@
+// Prompt logprobs end to end: vLLM's prompt_logprobs and OpenAI's echo with
+// logprobs on /v1/completions, checked against log-softmax of the numpy
+// Llama reference's logits (tests/ref/llama_ref.py, written from the
+// published equations), in one chunk and in many (a small
+// --max-num-batched-tokens and a prompt longer than the engine's
+// prompt-logprob rows per step), and with the prefix cache warm.
+import { test, describe, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+import { startDaemon, post } from './daemon.mjs';
+
+const FIXTURES = process.env.INFERD_TEST_FIXTURES || 'build/fixtures';
+const PY = process.env.PYTHON || '/usr/bin/python3';
+const model = `${FIXTURES}/tiny`;
+const TOP = 3;
+
+// 70 prompt ids (BOS first): more than ENG_PROMPT_LOGPROB_ROWS (32), so even
+// the unchunked server splits the prompt.
+const ids = [1];
+for (let i = 0, x = 7; i < 69; i++) { x = (x * 1103515245 + 12345) % 2147483648; ids.push(3 + (x % 380)); }
+
+// The reference: per position p >= 1, log-softmax of the logits at p - 1,
+// the prompt token's logprob and rank and the top TOP ids.
+function reference() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'plp-'));
+  const npy = path.join(dir, 'logits.npy');
+  execFileSync(PY, ['tests/ref/llama_ref.py', '--model', model, '--tokens', ids.join(','),
+    '--logits', npy]);
+  const code = `
+import json, sys, numpy as np
+lg = np.load(sys.argv[1]).astype(np.float64)
+ids = [int(t) for t in sys.argv[2].split(',')]
+out = []
+for p in range(1, len(ids)):
+    row = lg[p - 1]
+    ls = row - (row.max() + np.log(np.exp(row - row.max()).sum()))
+    t = ids[p]
+    top = [int(i) for i in np.argsort(-ls, kind='stable')[:${TOP}]]
+    out.append({'id': t, 'lp': float(ls[t]), 'rank': int((row > row[t]).sum()) + 1,
+                'top': [[i, float(ls[i])] for i in top]})
+print(json.dumps(out))`;
+  const r = JSON.parse(execFileSync(PY, ['-c', code, npy, ids.join(',')], { encoding: 'utf8' }));
+  fs.rmSync(dir, { recursive: true, force: true });
+  return r;
+}
+
+const TOL = 1e-3; // float32 forward vs float64 reference, through log-softmax
+
+function checkPlp(plp, ref) {
+  assert.equal(plp.length, ids.length);
+  assert.equal(plp[0], null);
+  for (let p = 1; p < ids.length; p++) {
+    const got = plp[p], want = ref[p - 1];
+    const mine = got[String(want.id)];
+    assert.ok(mine, `position ${p}: the prompt token ${want.id} is missing`);
+    assert.ok(Math.abs(mine.logprob - want.lp) < TOL,
+      `position ${p}: logprob ${mine.logprob} vs reference ${want.lp}`);
+    assert.equal(mine.rank, want.rank, `position ${p}: rank`);
+    assert.equal(typeof mine.decoded_token, 'string');
+    for (let j = 0; j < TOP; j++) { // the top ids, unless a near-tie reorders them
+      const [tid, tlp] = want.top[j];
+      const e = got[String(tid)];
+      if (j + 1 < TOP && Math.abs(want.top[j + 1][1] - tlp) < TOL) continue;
+      assert.ok(e, `position ${p}: top ${j + 1} id ${tid} missing`);
+      assert.ok(Math.abs(e.logprob - tlp) < TOL);
+      if (tid !== want.id) assert.equal(e.rank, j + 1);
+    }
+    assert.ok(Object.keys(got).length <= TOP + 1);
+  }
+}
+
+const body = { model, prompt: ids, max_tokens: 2, temperature: 0 };
+
+describe('prompt logprobs', () => {
+  let ref, big, small;
+  before(async () => {
+    ref = reference();
+    big = await startDaemon(model);
+    small = await startDaemon(model, ['--max-num-batched-tokens', '5']);
+  });
+  after(async () => { await big.stop(); await small.stop(); });
+
+  test('prompt_logprobs match the numpy reference, chunked and not', async () => {
+    const res = [];
+    for (const d of [big, small]) {
+      const r = await post(d.base, '/v1/completions', { ...body, prompt_logprobs: TOP });
+      assert.equal(r.status, 200, JSON.stringify(r.json));
+      checkPlp(r.json.choices[0].prompt_logprobs, ref);
+      res.push(r.json.choices[0]);
+    }
+    // chunking changes the batches, not the numbers
+    assert.deepEqual(res[0].prompt_logprobs, res[1].prompt_logprobs);
+    assert.equal(res[0].text, res[1].text);
+  });
+
+  test('a warm prefix cache does not skip prompt rows', async () => {
+    const plain = await post(big.base, '/v1/completions', body); // fills the cache
+    assert.equal(plain.status, 200);
+    assert.equal(plain.json.choices[0].prompt_logprobs, undefined);
+    const r = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: 0 });
+    assert.equal(r.status, 200);
+    const plp = r.json.choices[0].prompt_logprobs;
+    assert.equal(plp.length, ids.length);
+    for (let p = 1; p < ids.length; p++) {
+      const keys = Object.keys(plp[p]);
+      assert.deepEqual(keys, [String(ids[p])]);
+      assert.ok(Math.abs(plp[p][keys[0]].logprob - ref[p - 1].lp) < TOL);
+    }
+  });
+
+  test('echo with logprobs through the openai SDK', async () => {
+    const client = new OpenAI({ baseURL: `${big.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const r = await client.completions.create({ ...body, echo: true, logprobs: 2 });
+    const lp = r.choices[0].logprobs;
+    const n = ids.length + 2;
+    assert.equal(lp.tokens.length, n);
+    assert.equal(lp.token_logprobs.length, n);
+    assert.equal(lp.top_logprobs.length, n);
+    assert.equal(lp.text_offset.length, n);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let p = 1; p < ids.length; p++) {
+      assert.ok(Math.abs(lp.token_logprobs[p] - ref[p - 1].lp) < TOL, `position ${p}`);
+      assert.ok(Object.keys(lp.top_logprobs[p]).length >= 1);
+    }
+    for (let i = ids.length; i < n; i++) assert.ok(lp.token_logprobs[i] <= 0);
+    for (let i = 1; i < n; i++) assert.ok(lp.text_offset[i] >= lp.text_offset[i - 1]);
+    // the output tokens' records are what logprobs without echo gives
+    const plain = await client.completions.create({ ...body, logprobs: 2 });
+    assert.deepEqual(lp.token_logprobs.slice(ids.length), plain.choices[0].logprobs.token_logprobs);
+    assert.ok(r.choices[0].text.endsWith(plain.choices[0].text));
+  });
+
+  test('streaming with prompt logprobs is a 400, as vLLM', async () => {
+    for (const extra of [{ prompt_logprobs: 1 }, { echo: true, logprobs: 1 }]) {
+      const r = await post(big.base, '/v1/completions', { ...body, ...extra, stream: true });
+      assert.equal(r.status, 400);
+      assert.equal(r.json.error.type, 'invalid_request_error');
+    }
+    const bad = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: 21 });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, 'prompt_logprobs');
+  });
+
+  test('chat has prompt_logprobs at the top level', async () => {
+    const r = await post(big.base, '/v1/chat/completions', {
+      model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1, prompt_logprobs: 1 });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const plp = r.json.prompt_logprobs;
+    assert.ok(Array.isArray(plp) && plp.length === r.json.usage.prompt_tokens);
+    assert.equal(plp[0], null);
+    for (const e of plp.slice(1)) {
+      const v = Object.values(e);
+      assert.ok(v.length >= 1 && v.length <= 2 && v.every((x) => x.logprob <= 0 && x.rank >= 1));
+    }
+  });
+});
