@@ -526,7 +526,8 @@ static void usage(FILE *f, const arg_spec *specs, int n)
 {
     fprintf(f, "usage: inferd [serve] (DIR | --model DIR) [options]\n\n"
                "An OpenAI-compatible server: /v1/completions, /v1/chat/completions,\n"
-               "/v1/models, /tokenize, /detokenize, /health, /metrics, /version.\n"
+               "/v1/responses, /v1/models, /tokenize, /detokenize, /health, /metrics,\n"
+               "/version. `inferd run-batch --help`: OpenAI batch files offline.\n"
                "Every option can also be set as INFERD_<NAME> (e.g. INFERD_API_KEY);\n"
                "underscore spellings (--max_model_len) work too, and so do vLLM's\n"
                "short aliases (-tp, -pp, -dp, -q) and the vLLM flags that change\n"

@@ -263,7 +263,9 @@ static int prepare_prompts(api *a, const oai_request *r, gcall_prompt **out, int
 
 /* ---- generation ----------------------------------------------------------------- */
 
-static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, size_t len)
+/* responses: a /v1/responses body (a chat request, answered in its shapes). */
+static void do_generate(api *a, srv_conn *c, oai_kind kind, int responses, const char *body,
+                        size_t len)
 {
     oai_request *r = calloc(1, sizeof *r);
     oai_error err = {0};
@@ -271,7 +273,8 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
         fail(c, 500, "internal_error", "", "out of memory");
         return;
     }
-    if (oai_parse(kind, body, len, &a->cfg.limits, r, &err) != 0) {
+    if ((responses ? oai_parse_responses(body, len, &a->cfg.limits, r, &err)
+                   : oai_parse(kind, body, len, &a->cfg.limits, r, &err)) != 0) {
         free(r);
         gcall_reply_error(c, &err, NULL);
         return;
@@ -307,14 +310,14 @@ static void do_generate(api *a, srv_conn *c, oai_kind kind, const char *body, si
     gcall_env env = {.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
                      .model_id = a->cfg.model_id, .max_model_len = a->cfg.max_model_len,
                      .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id,
-                     .tool_parser = a->cfg.tool_parser, .reasoning_parser = a->cfg.reasoning_parser};
+                     .tool_parser = a->cfg.tool_parser, .reasoning_parser = a->cfg.reasoning_parser, .responses = responses};
     gcall_start(&env, c, r, prompts, n_prompts); /* takes r and prompts */
 }
 
 /* ---- routing ----------------------------------------------------------------------- */
 
 enum { R_NONE, R_HEALTH, R_VERSION, R_METRICS, R_MODELS, R_COMPLETIONS, R_CHAT, R_TOKENIZE,
-       R_DETOKENIZE };
+       R_DETOKENIZE, R_RESPONSES };
 
 static const struct route {
     const char *path;
@@ -329,6 +332,7 @@ static const struct route {
     {"/v1/models", "GET", R_MODELS, 1, 0},
     {"/v1/completions", "POST", R_COMPLETIONS, 1, 1},
     {"/v1/chat/completions", "POST", R_CHAT, 1, 1},
+    {"/v1/responses", "POST", R_RESPONSES, 1, 1},
     {"/tokenize", "POST", R_TOKENIZE, 1, 1},
     {"/detokenize", "POST", R_DETOKENIZE, 1, 1},
 };
@@ -400,10 +404,13 @@ void api_handle(void *app, srv_conn *c, const char *method, const char *path, co
         do_models(a, c);
         break;
     case R_COMPLETIONS:
-        do_generate(a, c, OAI_COMPLETION, body, len);
+        do_generate(a, c, OAI_COMPLETION, 0, body, len);
         break;
     case R_CHAT:
-        do_generate(a, c, OAI_CHAT, body, len);
+        do_generate(a, c, OAI_CHAT, 0, body, len);
+        break;
+    case R_RESPONSES:
+        do_generate(a, c, OAI_CHAT, 1, body, len);
         break;
     case R_TOKENIZE:
         do_tokenize(a, c, body, len);

@@ -38,6 +38,9 @@ typedef struct gcall {
     inf_buf out;
     size_t off;
     int done_queued;
+    /* /v1/responses: its events' sequence number and the text so far */
+    int resp, seq;
+    inf_buf all;
 } gcall;
 
 static const srv_call_ops stream_ops, wait_ops;
@@ -59,6 +62,7 @@ static void gcall_free(gcall *g)
         oai_request_free(g->req);
     free(g->req);
     free(g->out.p);
+    free(g->all.p);
     if (g->conn)
         srv_conn_unref(g->conn);
     free(g);
@@ -271,7 +275,8 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     oai_usage u;
     usage_of(g, &u);
     srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
-    *body = oai_response_json(&g->meta, cs, g->n_ch, &u);
+    *body = g->resp ? oai_resp_json(&g->meta, cs[0].text, cs[0].text_len, cs[0].finish_reason, &u)
+                    : oai_response_json(&g->meta, cs, g->n_ch, &u);
     *len = *body ? strlen(*body) : 0;
     *status = *body ? 200 : 500;
     for (int i = 0; i < g->n_ch; i++)
@@ -287,6 +292,18 @@ static void queue_sse(gcall *g, char *s)
     if (s)
         inf_buf_put(&g->out, s, strlen(s));
     free(s);
+}
+
+/* A delta as a chunk, or a /v1/responses text delta event. */
+static void queue_chunk(gcall *g, const oai_choice *oc)
+{
+    if (!g->resp) {
+        queue_sse(g, oai_chunk_sse(&g->meta, oc, 0, NULL));
+        return;
+    }
+    inf_buf_put(&g->all, oc->text, oc->text_len);
+    if (oc->text_len)
+        queue_sse(g, oai_resp_delta_sse(&g->meta, &g->seq, oc->text, oc->text_len));
 }
 
 /* New output of one choice as chunks. */
@@ -307,7 +324,7 @@ static void stream_choice(gcall *g, choice *c)
             oai_top *tops;
             oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
             oc.lps = lps;
-            queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL));
+            queue_chunk(g, &oc);
             c->text_sent += o->len;
             free(lps);
             free(tops);
@@ -329,7 +346,7 @@ static void stream_choice(gcall *g, choice *c)
     oai_top *tops;
     oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
     oc.lps = lps;
-    queue_sse(g, oai_chunk_sse(&g->meta, &oc, 0, NULL)); /* the role went first */
+    queue_chunk(g, &oc); /* the role went first */
     c->text_sent += o->len;
     free(lps);
     free(tops);
@@ -350,10 +367,15 @@ static long stream_read(void *call, char *buf, size_t max)
             oai_usage u;
             usage_of(g, &u);
             srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
-            if (g->req->include_usage)
-                queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
-            const char *done = oai_sse_done();
-            inf_buf_put(&g->out, done, strlen(done));
+            if (g->resp) { /* OpenAI's events end with response.completed, no [DONE] */
+                queue_sse(g, oai_resp_end_sse(&g->meta, &g->seq, g->all.p ? g->all.p : "",
+                                              g->all.len, finish_name(g->ch[0].out.finish), &u));
+            } else {
+                if (g->req->include_usage)
+                    queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
+                const char *done = oai_sse_done();
+                inf_buf_put(&g->out, done, strlen(done));
+            }
             g->done_queued = 1;
         }
     }
@@ -494,7 +516,9 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     g->n_prompts = n_prompts;
     srv_conn_ref(c);
     g->conn = c;
-    snprintf(g->id, sizeof g->id, "%s-%016llx", r->kind == OAI_CHAT ? "chatcmpl" : "cmpl",
+    g->resp = env->responses;
+    snprintf(g->id, sizeof g->id, "%s%016llx",
+             g->resp ? "resp_" : r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)env->id_seq * 0x9e3779b97f4a7c15ull);
     g->meta.kind = r->kind;
     g->meta.id = g->id;
@@ -562,7 +586,9 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         return;
     }
     if (r->stream) {
-        if (r->kind == OAI_CHAT) /* the role first, before any token */
+        if (g->resp)
+            queue_sse(g, oai_resp_start_sse(&g->meta, &g->seq));
+        else if (r->kind == OAI_CHAT) /* the role first, before any token */
             for (int i = 0; i < g->n_ch; i++) {
                 oai_choice oc = {.index = i, .text = "", .stop_reason_id = -1};
                 queue_sse(g, oai_chunk_sse(&g->meta, &oc, 1, NULL));

@@ -20,6 +20,7 @@ typedef struct gcall_env {
     uint64_t id_seq;         /* makes the response id                     */
     int tool_parser;         /* --tool-call-parser: a tcall_kind, or -1   */
     int reasoning_parser;    /* --reasoning-parser: an rsn_kind, or -1    */
+    int responses;           /* encode as /v1/responses (a chat request, n 1) */
 } gcall_env;
 
 /* One prompt, tokenized. echo: completions' echo text (malloc'd) or NULL. */

@@ -276,4 +276,31 @@ char *oai_tokenize_json(const int32_t *ids, int n, int max_model_len);
 /* {"prompt": text} (malloc'd); text may hold any bytes, as above. */
 char *oai_detokenize_json(const char *text, size_t len);
 
+/* ---- POST /v1/responses (OpenAI's Responses API, stateless) ---------------- */
+
+/* A Responses body as the equivalent chat request: instructions as a system
+ * message, input (a string, or a list of {"role", "content"} messages whose
+ * content is a string or input_text/output_text parts), max_output_tokens as
+ * max_tokens, text.format as response_format; temperature, top_p, stream,
+ * model, seed, stop as chat's. store true, previous_response_id and
+ * non-empty tools are a 400. Returns 0 or the status with err filled. */
+int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai_request *out,
+                        oai_error *err);
+
+/* The Response object (object "response", one output message) for the
+ * whole text; finish "length" makes it "incomplete" (max_output_tokens).
+ * m->id is the response id. malloc'd. */
+char *oai_resp_json(const oai_meta *m, const char *text, size_t len, const char *finish,
+                    const oai_usage *u);
+
+/* Stream events ("event: T\ndata: {...}\n\n", malloc'd); *seq is the
+ * sequence_number, advanced. Start: response.created, response.in_progress,
+ * output_item.added, content_part.added. Delta: response.output_text.delta.
+ * End (the whole text): output_text.done, content_part.done,
+ * output_item.done, then response.completed (or response.incomplete). */
+char *oai_resp_start_sse(const oai_meta *m, int *seq);
+char *oai_resp_delta_sse(const oai_meta *m, int *seq, const char *delta, size_t len);
+char *oai_resp_end_sse(const oai_meta *m, int *seq, const char *text, size_t len,
+                       const char *finish, const oai_usage *u);
+
 #endif

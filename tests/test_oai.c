@@ -208,6 +208,38 @@ static void test_oai_parse_chat_defaults(void **state)
     oai_request_free(&r);
 }
 
+/* A Responses body maps onto chat: instructions first as system, input
+ * parts joined, max_output_tokens as max_tokens; stored responses are a 400. */
+static void test_oai_parse_responses_mapping(void **state)
+{
+    (void)state;
+    oai_limits lim = oai_limits_default();
+    oai_request r;
+    oai_error e;
+    const char *b = "{\"instructions\":\"Be brief.\",\"max_output_tokens\":7,\"temperature\":0.5,"
+                    "\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+                    "\"text\":\"a\"},{\"type\":\"input_text\",\"text\":\"b\"}]},"
+                    "{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"c\"}]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_int_equal(r.kind, OAI_CHAT);
+    assert_int_equal(r.n_messages, 3);
+    assert_string_equal(r.messages[0].role, "system");
+    assert_string_equal(r.messages[0].content, "Be brief.");
+    assert_string_equal(r.messages[1].content, "a\nb");
+    assert_string_equal(r.messages[2].role, "assistant");
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.temperature == 0.5f);
+    assert_int_equal(r.n, 1);
+    oai_request_free(&r);
+    b = "{\"input\":\"x\",\"store\":true}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    assert_string_equal(e.param, "store");
+    b = "{\"input\":[{\"type\":\"function_call_output\",\"output\":\"x\"}]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    b = "{\"input\":\"x\",\"max_output_tokens\":0}"; /* chat's own range check */
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+}
+
 /* Every completions field is read into its member. */
 static void test_oai_parse_completion_all_fields(void **state)
 {
@@ -1721,6 +1753,7 @@ int main(void)
         cmocka_unit_test(test_oai_roundtrip_parse_encode),
         cmocka_unit_test(test_oai_alloc_failures_unwind),
         cmocka_unit_test(test_oai_parse_fuzz_mutations),
+        cmocka_unit_test(test_oai_parse_responses_mapping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
