@@ -342,7 +342,8 @@ static int enc_word(hf_enc *e, const char *w, size_t n)
     inf_buf_put(&e->keys, w, n);
     if (e->keys.oom)
         return INF_ERR_NOMEM;
-    memcpy(e->pool + e->n_pool, e->ids + before, k * sizeof *e->pool);
+    if (k) /* a word may encode to nothing; pool is NULL until it holds ids */
+        memcpy(e->pool + e->n_pool, e->ids + before, k * sizeof *e->pool);
     e->cache[i] = (hf_cache_ent){h, (uint32_t)key, (uint32_t)n, (uint32_t)e->n_pool, (uint32_t)k};
     e->n_pool += k;
     e->n_cache++;
