@@ -235,3 +235,23 @@ void inf_buf_printf(inf_buf *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t)n;
 }
+
+size_t inf_utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
+{
+    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
+               : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || len > n) {
+        *cp = 0xFFFFFFFFu;
+        return 1;
+    }
+    unsigned v = len == 1 ? s[0] : s[0] & (0x7F >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xC0) != 0x80) {
+            *cp = 0xFFFFFFFFu;
+            return 1;
+        }
+        v = v << 6 | (s[k] & 0x3F);
+    }
+    *cp = v;
+    return len;
+}

@@ -59,6 +59,11 @@ typedef struct inf_buf {
 void inf_buf_put(inf_buf *b, const char *s, size_t n);
 void inf_buf_printf(inf_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Decodes the UTF-8 character at s[0:n] (n >= 1): its byte length, and its
+ * code point in *cp; a byte that starts no valid character is length 1 with
+ * *cp = 0xFFFFFFFF (so callers step over it and it matches no class). */
+size_t inf_utf8_decode(const unsigned char *s, size_t n, unsigned *cp);
+
 /* dir + "/" + name, without doubling a trailing slash; NULL when out of
  * memory. The caller frees it. */
 char *inf_path_join(const char *dir, const char *name);

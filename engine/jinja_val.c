@@ -292,22 +292,7 @@ const char *jv_type_name(jv v)
 
 size_t ju_decode(const unsigned char *s, size_t n, unsigned *cp)
 {
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-               : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || len > n) {
-        *cp = 0xFFFFFFFFu;
-        return 1;
-    }
-    unsigned v = len == 1 ? s[0] : s[0] & (0x7F >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) {
-            *cp = 0xFFFFFFFFu;
-            return 1;
-        }
-        v = v << 6 | (s[k] & 0x3F);
-    }
-    *cp = v;
-    return len;
+    return inf_utf8_decode(s, n, cp);
 }
 
 int ju_is_space(unsigned cp)

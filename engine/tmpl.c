@@ -148,28 +148,6 @@ static int tmpl__is_space(unsigned cp)
            cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-/* Decodes the UTF-8 character at s[0:n]: its code point in *cp and its byte
- * length; an invalid byte decodes as itself, length 1, never a space. */
-static size_t tmpl__decode(const unsigned char *s, size_t n, unsigned *cp)
-{
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-               : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || len > n) {
-        *cp = 0xFFFFFFFFu;
-        return 1;
-    }
-    unsigned v = len == 1 ? s[0] : s[0] & (0x7F >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) {
-            *cp = 0xFFFFFFFFu;
-            return 1;
-        }
-        v = v << 6 | (s[k] & 0x3F);
-    }
-    *cp = v;
-    return len;
-}
-
 /* str.strip() on the text appended since mark (all of it in the last
  * segment): drops leading and trailing whitespace characters. */
 static void tmpl__strip_since(tmpl_out *o, size_t mark)
@@ -180,7 +158,7 @@ static void tmpl__strip_since(tmpl_out *o, size_t mark)
     size_t b = mark, e = o->len;
     while (b < e) {
         unsigned cp;
-        size_t l = tmpl__decode(s + b, e - b, &cp);
+        size_t l = inf_utf8_decode(s + b, e - b, &cp);
         if (!tmpl__is_space(cp))
             break;
         b += l;
@@ -190,7 +168,7 @@ static void tmpl__strip_since(tmpl_out *o, size_t mark)
         while (st > b && (s[st] & 0xC0) == 0x80 && e - st < 4)
             st--;
         unsigned cp;
-        if (tmpl__decode(s + st, e - st, &cp) != e - st || !tmpl__is_space(cp))
+        if (inf_utf8_decode(s + st, e - st, &cp) != e - st || !tmpl__is_space(cp))
             break;
         e = st;
     }
