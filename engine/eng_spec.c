@@ -118,6 +118,10 @@ void eng__propose(eng *e)
         /* a seeded sampled request keeps its sample path whatever the load */
         if (r->p.sampling.temperature > 0 && r->p.has_seed)
             continue;
+        /* a prompt whose chunk ended just before its last token has no
+         * hidden state yet: a proposer that reads one waits a step */
+        if (sp->ops->wants_hidden && !r->has_hidden)
+            continue;
         if (r->spec_pause > 0) {
             r->spec_pause--;
             continue;

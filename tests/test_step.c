@@ -543,6 +543,29 @@ static void test_step_drafts_accepted_and_rejected(void **state)
     assert_no_blocks_held(x);
 }
 
+/* A prompt of 17 tokens in steps of 16: the first chunk ends just before
+ * the last prompt token, which is the point where an n-gram proposer may
+ * already draft; a proposer that reads hidden states must not be asked yet
+ * (there is no row to read), and the output still equals the reference. */
+static void test_step_hidden_proposer_waits_for_its_row(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    start_with(x, 16, 4, 0, 1);
+    int32_t prompt[17], want[12], got[MAXLEN];
+    make_prompt(x, 23, 17, prompt);
+    int n_want = reference(&x->be->fm, prompt, 17, 12, want);
+    eng_params p = greedy(12);
+    eng_req *r = submit(x, prompt, 17, &p);
+    wait_done(x, r);
+    wait_idle(x);
+    assert_tokens(want, n_want, got, out_tokens(r, got));
+    eng_req_unref(r);
+    assert_true(x->spec.hidden_ok > 0);
+    assert_int_equal(x->spec.hidden_bad, 0);
+    assert_no_blocks_held(x);
+}
+
 /* EOS ends a request with STOP and no text for it; with drafting on, an EOS
  * inside an accepted run ends it there (nothing after it is emitted). */
 static void test_step_eos_stops(void **state)
@@ -716,6 +739,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_step_chunked_prefill_matches_reference, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_step_drafts_accepted_and_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_hidden_proposer_waits_for_its_row, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_step_eos_stops, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_stop_string, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_cancel, setup, teardown),
