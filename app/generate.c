@@ -18,6 +18,7 @@
 typedef struct gen_opts {
     const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization, *tokenizer;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h) */
+    const char *tokenizer_revision;      /* a tokenizer by Hub id         */
     int quant; /* cpu_quant, parsed from quantization */
     int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
     int ignore_eos, output_ids, quiet, chunk;
@@ -112,21 +113,28 @@ static int run(const gen_opts *o, int *bad_file, inf_err *err)
     eng_req *r = NULL;
     eng_out out = {0};
     int32_t *prompt = NULL;
-    char *model_dir = NULL;
+    char *model_dir = NULL, *tok_dir_hub = NULL;
     int n_prompt = 0, rc, printed = 0;
     waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     double t0 = inf_now(), t1 = 0;
 
-    const char *dir = o->model;
-    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
-        hub_config hc;
-        hub_config_from_env(&hc);
-        hc.revision = o->revision ? o->revision : "main";
-        if (o->download_dir)
-            hc.cache = o->download_dir;
-        if ((rc = hub_resolve(&hc, o->model, &model_dir, err)))
-            goto done;
-        dir = model_dir;
+    /* ORG/NAME, for the model or the tokenizer: from the Hub cache, fetched
+     * if need be (app/hub.h); a directory that exists wins */
+    const char *dir, *tok_path = NULL;
+    hub_config hc;
+    hub_config_from_env(&hc);
+    hc.revision = o->revision ? o->revision : "main";
+    if (o->download_dir)
+        hc.cache = o->download_dir;
+    rc = hub_local_path(&hc, o->model, &dir, &model_dir, err);
+    if (!rc && o->tokenizer) {
+        hc.tokenizer_only = 1;
+        hc.revision = o->tokenizer_revision ? o->tokenizer_revision : "main";
+        rc = hub_local_path(&hc, o->tokenizer, &tok_path, &tok_dir_hub, err);
+    }
+    if (rc) {
+        *bad_file = 1; /* a usage problem: the id, the token, the network (exit 2) */
+        goto done;
     }
     if ((rc = model_load(dir, &m, err)))
         goto done;
@@ -134,7 +142,7 @@ static int run(const gen_opts *o, int *bad_file, inf_err *err)
     /* the engine detokenizes (stop checks, text out), so even ids in and out
      * need the tokenizer */
     const char *tok_dir;
-    if ((rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, err)))
+    if ((rc = gguf_model_tokenizer_dir(dir, tok_path, &tok_dir, err)))
         goto done;
     if ((rc = tok_create(tok_dir, &tk, err))) {
         *bad_file = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
@@ -245,6 +253,7 @@ done:
     eng_out_free(&out);
     free(prompt);
     free(model_dir);
+    free(tok_dir_hub);
     be_destroy(be);
     tok_destroy(tk);
     model_destroy(m);
@@ -260,9 +269,14 @@ int generate_main(int argc, char **argv)
     const arg_spec specs[] = {
         {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
                                             "Hub id ORG/NAME (required)"},
-        {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory (default: --model; "
+        {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory or Hub id ORG/NAME "
+                                                    "(default: --model; "
                                                     "required with a GGUF file)"},
         {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
+        {"tokenizer-revision", ARG_STR, &o.tokenizer_revision, "REV", "Hub branch, tag or "
+                                                                      "commit of a tokenizer "
+                                                                      "given by id (default "
+                                                                      "main)"},
         {"download-dir", ARG_STR, &o.download_dir, "DIR", "the Hub cache (default: "
                                                           "$HF_HUB_CACHE, $HF_HOME/hub or "
                                                           "~/.cache/huggingface/hub)"},

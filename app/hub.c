@@ -27,15 +27,39 @@ static int wanted(const char *f)
     return !strchr(f, '/') && n > 12 && !strcmp(f + n - 12, ".safetensors");
 }
 
+/* The files a tokenizer given by id (--tokenizer ORG/NAME) needs. */
+static int wanted_tokenizer(const char *f)
+{
+    static const char *names[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                  "special_tokens_map.json", "added_tokens.json",
+                                  "chat_template.jinja", "chat_template.json",
+                                  "generation_config.json"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(f, names[i]))
+            return 1;
+    return 0;
+}
+
 static const char *env(const char *name)
 {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
 }
 
+/* A positive number of seconds from the environment, else def. */
+static long env_seconds(const char *name, long def)
+{
+    const char *v = env(name);
+    char *end;
+    long n = v ? strtol(v, &end, 10) : 0;
+    return v && *end == '\0' && n > 0 ? n : def;
+}
+
 void hub_config_from_env(hub_config *c)
 {
     memset(c, 0, sizeof *c);
+    c->etag_timeout = env_seconds("HF_HUB_ETAG_TIMEOUT", 10);
+    c->download_timeout = env_seconds("HF_HUB_DOWNLOAD_TIMEOUT", 10);
     c->endpoint = env("HF_ENDPOINT") ? env("HF_ENDPOINT") : "https://huggingface.co";
     c->revision = "main";
     const char *home = env("HF_HOME");
@@ -119,10 +143,18 @@ static int exists(const char *path)
     return stat(path, &st) == 0; /* follows the snapshot's links to blobs */
 }
 
-/* A snapshot serving can use: config.json and every weight file. */
-static int snapshot_complete(const char *snap)
+/* A snapshot serving can use: config.json and every weight file; or, for a
+ * tokenizer alone, tokenizer.json or tokenizer.model. */
+static int snapshot_complete(const char *snap, int tokenizer_only)
 {
     char p[4352];
+    if (tokenizer_only) {
+        snprintf(p, sizeof p, "%s/tokenizer.json", snap);
+        if (exists(p))
+            return 1;
+        snprintf(p, sizeof p, "%s/tokenizer.model", snap);
+        return exists(p);
+    }
     snprintf(p, sizeof p, "%s/config.json", snap);
     if (!exists(p))
         return 0;
@@ -257,7 +289,13 @@ static CURLcode request(http *h, const char *url, int head, int follow, char *ce
     curl_easy_setopt(k, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(k, CURLOPT_XFERINFODATA, h);
     curl_easy_setopt(k, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(k, CURLOPT_CONNECTTIMEOUT, 30L);
+    /* metadata (a HEAD, the API's answer): connect and answer within the
+     * ETag timeout, so an unreachable Hub fails fast; a file's bytes: connect
+     * within the download timeout, then the stall limit below */
+    long t = h->out ? h->c->download_timeout : h->c->etag_timeout;
+    curl_easy_setopt(k, CURLOPT_CONNECTTIMEOUT, t);
+    if (!h->out)
+        curl_easy_setopt(k, CURLOPT_TIMEOUT, t);
     curl_easy_setopt(k, CURLOPT_LOW_SPEED_LIMIT, 1L); /* a stalled transfer fails */
     curl_easy_setopt(k, CURLOPT_LOW_SPEED_TIME, 60L);
     curl_easy_setopt(k, CURLOPT_ERRORBUFFER, cerr);
@@ -500,7 +538,7 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
     }
     if (*commit) {
         snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, commit);
-        if (snapshot_complete(snap))
+        if (snapshot_complete(snap, c->tokenizer_only))
             return (*dir = strdup(snap)) ? INF_OK : inf_fail(err, INF_ERR_NOMEM, "out of memory");
     }
     if (c->offline)
@@ -525,6 +563,15 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
         snprintf(why, sizeof why, "%s", err->msg);
         return inf_fail(err, status, "%s: revision %s: %s", repo, rev, why);
     }
+    if (c->tokenizer_only) { /* the tokenizer's files, not the weights */
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (wanted_tokenizer(files[i]))
+                files[k++] = files[i];
+            else
+                free(files[i]);
+        n = k;
+    }
     snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, commit);
     if (mkdirs(snap, 1))
         status = inf_fail(err, INF_ERR_IO, "%s: cannot make %s: %s", repo, snap, strerror(errno));
@@ -534,12 +581,29 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
             status = fetch_file(c, repo, commit, files[i], rdir, snap, err);
     }
     hub_files_free(files, n);
-    if (!status && !snapshot_complete(snap))
-        status = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: revision %s has no config.json and "
-                          "safetensors weights (%d files fetched)", repo, rev, n);
+    if (!status && !snapshot_complete(snap, c->tokenizer_only))
+        status = c->tokenizer_only
+                     ? inf_fail(err, INF_ERR_UNSUPPORTED, "%s: revision %s has no "
+                                "tokenizer.json or tokenizer.model (%d files fetched)", repo,
+                                rev, n)
+                     : inf_fail(err, INF_ERR_UNSUPPORTED, "%s: revision %s has no config.json "
+                                "and safetensors weights (%d files fetched)", repo, rev, n);
     if (!status && !is_commit(rev) && write_ref(rdir, rev, commit))
         status = inf_fail(err, INF_ERR_IO, "%s: cannot write %s/refs/%s", repo, rdir, rev);
     if (!status && !(*dir = strdup(snap)))
         status = inf_fail(err, INF_ERR_NOMEM, "out of memory");
     return status;
+}
+
+int hub_local_path(const hub_config *c, const char *name, const char **path, char **owned,
+                   inf_err *err)
+{
+    *owned = NULL;
+    *path = name;
+    if (!hub_is_repo_id(name))
+        return INF_OK;
+    int rc = hub_resolve(c, name, owned, err);
+    if (!rc)
+        *path = *owned;
+    return rc;
 }

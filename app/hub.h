@@ -25,13 +25,23 @@ typedef struct hub_config {
     const char *token;     /* $HF_TOKEN, else the token file; NULL: none    */
     const char *revision;  /* a branch, tag or commit; "main"               */
     int offline;           /* $HF_HUB_OFFLINE: the cache only               */
+    int tokenizer_only;    /* fetch and require only the tokenizer files
+                            * (--tokenizer ORG/NAME): tokenizer.json or
+                            * .model, tokenizer_config.json, special tokens,
+                            * chat template, generation config              */
+    long etag_timeout;     /* seconds to connect and answer a metadata
+                            * request ($HF_HUB_ETAG_TIMEOUT, 10): a Hub that
+                            * cannot be reached fails fast, never hangs     */
+    long download_timeout; /* seconds to connect for a file's bytes
+                            * ($HF_HUB_DOWNLOAD_TIMEOUT, 10); 0: libcurl's */
     hub_progress_fn progress; /* may be NULL                                */
     void *user;
     char buf[3][4096];     /* storage for the strings found in files       */
 } hub_config;
 
 /* The configuration the environment gives (HF_ENDPOINT, HF_HUB_CACHE,
- * HF_HOME, HF_TOKEN, HF_TOKEN_PATH or $HF_HOME/token, HF_HUB_OFFLINE). */
+ * HF_HOME, HF_TOKEN, HF_TOKEN_PATH or $HF_HOME/token, HF_HUB_OFFLINE,
+ * HF_HUB_ETAG_TIMEOUT, HF_HUB_DOWNLOAD_TIMEOUT: huggingface_hub's names). */
 void hub_config_from_env(hub_config *c);
 
 /* Whether s names a Hub repository rather than a local directory: it does
@@ -40,10 +50,19 @@ void hub_config_from_env(hub_config *c);
 int hub_is_repo_id(const char *s);
 
 /* The snapshot directory of repo_id at c->revision (malloc'd, *dir), from
- * the cache when it holds the model (no request), else downloaded. Errors
+ * the cache when it holds the model (no request), else downloaded; with
+ * c->tokenizer_only, a snapshot holding a tokenizer is enough and only the
+ * tokenizer's files are fetched. Errors
  * (INF_ERR_IO for the network, INF_ERR_INVALID for ids, INF_ERR_UNSUPPORTED
  * for gated repos) carry one line saying what to do. */
 int hub_resolve(const hub_config *c, const char *repo_id, char **dir, inf_err *err);
+
+/* The local path of what --model or --tokenizer names: name itself when it
+ * is not a Hub id (a directory or file that exists wins over an id), else
+ * the snapshot hub_resolve finds or fetches under c (*owned, malloc'd; the
+ * caller frees it; *path points to it). */
+int hub_local_path(const hub_config *c, const char *name, const char **path, char **owned,
+                   inf_err *err);
 
 /* ---- what the Hub sends (public for fuzz/fuzz_hub.c) ---------------------- */
 

@@ -40,6 +40,7 @@ typedef struct serve_opts {
     int quant;                /* cpu_quant, parsed from quantization       */
     const char *spec_config, *spec_model, *chat_template, *config;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
+    const char *tokenizer_revision;      /* a tokenizer by Hub id          */
     float gpu_mem;
     int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
     int prefill_decoding; /* -1: by device */
@@ -102,6 +103,8 @@ typedef struct app {
     pthread_cond_t wd_cv;
     int wd_stop, wd_running;
     char *model_dir;          /* the Hub snapshot of a model given by id   */
+    char *tok_dir;            /* and of a tokenizer given by id            */
+    const char *tok_path;     /* --tokenizer as a local path (or NULL)     */
     /* load progress */
     int tty;
     int last_pct, last_decile;
@@ -402,23 +405,30 @@ static void *load(void *arg)
     double t0 = inf_now();
     sdn_send(a->notify, "STATUS=loading %s", o->model);
     const char *dir = o->model, *tok_dir = NULL;
-    int rc = INF_OK;
-    if (hub_is_repo_id(o->model)) { /* ORG/NAME: from the Hub cache, fetched if need be */
-        hub_config hc;
-        hub_config_from_env(&hc);
-        hc.revision = o->revision ? o->revision : "main";
-        if (o->download_dir)
-            hc.cache = o->download_dir;
-        hc.progress = on_download;
-        hc.user = a;
-        if ((rc = hub_resolve(&hc, o->model, &a->model_dir, &a->err))) {
-            a->failed = 2; /* a usage problem: the id, the token, the network */
-            srv_post(a->srv, on_failed, a);
-            return NULL;
-        }
-        dir = a->model_dir;
-        log_msg(a->log, LOG_INFO, "loader", NULL, "%s: %s", o->model, dir);
+    /* ORG/NAME, for the model or the tokenizer: from the Hub cache, fetched
+     * if need be (app/hub.h); a directory that exists wins */
+    hub_config hc;
+    hub_config_from_env(&hc);
+    hc.revision = o->revision ? o->revision : "main";
+    if (o->download_dir)
+        hc.cache = o->download_dir;
+    hc.progress = on_download;
+    hc.user = a;
+    int rc = hub_local_path(&hc, o->model, &dir, &a->model_dir, &a->err);
+    if (!rc && o->tokenizer) {
+        hc.tokenizer_only = 1;
+        hc.revision = o->tokenizer_revision ? o->tokenizer_revision : "main";
+        rc = hub_local_path(&hc, o->tokenizer, &a->tok_path, &a->tok_dir, &a->err);
     }
+    if (rc) {
+        a->failed = 2; /* a usage problem: the id, the token, the network */
+        srv_post(a->srv, on_failed, a);
+        return NULL;
+    }
+    if (a->model_dir)
+        log_msg(a->log, LOG_INFO, "loader", NULL, "%s: %s", o->model, dir);
+    if (a->tok_dir)
+        log_msg(a->log, LOG_INFO, "loader", NULL, "tokenizer %s: %s", o->tokenizer, a->tok_dir);
     rc = model_load(dir, &a->m, &a->err);
     if (!rc) {
         a->last_pct = a->last_decile = -1;
@@ -426,7 +436,7 @@ static void *load(void *arg)
     }
     int bad_tok = 0; /* a malformed or unsupported tokenizer file: exit 2 */
     if (!rc)
-        rc = gguf_model_tokenizer_dir(dir, o->tokenizer, &tok_dir, &a->err);
+        rc = gguf_model_tokenizer_dir(dir, a->tok_path, &tok_dir, &a->err);
     if (!rc && (rc = tok_create(tok_dir, &a->tk, &a->err)))
         bad_tok = rc == INF_ERR_FORMAT || rc == INF_ERR_UNSUPPORTED;
     if (!rc) {
@@ -554,9 +564,12 @@ static int serve_run(int argc, char **argv, const vargs *v)
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
                                              "or a Hub id ORG/NAME (required; may come first, "
                                              "positionally)"},
-        {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
-                                                     "(default: --model; required with a GGUF "
-                                                     "file)"},
+        {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory, "
+                                                     "or a Hub id ORG/NAME whose tokenizer "
+                                                     "files alone are fetched (default: "
+                                                     "--model; required with a GGUF file)"},
+        {"tokenizer-revision", ARG_STR, &o->tokenizer_revision, "REV",
+         "Hub branch, tag or commit of a tokenizer given by id (default main)"},
         {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
                                                     "by id (default main)"},
         {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "
@@ -827,6 +840,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
     tok_destroy(a->tk);
     model_destroy(a->m);
     free(a->model_dir);
+    free(a->tok_dir);
     api_destroy(a->api);
     log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
     sdn_destroy(a->notify);
