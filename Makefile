@@ -4,8 +4,9 @@
 #   make [all]            build build/inferd and the test binaries
 #   make test [SAN=1]     unit, reference, end-to-end, service and packaging checks
 #   make test TSAN=1      the same built with ThreadSanitizer (build/tsan; tsan.supp)
-#   make run [MODEL=DIR] [PORT=8000] [BIND=127.0.0.1]
-#                         serve MODEL (default: ../shared/models/stories260K)
+#   make run [MODEL=DIR|ORG/NAME] [PORT=8000] [BIND=127.0.0.1] [ARGS="--flag ..."]
+#                         serve MODEL (default: Qwen/Qwen2.5-0.5B-Instruct from the Hub,
+#                         int8; offline, the embedded models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
@@ -337,29 +338,27 @@ unit: $(TEST_BIN) $(FIXTURE_MODELS)
 check: all $(FIXTURE_MODELS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run-checks.sh
 
-MODEL ?= $(shell [ -d ../shared/models/stories260K ] && echo ../shared/models/stories260K)
+# The model for run and generate: MODEL (a directory or a Hub id) when
+# given, else the default chat model from the Hub, else the embedded
+# models/stories260K when it cannot be downloaded (scripts/run-default).
+MODEL ?=
 PROMPT ?= Once upon a time
 BIND ?= 127.0.0.1
 PORT ?= 8000
-# The model for run and generate: MODEL, else a tiny random one (said so).
-RUN_MODEL = model="$(MODEL)"; if [ -z "$$model" ]; then \
-	  model=models/random-tiny; \
-	  echo "run: ../shared/models/stories260K is absent; using $$model, a tiny model with RANDOM weights made by scripts/make_model.py (its text is gibberish)" >&2; \
-	  [ -f $$model/config.json ] || $(PYTHON) scripts/make_model.py $$model --seed 1 >&2; fi
+ARGS ?=
 
 # The server in the foreground (Ctrl-C stops it).
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
-	@$(RUN_MODEL); \
-	echo "run: serving $$model on http://$(BIND):$(PORT); try:" >&2; \
+	@echo "run: serving on http://$(BIND):$(PORT) once loaded; try:" >&2; \
 	echo "  curl http://$(BIND):$(PORT)/v1/completions -H 'Content-Type: application/json' -d '{\"prompt\": \"$(PROMPT)\", \"max_tokens\": 40}'" >&2; \
-	exec $(BUILD)/inferd --model "$$model" --host $(BIND) --port $(PORT)
+	MODEL="$(MODEL)" exec scripts/run-default $(BUILD)/inferd serve --host $(BIND) --port $(PORT) $(ARGS)
 
 # The offline generator on the same model.
 generate: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
-	@$(RUN_MODEL); \
-	$(BUILD)/inferd generate --model "$$model" --prompt "$(PROMPT)" --max-tokens 200
+	@MODEL="$(MODEL)" scripts/run-default $(BUILD)/inferd generate --prompt "$(PROMPT)" \
+	  --max-tokens 200 $(ARGS)
 
 bench: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/bench_engine
