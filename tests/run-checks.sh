@@ -19,6 +19,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 tests/e2e/
 # Models by Hub id: the Hub client against a mock Hub on loopback.
 "$PYTHON" tests/hub/check_hub.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
+# make run's model: the default by Hub id through a mock Hub, else offline the
+# embedded models/stories260K and its known story.
+"$PYTHON" tests/run/check_run.py --build "$BUILD" --model "$BUILD/fixtures/fam-qwen2"
 # run-batch: OpenAI batch files through the same server, in order, per-line errors.
 "$PYTHON" tests/batch/check_batch.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
 # Running as a service: systemd notifications, the config file, the access log.

