@@ -31,7 +31,8 @@ typedef struct hub_config {
                             * chat template, generation config              */
     long etag_timeout;     /* seconds to connect and answer a metadata
                             * request ($HF_HUB_ETAG_TIMEOUT, 10): a Hub that
-                            * cannot be reached fails fast, never hangs     */
+                            * cannot be reached fails fast, never hangs;
+                            * 0: libcurl's defaults                         */
     long download_timeout; /* seconds to connect for a file's bytes
                             * ($HF_HUB_DOWNLOAD_TIMEOUT, 10); 0: libcurl's */
     hub_progress_fn progress; /* may be NULL                                */
