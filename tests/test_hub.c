@@ -91,7 +91,9 @@ static void put(const char *dir, const char *name, const char *text)
 }
 
 /* A snapshot in the cache is used without a request (the endpoint is a
- * closed port and HF_HUB_OFFLINE is off); without its weights it is not. */
+ * closed port and HF_HUB_OFFLINE is off); without its weights it is not,
+ * except for a tokenizer alone (tokenizer_only), which needs only its own
+ * files. */
 static void test_hub_cache_lookup(void **state)
 {
     tdir *d = *state;
@@ -123,6 +125,15 @@ static void test_hub_cache_lookup(void **state)
     /* no weights yet: offline, that is a clear error */
     assert_int_not_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
     assert_non_null(strstr(err.msg, "HF_HUB_OFFLINE"));
+    /* a tokenizer alone needs tokenizer.json or tokenizer.model, not weights */
+    c.tokenizer_only = 1;
+    assert_int_not_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
+    put(p, "tokenizer.json", "{}");
+    assert_int_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
+    assert_string_equal(dir, p);
+    free(dir);
+    c.tokenizer_only = 0;
+    assert_int_not_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
     put(p, "model.safetensors", "x");
     c.offline = 0;
     assert_int_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
@@ -131,6 +142,15 @@ static void test_hub_cache_lookup(void **state)
     /* a revision that is a commit needs no ref */
     c.revision = commit;
     assert_int_equal(hub_resolve(&c, "org/m", &dir, &err), INF_OK);
+    free(dir);
+    /* a directory that exists is itself; an id is its snapshot */
+    const char *path;
+    assert_int_equal(hub_local_path(&c, d->path, &path, &dir, &err), INF_OK);
+    assert_ptr_equal(path, d->path);
+    assert_null(dir);
+    assert_int_equal(hub_local_path(&c, "org/m", &path, &dir, &err), INF_OK);
+    assert_string_equal(path, p);
+    assert_ptr_equal(path, dir);
     free(dir);
     /* not in the cache, and the Hub unreachable */
     c.revision = "main";
