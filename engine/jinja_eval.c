@@ -591,8 +591,10 @@ int jinja_iterates_content(const jinja_tmpl *t)
     return t && t->iterates_content;
 }
 
-int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts, char **out,
-                 size_t *len, inf_err *err)
+/* Renders t with variables from a cJSON object or a jinja_vars (one of
+ * them, or neither). */
+static int render(const jinja_tmpl *t, const cJSON *json, const jinja_vars *vars,
+                  const jinja_opts *opts, char **out, size_t *len, inf_err *err)
 {
     if (!t || !out)
         return inf_fail(err, INF_ERR_INVALID, "jinja_render: NULL argument");
@@ -604,12 +606,15 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts,
     jscope *g = scope_new(&c, NULL), *vs = g ? scope_new(&c, g) : NULL;
     int rc = !vs || jx_add_globals(&c, g) || jb_put(&c, &b, "", 0) ? EX_ERR : EX_OK;
     c.globals = vs;
-    for (const cJSON *it = vars && cJSON_IsObject(vars) ? vars->child : NULL; it && rc == EX_OK;
+    for (const cJSON *it = json && cJSON_IsObject(json) ? json->child : NULL; it && rc == EX_OK;
          it = it->next) {
         jv v;
         if (jv_from_json(&c, it, &v) || scope_set(&c, vs, it->string, v))
             rc = EX_ERR;
     }
+    for (int i = 0; vars && i < vars->s.n && rc == EX_OK; i++)
+        if (scope_set(&c, vs, vars->s.names[i], vars->s.vals[i]))
+            rc = EX_ERR;
     if (rc == EX_OK)
         rc = ex_body(&c, t->root->list, t->root->n, vs);
     if (rc == EX_ERR || c.failed) {
@@ -624,6 +629,18 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts,
     if (len)
         *len = b.len;
     return INF_OK;
+}
+
+int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts, char **out,
+                 size_t *len, inf_err *err)
+{
+    return render(t, vars, NULL, opts, out, len, err);
+}
+
+int jinja_render_vars(const jinja_tmpl *t, const jinja_vars *vars, const jinja_opts *opts,
+                      char **out, size_t *len, inf_err *err)
+{
+    return render(t, NULL, vars, opts, out, len, err);
 }
 
 int jx_scope_set(jctx *c, jscope *s, const char *name, jv v)

@@ -8,7 +8,9 @@
  * jinja_ops.c    operators
  * jinja_lib.c    filters
  * jinja_test.c   tests and globals
- * jinja_str.c    methods of str, dict, list (what the sandbox allows) */
+ * jinja_str.c    methods of str, dict, list (what the sandbox allows)
+ * jinja_json.c   JSON text -> values (Python's json.loads)
+ * jinja_vars.c   jinja_vars: a render's variables, vLLM's messages */
 #ifndef INFERD_JINJA_INT_H
 #define INFERD_JINJA_INT_H
 
@@ -260,6 +262,17 @@ int jx_eval_expr(jctx *c, const jnode *n, jv *out);
  * undefined is empty; anything else is an error. */
 int jx_iter(jctx *c, jv v, jlist **out);
 int jx_scope_set(jctx *c, jscope *s, const char *name, jv v);
+
+/* Reads JSON text s[0:n] into *out as json.loads would (jinja_json.c). */
+int jx_json_read(jctx *c, const char *s, size_t n, jv *out);
+
+/* A render's variables, built before it in their own arena (the render
+ * reads them, never changes them). */
+struct jinja_vars {
+    jinja_opts o;
+    jctx c;
+    jscope s;
+};
 
 /* The library: lookup of a filter / test by name (NULL if unknown), a
  * method of a str/dict/list (0 with out undefined if none), globals. */

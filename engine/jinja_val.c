@@ -80,7 +80,7 @@ int jv_str(jctx *c, const char *s, size_t n, jv *out)
     jstr *p = ctx_alloc(c, sizeof *p + n + 1);
     if (!p)
         return -1;
-    if (n)
+    if (n && s) /* s NULL: room for the caller to fill */
         memcpy(p->b, s, n);
     p->len = n;
     *out = (jv){.t = JV_STR, .u.s = p};
