@@ -274,6 +274,7 @@ F_fuzz_resp  := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
+F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o

@@ -107,22 +107,45 @@ static int bind(jctx *c, jscope *s, const char *const *names, int nn, jv v)
 static int ex_body(jctx *c, jnode **list, int n, jscope *s);
 static int ev(jctx *c, const jnode *n, jscope *s, jv *out);
 
+/* A call's arguments: positional, then *xs's items; keywords, then
+ * **kw's items; room for extra_kw more keywords. */
 static int ev_args(jctx *c, const jnode *n, jscope *s, int extra_kw, jargs *a)
 {
+    jv star = jv_undef(), dstar = jv_undef();
+    jlist *items = NULL;
     memset(a, 0, sizeof *a);
-    a->n = n->n;
-    a->nk = n->nn;
+    if (n->b && (ev(c, n->b, s, &star) || jx_iter(c, star, &items)))
+        return -1;
+    if (n->c && ev(c, n->c, s, &dstar))
+        return -1;
+    if (n->c && dstar.t != JV_DICT)
+        return jx_fail(c, "argument after ** must be a mapping, not %s", jv_type_name(dstar));
+    int n_star = items ? items->n : 0, n_dstar = n->c ? dstar.u.d->n : 0;
+    a->n = n->n + n_star;
+    a->nk = n->nn + n_dstar;
     if ((a->n && !(a->v = jx_alloc(&c->arena, (size_t)a->n * sizeof *a->v))) ||
         !(a->kname = jx_alloc(&c->arena, (size_t)(a->nk + extra_kw) * sizeof *a->kname + 1)) ||
         !(a->kv = jx_alloc(&c->arena, (size_t)(a->nk + extra_kw) * sizeof *a->kv + 1)))
         return jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
-    for (int i = 0; i < a->n; i++)
+    for (int i = 0; i < n->n; i++)
         if (ev(c, n->list[i], s, &a->v[i]))
             return -1;
-    for (int i = 0; i < a->nk; i++) {
+    for (int i = 0; i < n_star; i++)
+        a->v[n->n + i] = items->v[i];
+    for (int i = 0; i < n->nn; i++) {
         a->kname[i] = n->names[i];
         if (ev(c, n->list2[i], s, &a->kv[i]))
             return -1;
+    }
+    for (int i = 0; i < n_dstar; i++) {
+        jv k = dstar.u.d->k[i];
+        if (k.t != JV_STR)
+            return jx_fail(c, "keywords must be strings");
+        for (int j = 0; j < n->nn + i; j++)
+            if (!strcmp(a->kname[j], k.u.s->b))
+                return jx_fail(c, "got multiple values for keyword argument '%s'", k.u.s->b);
+        a->kname[n->nn + i] = k.u.s->b;
+        a->kv[n->nn + i] = dstar.u.d->v[i];
     }
     return 0;
 }
@@ -160,7 +183,7 @@ static int apply_chain(jctx *c, const jnode *f, jscope *s, jv v, jv *out)
 static int call_macro(jctx *c, jfunc *fn, const jargs *a, jv *out)
 {
     const jnode *m = fn->node;
-    if (a->n > m->nn)
+    if (a->n > m->nn && !(m->op & JM_VARARGS))
         return jx_fail(c, "macro '%s' takes not more than %d argument(s)",
                        fn->name ? fn->name : "caller", m->nn);
     if (++c->depth > c->o->max_depth)
@@ -190,10 +213,29 @@ static int call_macro(jctx *c, jfunc *fn, const jargs *a, jv *out)
         if (scope_set(c, s, m->names[i], v))
             return -1;
     }
+    jv varargs, kwargs;
+    if (m->op & JM_VARARGS) { /* the positional arguments past the parameters, a tuple */
+        int extra = a->n > m->nn ? a->n - m->nn : 0;
+        if (jv_list_new(c, extra, &varargs))
+            return -1;
+        varargs.tuple = 1;
+        for (int i = 0; i < extra; i++)
+            varargs.u.l->v[varargs.u.l->n++] = a->v[m->nn + i];
+        if (scope_set(c, s, "varargs", varargs))
+            return -1;
+    }
+    if ((m->op & JM_KWARGS) && (jv_dict_new(c, &kwargs) || scope_set(c, s, "kwargs", kwargs)))
+        return -1;
     for (int k = 0; k < a->nk; k++) {
         int known = !strcmp(a->kname[k], "caller");
         for (int i = 0; i < m->nn && !known; i++)
             known = !strcmp(a->kname[k], m->names[i]);
+        if (!known && (m->op & JM_KWARGS)) {
+            jv key;
+            if (jv_cstr(c, a->kname[k], &key) || jv_dict_add(c, kwargs, key, a->kv[k]))
+                return -1;
+            continue;
+        }
         if (!known)
             return jx_fail(c, "macro '%s' takes no keyword argument '%s'", fn->name, a->kname[k]);
         if (!strcmp(a->kname[k], "caller") && scope_set(c, s, "caller", a->kv[k]))

@@ -189,6 +189,9 @@ typedef enum jnode_kind {
 enum { JO_ADD, JO_SUB, JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD, JO_POW,
        JO_EQ, JO_NE, JO_LT, JO_LE, JO_GT, JO_GE, JO_IN, JO_NOTIN };
 
+/* JN_MACRO's op: the body reads varargs / kwargs. */
+enum { JM_VARARGS = 1, JM_KWARGS = 2 };
+
 /* One node; which fields mean what depends on kind (jinja_parse.c says). */
 struct jnode {
     jnode_kind kind;
