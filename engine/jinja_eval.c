@@ -562,6 +562,30 @@ static int ex_stmt(jctx *c, const jnode *n, jscope *s)
             jb_str(c, c->out, v))
             return EX_ERR;
         return EX_OK;
+    case JN_LOAD: {
+        /* Hugging Face's environment has no loader: Jinja2 raises when the
+         * tag runs (not at parse time, and ignore missing does not help). */
+        static const char *const tag[] = {"include", "import", "from", "extends"};
+        if (ev(c, n->a, s, &v))
+            return EX_ERR;
+        c->line = n->line;
+        jbuf nb = {0};
+        int rc = jb_repr(c, &nb, v);
+        rc = rc ? -1 : jx_fail(c, "no loader for this environment specified (%s %.*s: a chat "
+                                  "template cannot load other templates)", tag[n->op],
+                               (int)(nb.len > 200 ? 200 : nb.len), nb.p ? nb.p : "");
+        free(nb.p);
+        return EX_ERR;
+    }
+    case JN_BLOCK: {
+        /* No extends can run, so a block renders in place; unless scoped
+         * it sees the template's top-level names, not the enclosing
+         * loop's (Jinja2 renders blocks from the context). */
+        jscope *bs = scope_new(c, n->recursive ? s : c->globals);
+        if (!bs)
+            return EX_ERR;
+        return ex_body(c, n->list, n->n, bs);
+    }
     case JN_WITH: {
         jscope *ws = scope_new(c, s);
         if (!ws)

@@ -178,7 +178,7 @@ int jx_lex(const char *src, size_t len, jx_arena *a, jtoks *out, inf_err *err);
 typedef enum jnode_kind {
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK,
-    JN_FILTER_BLOCK, JN_BREAK, JN_CONTINUE, JN_BODY, JN_WITH,
+    JN_FILTER_BLOCK, JN_BREAK, JN_CONTINUE, JN_BODY, JN_WITH, JN_LOAD, JN_BLOCK,
     /* expressions */
     JN_LIT, JN_NAME, JN_LIST, JN_TUPLE, JN_DICT, JN_ATTR, JN_ITEM, JN_SLICE, JN_CALL,
     JN_FILTER, JN_TEST, JN_BIN, JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_COND,
@@ -191,6 +191,8 @@ enum { JO_ADD, JO_SUB, JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD, JO_POW,
 
 /* JN_MACRO's op: the body reads varargs / kwargs. */
 enum { JM_VARARGS = 1, JM_KWARGS = 2 };
+/* JN_LOAD's op: the tag that loads another template. */
+enum { JL_INCLUDE, JL_IMPORT, JL_FROM, JL_EXTENDS };
 
 /* One node; which fields mean what depends on kind (jinja_parse.c says). */
 struct jnode {

@@ -13,7 +13,8 @@
  *   there, as Jinja2's compiler decides); CALL_BLOCK a (the call),
  *   names/list2 (caller's params/defaults), list; FILTER_BLOCK c (filter
  *   chain whose innermost input is NULL), list; WITH names, list2 (values),
- *   list. LIT lit; NAME name; LIST/TUPLE list; DICT list (keys), list2;
+ *   list; LOAD op (JL_*: include, import, from, extends), a (the template
+ *   name); BLOCK name, list, recursive (scoped). LIT lit; NAME name; LIST/TUPLE list; DICT list (keys), list2;
  *   ATTR a, name; ITEM a, b; SLICE a, list[3] (NULL for absent); CALL a,
  *   list, names/list2 (keywords), b (*args or NULL), c (**kwargs or NULL);
  *   FILTER a (input, NULL in a filter block), name, list, names/list2, b,
@@ -856,6 +857,39 @@ static jnode *stmt_set(ps *p)
     return p->failed ? NULL : n;
 }
 
+/* include / import / from / extends: parsed as Jinja2 parses them (the
+ * rest of the tag is checked, then dropped); running one is an error. */
+static jnode *stmt_load(ps *p, const char *tag)
+{
+    jnode *n = node(p, JN_LOAD);
+    if (!n || !(n->a = expr(p, 1)))
+        return NULL;
+    n->op = !strcmp(tag, "include") ? JL_INCLUDE : !strcmp(tag, "import") ? JL_IMPORT
+          : !strcmp(tag, "from") ? JL_FROM : JL_EXTENDS;
+    if (n->op == JL_INCLUDE && accept_name(p, "ignore") && !accept_name(p, "missing"))
+        return fail(p, "expected 'missing'", NULL);
+    if (n->op == JL_IMPORT) {
+        if (!accept_name(p, "as"))
+            return fail(p, "expected 'as'", NULL);
+        if (!expect_name(p))
+            return NULL;
+    }
+    if (n->op == JL_FROM) {
+        if (!accept_name(p, "import"))
+            return fail(p, "expected 'import'", NULL);
+        do {
+            if (cur(p)->t != JT_NAME || is_name(cur(p), "with") || is_name(cur(p), "without"))
+                break;
+            if (!expect_name(p) || (accept_name(p, "as") && !expect_name(p)))
+                return NULL;
+        } while (accept_op(p, ","));
+    }
+    if (n->op != JL_EXTENDS && (accept_name(p, "with") || accept_name(p, "without")) &&
+        !accept_name(p, "context"))
+        return fail(p, "expected 'context'", NULL);
+    return block_end(p) ? n : NULL;
+}
+
 static jnode *stmt(ps *p)
 {
     const jtok *t = cur(p);
@@ -938,6 +972,28 @@ static jnode *stmt(ps *p)
             return NULL;
         n->list = body_until(p, "endwith", &n->n);
         return p->failed ? NULL : n;
+    }
+    if (!strcmp(name, "include") || !strcmp(name, "import") || !strcmp(name, "from") ||
+        !strcmp(name, "extends"))
+        return stmt_load(p, name);
+    if (!strcmp(name, "block")) {
+        jnode *n = node(p, JN_BLOCK);
+        if (!n || !(n->name = expect_name(p)))
+            return NULL;
+        n->recursive = accept_name(p, "scoped");
+        accept_name(p, "required");
+        if (!block_end(p))
+            return NULL;
+        static const char *const ends[] = {"endblock", NULL};
+        n->list = statements(p, ends, &n->n);
+        if (p->failed || !accept_name(p, "endblock"))
+            return p->failed ? NULL : fail(p, "expected 'endblock'", NULL);
+        if (cur(p)->t == JT_NAME) {
+            const char *e = expect_name(p);
+            if (e && strcmp(e, n->name))
+                return fail(p, "mismatching name of endblock tag", NULL);
+        }
+        return block_end(p) ? n : NULL;
     }
     return fail(p, "Encountered unknown tag '%s'", name);
 }

@@ -522,6 +522,23 @@ static void test_jinja_json_values(void **state)
     assert_int_equal(jinja_iterates_content(NULL), 0);
 }
 
+
+/* Hugging Face renders with no loader: include, import, from and extends
+ * raise Jinja2's error when they run, naming the template; not before. */
+static void test_jinja_loads_fail_at_run(void **state)
+{
+    (void)state;
+    expect_error("a\n{% include 'tools.jinja' %}", NULL, INF_ERR_INVALID,
+                 "line 2: no loader for this environment specified (include 'tools.jinja'");
+    expect_error("{% extends 'base' ~ '.jinja' %}", NULL, INF_ERR_INVALID, "(extends 'base.jinja'");
+    expect_error("{% import 'm' as m %}", NULL, INF_ERR_INVALID, "(import 'm'");
+    expect_error("{% from 'm' import a as b, c %}", NULL, INF_ERR_INVALID, "(from 'm'");
+    expect_error("{% include 'x' ignore missing %}", NULL, INF_ERR_INVALID, "no loader");
+    expect("{% if false %}{% include 'x' %}{% endif %}ok", NULL, "ok");
+    expect_error("{% import 'm' %}", NULL, INF_ERR_FORMAT, "expected 'as'");
+    expect_error("{% block a %}{% endblock b %}", NULL, INF_ERR_FORMAT, "mismatching name");
+}
+
 /* vLLM's test for list-of-parts content: a loop over message content. */
 static void test_jinja_iterates_content(void **state)
 {
@@ -550,6 +567,7 @@ int main(void)
         cmocka_unit_test(test_jinja_limits),
         cmocka_unit_test(test_jinja_json_values),
         cmocka_unit_test(test_jinja_iterates_content),
+        cmocka_unit_test(test_jinja_loads_fail_at_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
