@@ -9,6 +9,7 @@
  * jinja_lib.c    filters
  * jinja_test.c   tests and globals
  * jinja_str.c    methods of str, dict, list (what the sandbox allows)
+ * jinja_fmt.c    str % args and str.format with format specs
  * jinja_json.c   JSON text -> values (Python's json.loads)
  * jinja_vars.c   jinja_vars: a render's variables, vLLM's messages */
 #ifndef INFERD_JINJA_INT_H
@@ -267,6 +268,10 @@ int jx_eval_expr(jctx *c, const jnode *n, jv *out);
  * undefined is empty; anything else is an error. */
 int jx_iter(jctx *c, jv v, jlist **out);
 int jx_scope_set(jctx *c, jscope *s, const char *name, jv v);
+
+/* Python's fmt % args, and fmt.format(*a) (jinja_fmt.c). */
+int jx_percent(jctx *c, jv fmt, jv args, jv *out);
+int jx_str_format(jctx *c, jv self, const jargs *a, jv *out);
 
 /* Reads JSON text s[0:n] into *out as json.loads would (jinja_json.c). */
 int jx_json_read(jctx *c, const char *s, size_t n, jv *out);

@@ -539,6 +539,41 @@ static void test_jinja_loads_fail_at_run(void **state)
     expect_error("{% block a %}{% endblock b %}", NULL, INF_ERR_FORMAT, "mismatching name");
 }
 
+
+/* Formatting errors carry Python's messages (the corpus template
+ * 20_format compares the output with Python's). */
+static void test_jinja_format_errors(void **state)
+{
+    (void)state;
+    expect_error("{{ '%s' % ('a', 'b') }}", NULL, INF_ERR_INVALID,
+                 "not all arguments converted during string formatting");
+    expect_error("{{ '%d' % 'x' }}", NULL, INF_ERR_INVALID,
+                 "%d format: a real number is required, not str");
+    expect_error("{{ '%x' % 3.0 }}", NULL, INF_ERR_INVALID,
+                 "%x format: an integer is required, not float");
+    expect_error("{{ '{:d}'.format(1.5) }}", NULL, INF_ERR_INVALID,
+                 "Unknown format code 'd' for object of type 'float'");
+    expect_error("{{ '{:.1}'.format(5) }}", NULL, INF_ERR_INVALID,
+                 "Precision not allowed in integer format specifier");
+    expect_error("{{ '%s-%s' | format(1, b=2) }}", NULL, INF_ERR_INVALID,
+                 "can't handle positional and keyword arguments at the same time");
+    expect_error("{{ '{0} {}'.format(1, 2) }}", NULL, INF_ERR_INVALID,
+                 "cannot switch from manual field specification to automatic field numbering");
+    expect_error("{{ '{:+}'.format('s') }}", NULL, INF_ERR_INVALID,
+                 "Sign not allowed in string format specifier");
+    expect_error("{{ '{:>}'.format(none) }}", NULL, INF_ERR_INVALID,
+                 "unsupported format string passed to NoneType.__format__");
+    expect_error("{{ '{'.format(1) }}", NULL, INF_ERR_INVALID,
+                 "Single '{' encountered in format string");
+    expect_error("{{ '}'.format(1) }}", NULL, INF_ERR_INVALID,
+                 "Single '}' encountered in format string");
+    expect_error("{{ '%(a)s' % {'b': 1} }}", NULL, INF_ERR_INVALID, "'a'");
+    expect_error("{{ '{:99999999999}'.format(1) }}", NULL, INF_ERR_INVALID, "too big");
+    expect_error("{{ '%*d' % (99999999, 1) }}", NULL, INF_ERR_INVALID, "too big");
+    /* the sandbox's formatter: no attributes the template could not reach */
+    expect("{{ '{0.__class__}|{0.nope}'.format('s') }}", NULL, "|");
+}
+
 /* vLLM's test for list-of-parts content: a loop over message content. */
 static void test_jinja_iterates_content(void **state)
 {
@@ -568,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_jinja_json_values),
         cmocka_unit_test(test_jinja_iterates_content),
         cmocka_unit_test(test_jinja_loads_fail_at_run),
+        cmocka_unit_test(test_jinja_format_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
