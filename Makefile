@@ -210,7 +210,7 @@ T_test_hub    := app/hub.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
                  engine/jinja_access.o engine/jinja_ops.o engine/jinja_test.o \
                  engine/jinja_str.o engine/jinja_lib.o engine/jinja_json.o engine/jinja_vars.o \
-                 engine/jinja_fmt.o
+                 engine/jinja_fmt.o engine/jinja_util.o
 T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
 T_test_lp     := engine/lp.o engine/smp.o

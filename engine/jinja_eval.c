@@ -502,7 +502,7 @@ static int ex_set(jctx *c, const jnode *n, jscope *s)
         jv ns;
         if (ev_name(c, n->a->a, s, &ns))
             return EX_ERR;
-        if (ns.t != JV_NS)
+        if (ns.t != JV_NS || ns.tuple) /* tuple: a cycler */
             return jx_fail(c, "cannot assign attribute on non-namespace object");
         jv k;
         return jv_cstr(c, n->a->name, &k) || jv_dict_set(c, ns, k, v) ? EX_ERR : EX_OK;

@@ -9,6 +9,7 @@
  * jinja_lib.c    filters
  * jinja_test.c   tests and globals
  * jinja_str.c    methods of str, dict, list (what the sandbox allows)
+ * jinja_util.c   the globals cycler, joiner, lipsum
  * jinja_fmt.c    str % args and str.format with format specs
  * jinja_json.c   JSON text -> values (Python's json.loads)
  * jinja_vars.c   jinja_vars: a render's variables, vLLM's messages */
@@ -58,7 +59,8 @@ typedef struct jundef {
 struct jv {
     jv_type t;
     int tuple;           /* JV_LIST: a tuple (repr with parentheses);
-                            JV_UNDEF: u.ud (lazy hint) rather than u.s         */
+                            JV_UNDEF: u.ud (lazy hint) rather than u.s;
+                            JV_NS: a cycler (read-only, jinja_util.c)          */
     union {
         int b;
         int64_t i;
@@ -290,6 +292,7 @@ jfilter_fn jx_find_filter(const char *name);
 int jx_find_test(const char *name);   /* 1 if known */
 int jx_method(jctx *c, jv self, const char *name, jv *out);
 int jx_add_globals(jctx *c, jscope *g);
+int jx_add_util_globals(jctx *c, jscope *g); /* cycler, joiner, lipsum */
 /* Argument helper: the i-th positional or the keyword name, or NULL. */
 const jv *jx_arg(const jargs *a, int i, const char *name);
 

@@ -460,6 +460,8 @@ static int jb_seq(jctx *c, jbuf *b, jv v, int repr_items)
         if (!rc && v.tuple && v.u.l->n == 1)
             rc = jb_cstr(c, b, ",");
         rc = rc || jb_cstr(c, b, v.tuple ? ")" : "]");
+    } else if (v.t == JV_NS && v.tuple) {
+        rc = jb_cstr(c, b, "<jinja2.utils.Cycler object>"); /* Python adds its address */
     } else {
         if (v.t == JV_NS)
             rc = jb_cstr(c, b, "<Namespace ");

@@ -574,6 +574,42 @@ static void test_jinja_format_errors(void **state)
     expect("{{ '{0.__class__}|{0.nope}'.format('s') }}", NULL, "|");
 }
 
+
+/* lipsum: Python's is random, so its shape is what can be checked:
+ * n paragraphs of min..max-1 words, capitalised, ending in a full stop,
+ * in <p> for HTML; the same text on every render. */
+static void test_jinja_lipsum(void **state)
+{
+    (void)state;
+    char *a, *b;
+    assert_int_equal(render_s("{{ lipsum(2, false, 5, 6) }}", NULL, &a), 0);
+    char *sep = strstr(a, "\n\n");
+    assert_non_null(sep);
+    *sep = 0;
+    for (char *p = a; p; p = p == a ? sep + 2 : NULL) {
+        int words = 1;
+        for (char *q = p; *q; q++)
+            words += *q == ' ';
+        assert_int_equal(words, 5);
+        assert_true(p[0] >= 'A' && p[0] <= 'Z');
+        assert_int_equal(p[strlen(p) - 1], '.');
+    }
+    free(a);
+    assert_int_equal(render_s("{{ lipsum() }}", NULL, &a), 0);
+    assert_int_equal(render_s("{{ lipsum() }}", NULL, &b), 0);
+    assert_string_equal(a, b);
+    assert_int_equal(strncmp(a, "<p>", 3), 0);
+    assert_int_equal(strcmp(a + strlen(a) - 5, ".</p>"), 0);
+    int paras = 0;
+    for (char *q = a; (q = strstr(q, "<p>")); q++)
+        paras++;
+    assert_int_equal(paras, 5);
+    free(a);
+    free(b);
+    expect_error("{{ lipsum(1, false, 5, 5) }}", NULL, INF_ERR_INVALID,
+                 "empty range for randrange() (5, 5, 0)");
+}
+
 /* vLLM's test for list-of-parts content: a loop over message content. */
 static void test_jinja_iterates_content(void **state)
 {
@@ -604,6 +640,7 @@ int main(void)
         cmocka_unit_test(test_jinja_iterates_content),
         cmocka_unit_test(test_jinja_loads_fail_at_run),
         cmocka_unit_test(test_jinja_format_errors),
+        cmocka_unit_test(test_jinja_lipsum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
