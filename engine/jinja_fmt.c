@@ -120,9 +120,11 @@ static int fmt_int(jctx *c, jbuf *b, int64_t v, const fspec *f, char type, int p
 /* A float for type e E f F g G % or 0 (str.format's "no type"). */
 static int fmt_float(jctx *c, jbuf *b, double v, const fspec *f, char type)
 {
+    /* room for the longest: 'f' of 1.8e308 with precision 300, grouped */
+    enum { ROOM = 1024 };
     int neg = signbit(v) && !isnan(v);
     double a = fabs(v);
-    char body[512], conv = type;
+    char body[ROOM], conv = type;
     long prec = f->prec;
     if (type == '%')
         a *= 100, conv = 'f';
@@ -144,26 +146,15 @@ static int fmt_float(jctx *c, jbuf *b, double v, const fspec *f, char type)
         if (type == 0 && prec == 0)
             prec = 1;
         snprintf(cf, sizeof cf, "%%%s.*%c", f->alt ? "#" : "", conv);
-        if (a >= 1e300 && (conv == 'f' || conv == 'F')) { /* long, but bounded */
-            char *big = malloc(400 + (size_t)prec);
-            if (!big)
-                return jx_fail(c, "out of memory");
-            snprintf(big, 400 + (size_t)prec, cf, (int)prec, a);
-            int rc = jb_put(c, b, "", 0); /* laid out below from a copy */
-            fspec l = *f;
-            if (!rc)
-                rc = lay_out(c, b, sign_of(neg, f->sign), big, strlen(big), &l, '>');
-            free(big);
-            return rc;
-        }
         snprintf(body, sizeof body, cf, (int)prec, a);
         if (type == 0 && !strchr(body, 'e')) {
             /* no type: exponent notation from an exponent of prec - 1 on
              * (one sooner than g), and a ".0" on a fixed integer */
-            char e[64];
+            char e[ROOM];
             snprintf(e, sizeof e, "%.*e", (int)prec - 1, a);
-            if (atoi(strchr(e, 'e') + 1) >= prec - 1) {
-                char *m = strchr(e, 'e'), *z = m;
+            char *m = strchr(e, 'e');
+            if (m && atoi(m + 1) >= prec - 1) {
+                char *z = m;
                 while (z > e && z[-1] == '0')
                     z--;
                 if (z > e && z[-1] == '.')
@@ -179,7 +170,7 @@ static int fmt_float(jctx *c, jbuf *b, double v, const fspec *f, char type)
         strcat(body, "%");
     if (f->group) { /* separators in the integer part */
         size_t ip = strspn(body, "0123456789");
-        char g[600];
+        char g[ROOM + ROOM / 2];
         group_digits(g, sizeof g, body, ip, f->group, 3);
         strncat(g, body + ip, sizeof g - strlen(g) - 1);
         snprintf(body, sizeof body, "%s", g);
