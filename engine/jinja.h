@@ -6,8 +6,10 @@
  * loopcontrols extension (break, continue), the {% generation %} tag, the
  * default Undefined, the globals raise_exception and strftime_now, and
  * tojson as json.dumps(x, ensure_ascii=False, indent=, separators=,
- * sort_keys=). Values come in as JSON (cJSON): objects are dicts in their
- * order, arrays lists, numbers int when integral in the text, else float.
+ * sort_keys=). Values come in as JSON: through jinja_vars (the JSON text
+ * read as Python's json.loads reads it: "1.0" a float, "1" an int, the
+ * last of duplicate keys) or as a cJSON tree (jinja_render: cJSON keeps
+ * no int/float distinction, so integral numbers are ints).
  *
  * Untrusted templates are bounded: recursion depth, output bytes, working
  * memory and evaluation steps (loop iterations, calls) all have limits, and
@@ -48,6 +50,46 @@ void jinja_destroy(jinja_tmpl *t); /* NULL-safe */
  * verbatim); INF_ERR_NOMEM when memory runs out. */
 int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts, char **out,
                  size_t *len, inf_err *err);
+
+/* ------------------------------------------------ variables from JSON text */
+
+/* The variables of one render, read from request JSON text straight into
+ * interpreter values (no cJSON tree in between). Owns its memory; bounded
+ * by opts->max_memory. Not shared between threads while being built. */
+typedef struct jinja_vars jinja_vars;
+
+int jinja_vars_create(const jinja_opts *opts, jinja_vars **out); /* opts NULL: defaults */
+void jinja_vars_destroy(jinja_vars *v);                           /* NULL-safe */
+
+/* Each sets (or replaces) one variable. set_json reads json[0:len] as
+ * Python's json.loads does; bad JSON is INF_ERR_INVALID naming the
+ * variable and the byte. */
+int jinja_vars_set_json(jinja_vars *v, const char *name, const char *json, size_t len,
+                        inf_err *err);
+int jinja_vars_set_bool(jinja_vars *v, const char *name, int b, inf_err *err);
+/* Every member of a JSON object becomes a variable, except the names in
+ * skip (NULL-terminated, may be NULL); not an object: INF_ERR_INVALID. */
+int jinja_vars_set_members(jinja_vars *v, const char *json, size_t len,
+                           const char *const *skip, inf_err *err);
+
+/* "messages" as vLLM (entrypoints/chat_utils.py) hands them to the
+ * template: each message keeps role, content, name, reasoning_content,
+ * tool_calls (assistant; each function.arguments string read as JSON into
+ * a mapping) and tool_call_id (tool). content becomes a string (text parts
+ * joined by "\n", null ""), or with openai set (jinja_iterates_content) a
+ * list of {"type", "text"} parts. A message without a string role, or
+ * arguments that are not JSON, is INF_ERR_INVALID naming the message. */
+int jinja_vars_set_messages(jinja_vars *v, const char *json, size_t len, int openai,
+                            inf_err *err);
+
+/* The final message's text as Hugging Face's continue_final_message finds
+ * it (its content, or the last part with a text); NULL if none. Valid
+ * while v lives. */
+const char *jinja_vars_final_text(const jinja_vars *v, size_t *len);
+
+/* jinja_render with the variables of vars (NULL: none). */
+int jinja_render_vars(const jinja_tmpl *t, const jinja_vars *vars, const jinja_opts *opts,
+                      char **out, size_t *len, inf_err *err);
 
 /* Whether the template loops over a message's content (for x in
  * message['content'] / message.content): vLLM's test for whether it takes

@@ -73,7 +73,7 @@ static const char *obj_type(jv v)
     case JV_INT: return "int object";
     case JV_FLOAT: return "float object";
     case JV_BOOL: return "bool object";
-    case JV_NS: return "jinja2.utils.Namespace object";
+    case JV_NS: return v.tuple ? "jinja2.utils.Cycler object" : "jinja2.utils.Namespace object";
     default: return "object";
     }
 }

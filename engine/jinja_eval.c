@@ -107,22 +107,45 @@ static int bind(jctx *c, jscope *s, const char *const *names, int nn, jv v)
 static int ex_body(jctx *c, jnode **list, int n, jscope *s);
 static int ev(jctx *c, const jnode *n, jscope *s, jv *out);
 
+/* A call's arguments: positional, then *xs's items; keywords, then
+ * **kw's items; room for extra_kw more keywords. */
 static int ev_args(jctx *c, const jnode *n, jscope *s, int extra_kw, jargs *a)
 {
+    jv star = jv_undef(), dstar = jv_undef();
+    jlist *items = NULL;
     memset(a, 0, sizeof *a);
-    a->n = n->n;
-    a->nk = n->nn;
+    if (n->b && (ev(c, n->b, s, &star) || jx_iter(c, star, &items)))
+        return -1;
+    if (n->c && ev(c, n->c, s, &dstar))
+        return -1;
+    if (n->c && dstar.t != JV_DICT)
+        return jx_fail(c, "argument after ** must be a mapping, not %s", jv_type_name(dstar));
+    int n_star = items ? items->n : 0, n_dstar = n->c ? dstar.u.d->n : 0;
+    a->n = n->n + n_star;
+    a->nk = n->nn + n_dstar;
     if ((a->n && !(a->v = jx_alloc(&c->arena, (size_t)a->n * sizeof *a->v))) ||
         !(a->kname = jx_alloc(&c->arena, (size_t)(a->nk + extra_kw) * sizeof *a->kname + 1)) ||
         !(a->kv = jx_alloc(&c->arena, (size_t)(a->nk + extra_kw) * sizeof *a->kv + 1)))
         return jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
-    for (int i = 0; i < a->n; i++)
+    for (int i = 0; i < n->n; i++)
         if (ev(c, n->list[i], s, &a->v[i]))
             return -1;
-    for (int i = 0; i < a->nk; i++) {
+    for (int i = 0; i < n_star; i++)
+        a->v[n->n + i] = items->v[i];
+    for (int i = 0; i < n->nn; i++) {
         a->kname[i] = n->names[i];
         if (ev(c, n->list2[i], s, &a->kv[i]))
             return -1;
+    }
+    for (int i = 0; i < n_dstar; i++) {
+        jv k = dstar.u.d->k[i];
+        if (k.t != JV_STR)
+            return jx_fail(c, "keywords must be strings");
+        for (int j = 0; j < n->nn + i; j++)
+            if (!strcmp(a->kname[j], k.u.s->b))
+                return jx_fail(c, "got multiple values for keyword argument '%s'", k.u.s->b);
+        a->kname[n->nn + i] = k.u.s->b;
+        a->kv[n->nn + i] = dstar.u.d->v[i];
     }
     return 0;
 }
@@ -160,7 +183,7 @@ static int apply_chain(jctx *c, const jnode *f, jscope *s, jv v, jv *out)
 static int call_macro(jctx *c, jfunc *fn, const jargs *a, jv *out)
 {
     const jnode *m = fn->node;
-    if (a->n > m->nn)
+    if (a->n > m->nn && !(m->op & JM_VARARGS))
         return jx_fail(c, "macro '%s' takes not more than %d argument(s)",
                        fn->name ? fn->name : "caller", m->nn);
     if (++c->depth > c->o->max_depth)
@@ -190,10 +213,29 @@ static int call_macro(jctx *c, jfunc *fn, const jargs *a, jv *out)
         if (scope_set(c, s, m->names[i], v))
             return -1;
     }
+    jv varargs, kwargs;
+    if (m->op & JM_VARARGS) { /* the positional arguments past the parameters, a tuple */
+        int extra = a->n > m->nn ? a->n - m->nn : 0;
+        if (jv_list_new(c, extra, &varargs))
+            return -1;
+        varargs.tuple = 1;
+        for (int i = 0; i < extra; i++)
+            varargs.u.l->v[varargs.u.l->n++] = a->v[m->nn + i];
+        if (scope_set(c, s, "varargs", varargs))
+            return -1;
+    }
+    if ((m->op & JM_KWARGS) && (jv_dict_new(c, &kwargs) || scope_set(c, s, "kwargs", kwargs)))
+        return -1;
     for (int k = 0; k < a->nk; k++) {
         int known = !strcmp(a->kname[k], "caller");
         for (int i = 0; i < m->nn && !known; i++)
             known = !strcmp(a->kname[k], m->names[i]);
+        if (!known && (m->op & JM_KWARGS)) {
+            jv key;
+            if (jv_cstr(c, a->kname[k], &key) || jv_dict_add(c, kwargs, key, a->kv[k]))
+                return -1;
+            continue;
+        }
         if (!known)
             return jx_fail(c, "macro '%s' takes no keyword argument '%s'", fn->name, a->kname[k]);
         if (!strcmp(a->kname[k], "caller") && scope_set(c, s, "caller", a->kv[k]))
@@ -460,7 +502,7 @@ static int ex_set(jctx *c, const jnode *n, jscope *s)
         jv ns;
         if (ev_name(c, n->a->a, s, &ns))
             return EX_ERR;
-        if (ns.t != JV_NS)
+        if (ns.t != JV_NS || ns.tuple) /* tuple: a cycler */
             return jx_fail(c, "cannot assign attribute on non-namespace object");
         jv k;
         return jv_cstr(c, n->a->name, &k) || jv_dict_set(c, ns, k, v) ? EX_ERR : EX_OK;
@@ -520,6 +562,30 @@ static int ex_stmt(jctx *c, const jnode *n, jscope *s)
             jb_str(c, c->out, v))
             return EX_ERR;
         return EX_OK;
+    case JN_LOAD: {
+        /* Hugging Face's environment has no loader: Jinja2 raises when the
+         * tag runs (not at parse time, and ignore missing does not help). */
+        static const char *const tag[] = {"include", "import", "from", "extends"};
+        if (ev(c, n->a, s, &v))
+            return EX_ERR;
+        c->line = n->line;
+        jbuf nb = {0};
+        int rc = jb_repr(c, &nb, v);
+        rc = rc ? -1 : jx_fail(c, "no loader for this environment specified (%s %.*s: a chat "
+                                  "template cannot load other templates)", tag[n->op],
+                               (int)(nb.len > 200 ? 200 : nb.len), nb.p ? nb.p : "");
+        free(nb.p);
+        return EX_ERR;
+    }
+    case JN_BLOCK: {
+        /* No extends can run, so a block renders in place; unless scoped
+         * it sees the template's top-level names, not the enclosing
+         * loop's (Jinja2 renders blocks from the context). */
+        jscope *bs = scope_new(c, n->recursive ? s : c->globals);
+        if (!bs)
+            return EX_ERR;
+        return ex_body(c, n->list, n->n, bs);
+    }
     case JN_WITH: {
         jscope *ws = scope_new(c, s);
         if (!ws)
@@ -591,8 +657,10 @@ int jinja_iterates_content(const jinja_tmpl *t)
     return t && t->iterates_content;
 }
 
-int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts, char **out,
-                 size_t *len, inf_err *err)
+/* Renders t with variables from a cJSON object or a jinja_vars (one of
+ * them, or neither). */
+static int render(const jinja_tmpl *t, const cJSON *json, const jinja_vars *vars,
+                  const jinja_opts *opts, char **out, size_t *len, inf_err *err)
 {
     if (!t || !out)
         return inf_fail(err, INF_ERR_INVALID, "jinja_render: NULL argument");
@@ -604,12 +672,15 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts,
     jscope *g = scope_new(&c, NULL), *vs = g ? scope_new(&c, g) : NULL;
     int rc = !vs || jx_add_globals(&c, g) || jb_put(&c, &b, "", 0) ? EX_ERR : EX_OK;
     c.globals = vs;
-    for (const cJSON *it = vars && cJSON_IsObject(vars) ? vars->child : NULL; it && rc == EX_OK;
+    for (const cJSON *it = json && cJSON_IsObject(json) ? json->child : NULL; it && rc == EX_OK;
          it = it->next) {
         jv v;
         if (jv_from_json(&c, it, &v) || scope_set(&c, vs, it->string, v))
             rc = EX_ERR;
     }
+    for (int i = 0; vars && i < vars->s.n && rc == EX_OK; i++)
+        if (scope_set(&c, vs, vars->s.names[i], vars->s.vals[i]))
+            rc = EX_ERR;
     if (rc == EX_OK)
         rc = ex_body(&c, t->root->list, t->root->n, vs);
     if (rc == EX_ERR || c.failed) {
@@ -624,6 +695,18 @@ int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts,
     if (len)
         *len = b.len;
     return INF_OK;
+}
+
+int jinja_render(const jinja_tmpl *t, const cJSON *vars, const jinja_opts *opts, char **out,
+                 size_t *len, inf_err *err)
+{
+    return render(t, vars, NULL, opts, out, len, err);
+}
+
+int jinja_render_vars(const jinja_tmpl *t, const jinja_vars *vars, const jinja_opts *opts,
+                      char **out, size_t *len, inf_err *err)
+{
+    return render(t, NULL, vars, opts, out, len, err);
 }
 
 int jx_scope_set(jctx *c, jscope *s, const char *name, jv v)

@@ -8,7 +8,11 @@
  * jinja_ops.c    operators
  * jinja_lib.c    filters
  * jinja_test.c   tests and globals
- * jinja_str.c    methods of str, dict, list (what the sandbox allows) */
+ * jinja_str.c    methods of str, dict, list (what the sandbox allows)
+ * jinja_util.c   the globals cycler, joiner, lipsum
+ * jinja_fmt.c    str % args and str.format with format specs
+ * jinja_json.c   JSON text -> values (Python's json.loads)
+ * jinja_vars.c   jinja_vars: a render's variables, vLLM's messages */
 #ifndef INFERD_JINJA_INT_H
 #define INFERD_JINJA_INT_H
 
@@ -27,6 +31,7 @@ typedef struct jx_arena {
 } jx_arena;
 
 void *jx_alloc(jx_arena *a, size_t n); /* zeroed; NULL when over the limit */
+void *jx_alloc_raw(jx_arena *a, size_t n); /* the same, not zeroed          */
 void jx_arena_free(jx_arena *a);
 
 /* --------------------------------------------------------------- values */
@@ -55,7 +60,8 @@ typedef struct jundef {
 struct jv {
     jv_type t;
     int tuple;           /* JV_LIST: a tuple (repr with parentheses);
-                            JV_UNDEF: u.ud (lazy hint) rather than u.s         */
+                            JV_UNDEF: u.ud (lazy hint) rather than u.s;
+                            JV_NS: a cycler (read-only, jinja_util.c)          */
     union {
         int b;
         int64_t i;
@@ -176,7 +182,7 @@ int jx_lex(const char *src, size_t len, jx_arena *a, jtoks *out, inf_err *err);
 typedef enum jnode_kind {
     /* statements */
     JN_TEXT, JN_OUTPUT, JN_IF, JN_FOR, JN_SET, JN_SET_BLOCK, JN_MACRO, JN_CALL_BLOCK,
-    JN_FILTER_BLOCK, JN_BREAK, JN_CONTINUE, JN_BODY, JN_WITH,
+    JN_FILTER_BLOCK, JN_BREAK, JN_CONTINUE, JN_BODY, JN_WITH, JN_LOAD, JN_BLOCK,
     /* expressions */
     JN_LIT, JN_NAME, JN_LIST, JN_TUPLE, JN_DICT, JN_ATTR, JN_ITEM, JN_SLICE, JN_CALL,
     JN_FILTER, JN_TEST, JN_BIN, JN_NEG, JN_POS, JN_NOT, JN_AND, JN_OR, JN_COND,
@@ -186,6 +192,11 @@ typedef enum jnode_kind {
 /* Operators of JN_BIN and JN_COMPARE. */
 enum { JO_ADD, JO_SUB, JO_MUL, JO_DIV, JO_FLOORDIV, JO_MOD, JO_POW,
        JO_EQ, JO_NE, JO_LT, JO_LE, JO_GT, JO_GE, JO_IN, JO_NOTIN };
+
+/* JN_MACRO's op: the body reads varargs / kwargs. */
+enum { JM_VARARGS = 1, JM_KWARGS = 2 };
+/* JN_LOAD's op: the tag that loads another template. */
+enum { JL_INCLUDE, JL_IMPORT, JL_FROM, JL_EXTENDS };
 
 /* One node; which fields mean what depends on kind (jinja_parse.c says). */
 struct jnode {
@@ -261,12 +272,28 @@ int jx_eval_expr(jctx *c, const jnode *n, jv *out);
 int jx_iter(jctx *c, jv v, jlist **out);
 int jx_scope_set(jctx *c, jscope *s, const char *name, jv v);
 
+/* Python's fmt % args, and fmt.format(*a) (jinja_fmt.c). */
+int jx_percent(jctx *c, jv fmt, jv args, jv *out);
+int jx_str_format(jctx *c, jv self, const jargs *a, jv *out);
+
+/* Reads JSON text s[0:n] into *out as json.loads would (jinja_json.c). */
+int jx_json_read(jctx *c, const char *s, size_t n, jv *out);
+
+/* A render's variables, built before it in their own arena (the render
+ * reads them, never changes them). */
+struct jinja_vars {
+    jinja_opts o;
+    jctx c;
+    jscope s;
+};
+
 /* The library: lookup of a filter / test by name (NULL if unknown), a
  * method of a str/dict/list (0 with out undefined if none), globals. */
 jfilter_fn jx_find_filter(const char *name);
 int jx_find_test(const char *name);   /* 1 if known */
 int jx_method(jctx *c, jv self, const char *name, jv *out);
 int jx_add_globals(jctx *c, jscope *g);
+int jx_add_util_globals(jctx *c, jscope *g); /* cycler, joiner, lipsum */
 /* Argument helper: the i-th positional or the keyword name, or NULL. */
 const jv *jx_arg(const jargs *a, int i, const char *name);
 

@@ -799,16 +799,31 @@ static int f_sum(jctx *c, jv in, const jargs *a, jv *out)
     return 0;
 }
 
+/* Jinja2's do_format: soft_str(value) % (kwargs or args). */
 static int f_format(jctx *c, jv in, const jargs *a, jv *out)
 {
     jv args;
-    if (as_str(c, in, &in) || jv_list_new(c, a->n, &args))
+    if (a->n && a->nk)
+        return jx_fail(c, "can't handle positional and keyword arguments at the same time");
+    if (as_str(c, in, &in))
+        return -1;
+    if (a->nk) {
+        if (jv_dict_new(c, &args))
+            return -1;
+        for (int i = 0; i < a->nk; i++) {
+            jv k;
+            if (jv_cstr(c, a->kname[i], &k) || jv_dict_set(c, args, k, a->kv[i]))
+                return -1;
+        }
+        return jx_percent(c, in, args, out);
+    }
+    if (jv_list_new(c, a->n, &args))
         return -1;
     args.tuple = 1;
     if (a->n)
         memcpy(args.u.l->v, a->v, (size_t)a->n * sizeof *a->v);
     args.u.l->n = a->n;
-    return jx_binop(c, JO_MOD, in, args, out);
+    return jx_percent(c, in, args, out);
 }
 
 static int f_center(jctx *c, jv in, const jargs *a, jv *out)

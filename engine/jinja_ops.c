@@ -51,7 +51,6 @@ static int repeat(jctx *c, jv seq, int64_t times, jv *out)
     return 0;
 }
 
-static int str_mod(jctx *c, jv fmt, jv args, jv *out);
 
 static int binop(jctx *c, int op, jv a, jv b, jv *out)
 {
@@ -137,63 +136,13 @@ static int binop(jctx *c, int op, jv a, jv b, jv *out)
     if (op == JO_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
         return repeat(c, b, as_int(a), out);
     if (op == JO_MOD && a.t == JV_STR)
-        return str_mod(c, a, b, out);
+        return jx_percent(c, a, b, out);
     return op_type_error(c, op, a, b);
 overflow:
     return jx_fail(c, "integer overflow");
 }
 
 /* "fmt" % args for %s, %d, %i, %r, %f and %%: enough for templates. */
-static int str_mod(jctx *c, jv fmt, jv args, jv *out)
-{
-    jbuf b = {0};
-    int ai = 0, rc = jb_put(c, &b, "", 0);
-    const char *s = fmt.u.s->b;
-    size_t n = fmt.u.s->len;
-    for (size_t i = 0; i < n && !rc; i++) {
-        if (s[i] != '%') {
-            rc = jb_put(c, &b, s + i, 1);
-            continue;
-        }
-        char k = i + 1 < n ? s[++i] : 0;
-        if (k == '%') {
-            rc = jb_put(c, &b, "%", 1);
-            continue;
-        }
-        jv v;
-        if (args.t == JV_LIST && args.tuple) {
-            if (ai >= args.u.l->n) {
-                rc = jx_fail(c, "not enough arguments for format string");
-                break;
-            }
-            v = args.u.l->v[ai++];
-        } else {
-            if (ai++ > 0) {
-                rc = jx_fail(c, "not enough arguments for format string");
-                break;
-            }
-            v = args;
-        }
-        if (k == 's') {
-            rc = jb_str(c, &b, v);
-        } else if (k == 'r') {
-            rc = jb_repr(c, &b, v);
-        } else if ((k == 'd' || k == 'i') && jv_is_num(v)) {
-            jv iv = jv_int(v.t == JV_FLOAT ? (int64_t)v.u.f : as_int(v));
-            rc = jb_str(c, &b, iv);
-        } else if (k == 'f' && jv_is_num(v)) {
-            char t[64];
-            snprintf(t, sizeof t, "%f", jv_num(v));
-            rc = jb_put(c, &b, t, strlen(t));
-        } else {
-            rc = jx_fail(c, "unsupported format character or argument in %% formatting");
-        }
-    }
-    rc = rc || jv_str(c, b.p, b.len, out);
-    free(b.p);
-    return rc ? -1 : 0;
-}
-
 static int contains(jctx *c, jv item, jv seq, int *out)
 {
     if (seq.t == JV_UNDEF) {

@@ -8,13 +8,17 @@
  *   FOR names (targets), a (iterable), b (filter or NULL), list, list2 (else);
  *   SET names (targets) or a = NSREF, b value; SET_BLOCK names, list, c
  *   (filter chain or NULL); MACRO name, names (params), list2 (defaults,
- *   n2 <= nn, aligned to the end), list (body); CALL_BLOCK a (the call),
+ *   n2 <= nn, aligned to the end), list (body), op (JM_VARARGS,
+ *   JM_KWARGS: the body reads varargs / kwargs, so extra arguments land
+ *   there, as Jinja2's compiler decides); CALL_BLOCK a (the call),
  *   names/list2 (caller's params/defaults), list; FILTER_BLOCK c (filter
  *   chain whose innermost input is NULL), list; WITH names, list2 (values),
- *   list. LIT lit; NAME name; LIST/TUPLE list; DICT list (keys), list2;
+ *   list; LOAD op (JL_*: include, import, from, extends), a (the template
+ *   name); BLOCK name, list, recursive (scoped). LIT lit; NAME name; LIST/TUPLE list; DICT list (keys), list2;
  *   ATTR a, name; ITEM a, b; SLICE a, list[3] (NULL for absent); CALL a,
- *   list, names/list2 (keywords); FILTER a (input, NULL in a filter block),
- *   name, list, names/list2; TEST likewise; BIN op a b; NEG/POS/NOT a;
+ *   list, names/list2 (keywords), b (*args or NULL), c (**kwargs or NULL);
+ *   FILTER a (input, NULL in a filter block), name, list, names/list2, b,
+ *   c; TEST likewise; BIN op a b; NEG/POS/NOT a;
  *   AND/OR a b; COND a (cond) b (then) c (else or NULL); CONCAT list;
  *   COMPARE a, list (operands), ops; NSREF a (NAME), name. */
 #include "jinja_int.h"
@@ -174,11 +178,23 @@ static void call_args(ps *p, jnode *n)
             break;
         if (is_op(cur(p), ")"))
             break;
-        if (is_op(cur(p), "*") || is_op(cur(p), "**")) {
-            fail(p, "*args and **kwargs are not supported", NULL);
+        if (is_op(cur(p), "*") || is_op(cur(p), "**")) { /* f(*xs), f(**kw) */
+            int star = is_op(cur(p), "*");
+            if (n->c || (star && n->b)) {
+                fail(p, "invalid syntax for function call expression", NULL);
+                break;
+            }
+            p->i++;
+            if (!(*(star ? &n->b : &n->c) = expr(p, 1)))
+                break;
+            continue;
+        }
+        int is_kw = cur(p)->t == JT_NAME && is_op(peek(p, 1), "=");
+        if (n->c || (!is_kw && n->b)) { /* Jinja2: keywords may follow *xs only */
+            fail(p, "invalid syntax for function call expression", NULL);
             break;
         }
-        if (cur(p)->t == JT_NAME && is_op(peek(p, 1), "=")) {
+        if (is_kw) {
             const char *k = expect_name(p);
             p->i++;
             vpush(p, &kn, (void *)k);
@@ -708,6 +724,36 @@ static void signature(ps *p, jnode *n)
     n->list2 = (jnode **)vdone(p, &defs, &n->n2);
 }
 
+/* Whether the tree below n reads the variable name (Jinja2's
+ * find_undeclared, without the finer point of a name assigned first). */
+static int reads_name(const jnode *n, const char *name, int depth)
+{
+    if (!n || depth > PS_MAX_DEPTH * 4)
+        return 0;
+    if (n->kind == JN_NAME && !strcmp(n->name, name))
+        return 1;
+    if (reads_name(n->a, name, depth + 1) || reads_name(n->b, name, depth + 1) ||
+        reads_name(n->c, name, depth + 1))
+        return 1;
+    for (int i = 0; i < n->n; i++)
+        if (reads_name(n->list[i], name, depth + 1))
+            return 1;
+    for (int i = 0; i < n->n2; i++)
+        if (reads_name(n->list2[i], name, depth + 1))
+            return 1;
+    return 0;
+}
+
+static int macro_flags(const jnode *m)
+{
+    int f = 0;
+    for (int i = 0; i < m->n; i++) {
+        f |= reads_name(m->list[i], "varargs", 0) ? JM_VARARGS : 0;
+        f |= reads_name(m->list[i], "kwargs", 0) ? JM_KWARGS : 0;
+    }
+    return f;
+}
+
 static jnode *stmt_if(ps *p)
 {
     jnode *n = node(p, JN_IF);
@@ -811,6 +857,39 @@ static jnode *stmt_set(ps *p)
     return p->failed ? NULL : n;
 }
 
+/* include / import / from / extends: parsed as Jinja2 parses them (the
+ * rest of the tag is checked, then dropped); running one is an error. */
+static jnode *stmt_load(ps *p, const char *tag)
+{
+    jnode *n = node(p, JN_LOAD);
+    if (!n || !(n->a = expr(p, 1)))
+        return NULL;
+    n->op = !strcmp(tag, "include") ? JL_INCLUDE : !strcmp(tag, "import") ? JL_IMPORT
+          : !strcmp(tag, "from") ? JL_FROM : JL_EXTENDS;
+    if (n->op == JL_INCLUDE && accept_name(p, "ignore") && !accept_name(p, "missing"))
+        return fail(p, "expected 'missing'", NULL);
+    if (n->op == JL_IMPORT) {
+        if (!accept_name(p, "as"))
+            return fail(p, "expected 'as'", NULL);
+        if (!expect_name(p))
+            return NULL;
+    }
+    if (n->op == JL_FROM) {
+        if (!accept_name(p, "import"))
+            return fail(p, "expected 'import'", NULL);
+        do {
+            if (cur(p)->t != JT_NAME || is_name(cur(p), "with") || is_name(cur(p), "without"))
+                break;
+            if (!expect_name(p) || (accept_name(p, "as") && !expect_name(p)))
+                return NULL;
+        } while (accept_op(p, ","));
+    }
+    if (n->op != JL_EXTENDS && (accept_name(p, "with") || accept_name(p, "without")) &&
+        !accept_name(p, "context"))
+        return fail(p, "expected 'context'", NULL);
+    return block_end(p) ? n : NULL;
+}
+
 static jnode *stmt(ps *p)
 {
     const jtok *t = cur(p);
@@ -838,7 +917,10 @@ static jnode *stmt(ps *p)
         if (p->failed || !block_end(p))
             return NULL;
         n->list = body_until(p, "endmacro", &n->n);
-        return p->failed ? NULL : n;
+        if (p->failed)
+            return NULL;
+        n->op = macro_flags(n);
+        return n;
     }
     if (!strcmp(name, "call")) {
         jnode *n = node(p, JN_CALL_BLOCK);
@@ -853,7 +935,10 @@ static jnode *stmt(ps *p)
         if (!block_end(p))
             return NULL;
         n->list = body_until(p, "endcall", &n->n);
-        return p->failed ? NULL : n;
+        if (p->failed)
+            return NULL;
+        n->op = macro_flags(n);
+        return n;
     }
     if (!strcmp(name, "filter")) {
         jnode *n = node(p, JN_FILTER_BLOCK);
@@ -887,6 +972,28 @@ static jnode *stmt(ps *p)
             return NULL;
         n->list = body_until(p, "endwith", &n->n);
         return p->failed ? NULL : n;
+    }
+    if (!strcmp(name, "include") || !strcmp(name, "import") || !strcmp(name, "from") ||
+        !strcmp(name, "extends"))
+        return stmt_load(p, name);
+    if (!strcmp(name, "block")) {
+        jnode *n = node(p, JN_BLOCK);
+        if (!n || !(n->name = expect_name(p)))
+            return NULL;
+        n->recursive = accept_name(p, "scoped");
+        accept_name(p, "required");
+        if (!block_end(p))
+            return NULL;
+        static const char *const ends[] = {"endblock", NULL};
+        n->list = statements(p, ends, &n->n);
+        if (p->failed || !accept_name(p, "endblock"))
+            return p->failed ? NULL : fail(p, "expected 'endblock'", NULL);
+        if (cur(p)->t == JT_NAME) {
+            const char *e = expect_name(p);
+            if (e && strcmp(e, n->name))
+                return fail(p, "mismatching name of endblock tag", NULL);
+        }
+        return block_end(p) ? n : NULL;
     }
     return fail(p, "Encountered unknown tag '%s'", name);
 }

@@ -360,58 +360,6 @@ static int m_join(jctx *c, jv self, const jargs *a, jv *out)
     return rc ? -1 : 0;
 }
 
-/* str.format: {} / {0} / {name} fields with str() of the value; {{ }}. */
-static int m_format(jctx *c, jv self, const jargs *a, jv *out)
-{
-    const jstr *s = self.u.s;
-    jbuf b = {0};
-    int rc = jb_put(c, &b, "", 0), auto_i = 0;
-    for (size_t i = 0; i < s->len && !rc; i++) {
-        char ch = s->b[i];
-        if ((ch == '{' || ch == '}') && i + 1 < s->len && s->b[i + 1] == ch) {
-            rc = jb_put(c, &b, &ch, 1);
-            i++;
-            continue;
-        }
-        if (ch != '{') {
-            rc = jb_put(c, &b, &ch, 1);
-            continue;
-        }
-        const char *e = memchr(s->b + i, '}', s->len - i);
-        if (!e) {
-            rc = jx_fail(c, "Single '{' encountered in format string");
-            break;
-        }
-        size_t fl = (size_t)(e - (s->b + i + 1));
-        const char *f = s->b + i + 1;
-        const jv *v = NULL;
-        if (memchr(f, ':', fl) || memchr(f, '!', fl)) {
-            rc = jx_fail(c, "format specs and conversions are not supported in str.format");
-            break;
-        }
-        if (fl == 0) {
-            v = auto_i < a->n ? &a->v[auto_i] : NULL;
-            auto_i++;
-        } else if (f[0] >= '0' && f[0] <= '9') {
-            int idx = atoi(f);
-            v = idx < a->n ? &a->v[idx] : NULL;
-        } else {
-            for (int k = 0; k < a->nk && !v; k++)
-                if (strlen(a->kname[k]) == fl && !memcmp(a->kname[k], f, fl))
-                    v = &a->kv[k];
-        }
-        if (!v) {
-            rc = jx_fail(c, "str.format: no argument for field '%.*s'", (int)fl, f);
-            break;
-        }
-        rc = jb_str(c, &b, *v);
-        i = (size_t)(e - s->b);
-    }
-    rc = rc || jv_str(c, b.p, b.len, out);
-    free(b.p);
-    return rc ? -1 : 0;
-}
-
 /* isdigit, isalpha, isalnum, isspace, islower, isupper */
 static int m_is(jctx *c, jv self, jv *out, int kind)
 {
@@ -528,7 +476,7 @@ static const jmethod STR_M[] = {
     {"rsplit", m_rsplit}, {"splitlines", m_splitlines}, {"startswith", m_startswith},
     {"endswith", m_endswith}, {"upper", m_upper}, {"lower", m_lower}, {"title", m_title},
     {"capitalize", m_capitalize}, {"replace", m_replace}, {"find", m_find}, {"rfind", m_rfind},
-    {"count", m_scount}, {"index", m_sindex}, {"join", m_join}, {"format", m_format},
+    {"count", m_scount}, {"index", m_sindex}, {"join", m_join}, {"format", jx_str_format},
     {"isdigit", m_isdigit}, {"isalpha", m_isalpha}, {"isalnum", m_isalnum},
     {"isspace", m_isspace}, {"islower", m_islower}, {"isupper", m_isupper}, {NULL, NULL}};
 static const jmethod DICT_M[] = {

@@ -206,5 +206,5 @@ int jx_add_globals(jctx *c, jscope *g)
         if (jx_scope_set(c, g, G[i].name, (jv){.t = JV_FUNC, .u.fn = f}))
             return -1;
     }
-    return 0;
+    return jx_add_util_globals(c, g);
 }

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,16 @@ struct jx_chunk {
 
 void *jx_alloc(jx_arena *a, size_t n)
 {
+    void *p = jx_alloc_raw(a, n);
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+void *jx_alloc_raw(jx_arena *a, size_t n)
+{
+    if (n > SIZE_MAX / 4) /* rounding up must not wrap */
+        return NULL;
     n = (n + 15) & ~(size_t)15;
     if (a->cap && a->used + n > a->cap) {
         a->full = 1;
@@ -44,7 +55,6 @@ void *jx_alloc(jx_arena *a, size_t n)
     void *p = (char *)c->data + c->used;
     c->used += n;
     a->used += n;
-    memset(p, 0, n);
     return p;
 }
 
@@ -60,41 +70,56 @@ void jx_arena_free(jx_arena *a)
     a->used = 0;
 }
 
+static void *alloc_failed(jctx *c)
+{
+    if (c->arena.full)
+        jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
+    else
+        jx_fail(c, "out of memory");
+    c->code = c->arena.full ? INF_ERR_INVALID : INF_ERR_NOMEM;
+    return NULL;
+}
+
 static void *ctx_alloc(jctx *c, size_t n)
 {
     void *p = jx_alloc(&c->arena, n);
-    if (!p) {
-        if (c->arena.full)
-            jx_fail(c, "the template used more than %zu bytes of memory", c->o->max_memory);
-        else
-            jx_fail(c, "out of memory");
-        c->code = c->arena.full ? INF_ERR_INVALID : INF_ERR_NOMEM;
-    }
-    return p;
+    return p ? p : alloc_failed(c);
 }
 
 /* --------------------------------------------------------- constructors */
 
+/* A string's room, not zeroed (strings are most of what a render
+ * allocates): the bytes and the NUL are written by the caller. */
+static jstr *str_alloc(jctx *c, size_t n)
+{
+    jstr *p = jx_alloc_raw(&c->arena, sizeof *p + n + 1);
+    if (!p)
+        return alloc_failed(c);
+    p->len = n;
+    p->b[n] = 0;
+    return p;
+}
+
 int jv_str(jctx *c, const char *s, size_t n, jv *out)
 {
-    jstr *p = ctx_alloc(c, sizeof *p + n + 1);
+    jstr *p = str_alloc(c, n);
     if (!p)
         return -1;
-    if (n)
+    if (n && s) /* s NULL: room for the caller to fill */
         memcpy(p->b, s, n);
-    p->len = n;
+    else if (n)
+        memset(p->b, 0, n);
     *out = (jv){.t = JV_STR, .u.s = p};
     return 0;
 }
 
 int jv_str2(jctx *c, const jstr *a, const jstr *b, jv *out)
 {
-    jstr *p = ctx_alloc(c, sizeof *p + a->len + b->len + 1);
+    jstr *p = str_alloc(c, a->len + b->len);
     if (!p)
         return -1;
     memcpy(p->b, a->b, a->len);
     memcpy(p->b + a->len, b->b, b->len);
-    p->len = a->len + b->len;
     *out = (jv){.t = JV_STR, .u.s = p};
     return 0;
 }
@@ -460,6 +485,8 @@ static int jb_seq(jctx *c, jbuf *b, jv v, int repr_items)
         if (!rc && v.tuple && v.u.l->n == 1)
             rc = jb_cstr(c, b, ",");
         rc = rc || jb_cstr(c, b, v.tuple ? ")" : "]");
+    } else if (v.t == JV_NS && v.tuple) {
+        rc = jb_cstr(c, b, "<jinja2.utils.Cycler object>"); /* Python adds its address */
     } else {
         if (v.t == JV_NS)
             rc = jb_cstr(c, b, "<Namespace ");

@@ -22,6 +22,7 @@
 struct tmpl_jx {
     jinja_tmpl *t, *tools_t; /* the default template, and "tool_use" or NULL */
     cJSON *special;          /* {"bos_token": ..., ...}                       */
+    char *special_json;      /* special as JSON text, for each render's vars  */
 };
 
 static const char *const SPECIAL[] = {"bos_token", "eos_token", "unk_token", "sep_token",
@@ -83,6 +84,10 @@ int tmpl_jx_create(const char *src, const char *tools_src, const cJSON *config, 
                 cJSON_AddItemToArray(list, cJSON_CreateString(s->valuestring));
         }
     }
+    if (!(j->special_json = cJSON_PrintUnformatted(j->special))) {
+        tmpl_jx_destroy(j);
+        return nomem(err);
+    }
     *out = j;
     return INF_OK;
 }
@@ -94,6 +99,7 @@ void tmpl_jx_destroy(tmpl_jx *j)
     jinja_destroy(j->t);
     jinja_destroy(j->tools_t);
     cJSON_Delete(j->special);
+    free(j->special_json);
     free(j);
 }
 
@@ -103,170 +109,6 @@ const char *tmpl_jx_token(const tmpl_jx *j, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Parses text as JSON (NULL text: absent). */
-static int parse_json(const char *text, const char *what, cJSON **out, inf_err *err)
-{
-    *out = NULL;
-    if (!text)
-        return INF_OK;
-    if (!(*out = cJSON_Parse(text)))
-        return inf_fail(err, INF_ERR_INVALID, "chat template: %s is not valid JSON", what);
-    return INF_OK;
-}
-
-/* The content vLLM hands the template. */
-static int content_for(const cJSON *c, int openai, int i, cJSON **out, inf_err *err)
-{
-    *out = NULL;
-    if (openai) {
-        cJSON *parts = cJSON_CreateArray();
-        if (!parts)
-            return nomem(err);
-        *out = parts;
-        if (cJSON_IsString(c)) {
-            cJSON *p = cJSON_CreateObject();
-            cJSON_AddItemToArray(parts, p);
-            cJSON_AddStringToObject(p, "type", "text");
-            cJSON_AddStringToObject(p, "text", c->valuestring);
-        } else if (cJSON_IsArray(c)) {
-            const cJSON *it;
-            cJSON_ArrayForEach(it, c) {
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(it, "type");
-                const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "text");
-                cJSON *p = cJSON_CreateObject();
-                cJSON_AddItemToArray(parts, p);
-                cJSON_AddStringToObject(p, "type", cJSON_IsString(type) ? type->valuestring : "text");
-                if (cJSON_IsString(text))
-                    cJSON_AddStringToObject(p, "text", text->valuestring);
-            }
-        }
-        return INF_OK;
-    }
-    if (cJSON_IsString(c) || !c || cJSON_IsNull(c)) {
-        *out = cJSON_CreateString(cJSON_IsString(c) ? c->valuestring : "");
-        return *out ? INF_OK : nomem(err);
-    }
-    if (!cJSON_IsArray(c))
-        return inf_fail(err, INF_ERR_INVALID,
-                        "chat template: messages[%d].content must be a string, a list of parts "
-                        "or null", i);
-    size_t total = 1;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, c) {
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "text");
-        if (cJSON_IsString(text))
-            total += strlen(text->valuestring) + 1;
-    }
-    char *s = malloc(total), *w = s;
-    if (!s)
-        return nomem(err);
-    int first = 1;
-    cJSON_ArrayForEach(it, c) {
-        const cJSON *text = cJSON_GetObjectItemCaseSensitive(it, "text");
-        if (!cJSON_IsString(text))
-            continue;
-        if (!first)
-            *w++ = '\n';
-        first = 0;
-        size_t n = strlen(text->valuestring);
-        memcpy(w, text->valuestring, n);
-        w += n;
-    }
-    *w = 0;
-    *out = cJSON_CreateString(s);
-    free(s);
-    return *out ? INF_OK : nomem(err);
-}
-
-/* Each tool call's function.arguments a mapping (vLLM's
- * _postprocess_messages: json.loads of the string). */
-static int tool_calls_in_place(cJSON *calls, int i, inf_err *err)
-{
-    cJSON *call;
-    int k = 0;
-    cJSON_ArrayForEach(call, calls) {
-        cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
-        cJSON *args = fn ? cJSON_GetObjectItemCaseSensitive(fn, "arguments") : NULL;
-        if (cJSON_IsString(args)) {
-            cJSON *parsed = cJSON_Parse(args->valuestring);
-            if (!parsed)
-                return inf_fail(err, INF_ERR_INVALID,
-                                "messages[%d].tool_calls[%d].function.arguments is not valid "
-                                "JSON", i, k);
-            cJSON_ReplaceItemInObjectCaseSensitive(fn, "arguments", parsed);
-        }
-        k++;
-    }
-    return INF_OK;
-}
-
-/* Keys a message keeps (vLLM rebuilds each message from these). */
-static int kept_key(const char *k, const char *role)
-{
-    return !strcmp(k, "role") || !strcmp(k, "content") || !strcmp(k, "name") ||
-           !strcmp(k, "reasoning_content") ||
-           (!strcmp(k, "tool_calls") && !strcmp(role, "assistant")) ||
-           (!strcmp(k, "tool_call_id") && !strcmp(role, "tool"));
-}
-
-/* Rewrites the parsed messages in place into what vLLM hands the
- * template (no copies of the texts that stay as they are). */
-static int conversation(cJSON *msgs, int openai, inf_err *err)
-{
-    cJSON *m;
-    int i = 0, rc = INF_OK;
-    cJSON_ArrayForEach(m, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
-            return inf_fail(err, INF_ERR_INVALID, "chat template: messages[%d] needs a role", i);
-        for (cJSON *k = m->child, *next; k; k = next) {
-            next = k->next;
-            if (!kept_key(k->string, role->valuestring) ||
-                (!strcmp(k->string, "name") && !cJSON_IsString(k)) ||
-                (!strcmp(k->string, "reasoning_content") && !cJSON_IsString(k)) ||
-                (!strcmp(k->string, "tool_call_id") && !cJSON_IsString(k)) ||
-                (!strcmp(k->string, "tool_calls") && !cJSON_IsArray(k)))
-                cJSON_Delete(cJSON_DetachItemViaPointer(m, k));
-        }
-        cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-        if (openai || !cJSON_IsString(c)) {
-            cJSON *nc;
-            if ((rc = content_for(c, openai, i, &nc, err)))
-                return rc;
-            if (c)
-                cJSON_ReplaceItemInObjectCaseSensitive(m, "content", nc);
-            else
-                cJSON_AddItemToObject(m, "content", nc);
-        }
-        cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-        if (tc && (rc = tool_calls_in_place(tc, i, err)))
-            return rc;
-        i++;
-    }
-    return INF_OK;
-}
-
-static int reserved(const char *k)
-{
-    for (int i = 0; RESERVED[i]; i++)
-        if (!strcmp(RESERVED[i], k))
-            return 1;
-    return 0;
-}
-
-/* The text of the final message (its last text part for a list). */
-static const char *final_text(const cJSON *msgs)
-{
-    const cJSON *last = cJSON_GetArrayItem(msgs, cJSON_GetArraySize(msgs) - 1);
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(last, "content"), *t = NULL;
-    if (cJSON_IsString(c))
-        return c->valuestring;
-    for (const cJSON *it = cJSON_IsArray(c) ? c->child : NULL; it; it = it->next)
-        if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "text")))
-            t = cJSON_GetObjectItemCaseSensitive(it, "text");
-    return t ? t->valuestring : NULL;
-}
-
 static int is_ws(char ch)
 {
     return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
@@ -274,13 +116,14 @@ static int is_ws(char ch)
 
 /* HF's continue_final_message: cut after the final message's content (its
  * trailing whitespace too when the template kept it). */
-static int cut_final(const cJSON *msgs, char *text, size_t *len, inf_err *err)
+static int cut_final(const jinja_vars *v, char *text, size_t *len, inf_err *err)
 {
-    const char *fm = final_text(msgs);
+    size_t fl;
+    const char *fm = jinja_vars_final_text(v, &fl);
     if (!fm)
         return inf_fail(err, INF_ERR_INVALID,
                         "continue_final_message is set but the final message has no text");
-    size_t b = 0, e = strlen(fm);
+    size_t b = 0, e = fl;
     while (b < e && is_ws(fm[b]))
         b++;
     while (e > b && is_ws(fm[e - 1]))
@@ -295,7 +138,7 @@ static int cut_final(const cJSON *msgs, char *text, size_t *len, inf_err *err)
                         "in the chat after applying the chat template");
     if (!n)
         return INF_OK;
-    size_t keep = (size_t)(at - text) + n, full = strlen(fm) - b;
+    size_t keep = (size_t)(at - text) + n, full = fl - b;
     if ((size_t)(at - text) + full <= *len && memcmp(at, fm + b, full) == 0)
         keep = (size_t)(at - text) + full;
     *len = keep;
@@ -303,67 +146,57 @@ static int cut_final(const cJSON *msgs, char *text, size_t *len, inf_err *err)
     return INF_OK;
 }
 
+/* Whether a field's JSON text is absent or null (the tools template is
+ * for requests with tools). */
+static int absent(const char *json)
+{
+    if (!json)
+        return 1;
+    while (is_ws(*json))
+        json++;
+    return !strncmp(json, "null", 4);
+}
+
+static int set_opt(jinja_vars *v, const char *name, const char *json, inf_err *err)
+{
+    return jinja_vars_set_json(v, name, json ? json : "null", json ? strlen(json) : 4, err);
+}
+
 int tmpl_jx_render(const tmpl_jx *j, const tmpl_chat *chat, char **text, size_t *len,
                    inf_err *err)
 {
-    cJSON *msgs = NULL, *tools = NULL, *docs = NULL, *kw = NULL, *vars = NULL, *conv = NULL;
+    jinja_vars *v = NULL;
+    jinja_opts o = jinja_opts_default();
+    inf_err e = {0};
     int rc;
     *text = NULL;
     if (!chat->messages_json)
         return inf_fail(err, INF_ERR_INVALID, "chat template: no messages");
-    if ((rc = parse_json(chat->messages_json, "messages", &msgs, err)) ||
-        (rc = parse_json(chat->tools_json, "tools", &tools, err)) ||
-        (rc = parse_json(chat->documents_json, "documents", &docs, err)) ||
-        (rc = parse_json(chat->kwargs_json, "chat_template_kwargs", &kw, err)))
+    const jinja_tmpl *t = !absent(chat->tools_json) && j->tools_t ? j->tools_t : j->t;
+    if (jinja_vars_create(&o, &v))
+        return nomem(err);
+    if ((rc = jinja_vars_set_members(v, j->special_json, strlen(j->special_json), NULL, err)) ||
+        (rc = jinja_vars_set_messages(v, chat->messages_json, strlen(chat->messages_json),
+                                      jinja_iterates_content(t), err)) ||
+        (rc = set_opt(v, "tools", chat->tools_json, err)) ||
+        (rc = set_opt(v, "documents", chat->documents_json, err)) ||
+        (rc = jinja_vars_set_bool(v, "add_generation_prompt", chat->add_generation_prompt, err)))
         goto done;
-    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
-        rc = inf_fail(err, INF_ERR_INVALID, "chat template: messages must be a non-empty list");
-        goto done;
-    }
-    const jinja_tmpl *t = tools && !cJSON_IsNull(tools) && j->tools_t ? j->tools_t : j->t;
-    rc = INF_ERR_NOMEM;
-    if (!(vars = cJSON_CreateObject()))
-        goto nomem;
-    if ((rc = conversation(msgs, jinja_iterates_content(t), err)))
-        goto done;
-    conv = msgs; /* vars owns them from here */
-    msgs = NULL;
-    cJSON_AddItemToObject(vars, "messages", conv);
-    cJSON_AddItemToObject(vars, "tools", tools ? tools : cJSON_CreateNull());
-    cJSON_AddItemToObject(vars, "documents", docs ? docs : cJSON_CreateNull());
-    tools = docs = NULL;
-    cJSON_AddBoolToObject(vars, "add_generation_prompt", chat->add_generation_prompt != 0);
-    for (const cJSON *s = j->special->child; s; s = s->next)
-        cJSON_AddItemToObject(vars, s->string, cJSON_Duplicate(s, 1));
-    if (kw && !cJSON_IsObject(kw)) {
-        rc = inf_fail(err, INF_ERR_INVALID, "chat_template_kwargs must be an object");
+    if (chat->kwargs_json &&
+        (rc = jinja_vars_set_members(v, chat->kwargs_json, strlen(chat->kwargs_json), RESERVED,
+                                     &e))) {
+        rc = inf_fail(err, rc, "chat_template_kwargs must be an object (%s)", e.msg);
         goto done;
     }
-    for (const cJSON *k = kw ? kw->child : NULL; k; k = k->next) {
-        if (reserved(k->string))
-            continue;
-        cJSON_DeleteItemFromObjectCaseSensitive(vars, k->string);
-        cJSON_AddItemToObject(vars, k->string, cJSON_Duplicate(k, 1));
-    }
-    jinja_opts o = jinja_opts_default();
-    inf_err e = {0};
-    rc = jinja_render(t, vars, &o, text, len, &e);
-    if (rc) {
+    if ((rc = jinja_render_vars(t, v, &o, text, len, &e))) {
         inf_fail(err, rc, "%s", e.msg);
         goto done;
     }
-    if (chat->continue_final_message && (rc = cut_final(conv, *text, len, err))) {
+    if (chat->continue_final_message && (rc = cut_final(v, *text, len, err))) {
         free(*text);
         *text = NULL;
     }
-    goto done;
-nomem:
-    nomem(err);
 done:
-    cJSON_Delete(msgs);
-    cJSON_Delete(tools);
-    cJSON_Delete(docs);
-    cJSON_Delete(kw);
-    cJSON_Delete(vars);
+    jinja_vars_destroy(v);
     return rc;
 }

