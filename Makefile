@@ -339,7 +339,7 @@ unit: $(TEST_BIN) $(FIXTURE_MODELS)
 	  INFERD_TEST_TMP=$(BUILD)/tmp INFERD_TEST_FIXTURES=$(FIXTURES) $$t; done
 
 check: all $(FIXTURE_MODELS)
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./tests/run-checks.sh
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) TSAN=$(TSAN) ./tests/run-checks.sh
 
 # The model for run and generate: MODEL (a directory or a Hub id) when
 # given, else the default chat model from the Hub, else the embedded
