@@ -74,7 +74,7 @@ static int ld_root_model(const hf_load *L, hf_js *j, const char *json, cJSON *ro
  * (the small sections the stages read), with those two as checked text. */
 int hf_load_root(const hf_load *L, const char *json, size_t len, cJSON **root, hf_big *big)
 {
-    hf_js j = {json, json + len, NULL};
+    hf_js j = {json, json ? json + len : NULL, NULL};
     inf_buf key = {0};
     cJSON *r = cJSON_CreateObject();
     int rc = r ? INF_OK : hf_ld_nomem(L), st = 0, k = 0;
@@ -128,7 +128,7 @@ static int ld_id_num(const hf_load *L, hf_js *j, const char *path, const inf_buf
 
 static int ld_vocab(const hf_load *L, const hf_big *big, hf_impl *h, int32_t *max_id)
 {
-    hf_js j = {big->vocab, big->vocab + big->vocab_len, NULL};
+    hf_js j = {big->vocab, big->vocab ? big->vocab + big->vocab_len : NULL, NULL};
     if (!big->vocab || hf_js_peek(&j) != '{')
         return hf_ld_fail(L, INF_ERR_FORMAT, "model.vocab", "must be an object");
     if (hf_vocab_create(big->n_vocab, big->vocab_len, &h->vocab))
@@ -234,7 +234,7 @@ static int merge_batch(const hf_load *L, hf_impl *h, const inf_buf *buf, hf_mq *
 
 static int ld_merges(const hf_load *L, const hf_big *big, hf_impl *h, const hf_bpe_config *c)
 {
-    hf_js j = {big->merges, big->merges + big->merges_len, NULL};
+    hf_js j = {big->merges, big->merges ? big->merges + big->merges_len : NULL, NULL};
     if (big->merges && hf_js_peek(&j) != '[' && hf_js_peek(&j) != 'n')
         return hf_ld_fail(L, INF_ERR_FORMAT, "model.merges", "must be an array");
     int has = big->merges && hf_js_peek(&j) == '[';
