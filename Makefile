@@ -68,7 +68,8 @@ CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o 
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
-           engine/tok_hf_bpe.o engine/tok_hf_dec.o
+           engine/tok_hf_bpe.o engine/tok_hf_dec.o engine/tok_hf_json.o \
+           engine/tok_hf_model.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
 MODEL_OBJ := engine/model.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
              engine/gguf_model.o engine/hfq.o
@@ -285,6 +286,7 @@ F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o
 F_fuzz_tok   := $(TOK_OBJ)
+F_fuzz_tok_json := $(TOK_OBJ)
 F_fuzz_st_index := engine/st.o
 F_fuzz_gen_config := $(MODEL_OBJ)
 F_fuzz_cfg   := app/cfg.o app/args.o

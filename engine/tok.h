@@ -83,8 +83,8 @@ int tok_decode(const tok *t, const int32_t *ids, int n, char **text,
 enum {
     /* Special tokens stay in the text (skip_special_tokens: false).
      * tokenizer.json: they go through the decoder like any token, as
-     * Hugging Face's decode does; SentencePiece: not supported, its control
-     * pieces are always left out. */
+     * Hugging Face's decode does; SentencePiece: their text in place, as the
+     * fast tokenizer converted from the model gives ("<s> Hello</s>"). */
     TOK_KEEP_SPECIAL = 4,
 };
 

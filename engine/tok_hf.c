@@ -185,6 +185,8 @@ static int split_added(const hf_impl *h, const hf_trie *tr, const char *s, size_
                        hf_pieces *out)
 {
     size_t start_off = 0, i = 0;
+    if (!tr) /* a file without added_tokens */
+        return pieces_add(out, 0, n, -1);
     while (i < n) {
         size_t len = 0;
         int32_t a = hf_trie_first(tr, (unsigned char)s[i]) ? hf_trie_longest(tr, s + i, n - i, &len)
@@ -303,8 +305,8 @@ static int cache_grow(hf_enc *e)
     return INF_OK;
 }
 
-/* Appends the ids of one word, from the cache or through BPE. */
-static int enc_word(hf_enc *e, const char *w, size_t n)
+/* Appends the ids of one word piece, from the cache or through BPE. */
+static int enc_piece(hf_enc *e, const char *w, size_t n)
 {
     if (n == 0 || n > HF_CACHE_WORD)
         return hf_bpe_word(e->h->bpe, e->work, w, n, &e->ids, &e->n_ids, &e->cap);
@@ -348,6 +350,20 @@ static int enc_word(hf_enc *e, const char *w, size_t n)
     e->n_pool += k;
     e->n_cache++;
     return INF_OK;
+}
+
+/* Appends the ids of one word, piece by piece where BPE allows cutting it
+ * (a Metaspace text is one word: its pieces are the words of the text). */
+static int enc_word(hf_enc *e, const char *w, size_t n)
+{
+    int rc = INF_OK;
+    do {
+        size_t k = hf_bpe_cut(e->h->bpe, w, n);
+        rc = enc_piece(e, w, k);
+        w += k;
+        n -= k;
+    } while (n && !rc);
+    return rc;
 }
 
 /* Normalized text with no added tokens left in it: pre-tokenize, then BPE. */

@@ -132,15 +132,48 @@ int32_t hf_byte_char(unsigned char b);
 /* Inverse: code point -> byte, or -1. */
 int hf_char_byte(int32_t cp);
 
+/* ---- a JSON reader that builds no tree (tok_hf_json.c) ----------------------- */
+
+/* The cursor over text; msg is set by the first error (the cursor then
+ * where it was found). Functions return INF_OK or INF_ERR_FORMAT. */
+typedef struct hf_js {
+    const char *p, *end;
+    const char *msg;
+} hf_js;
+
+void hf_js_ws(hf_js *j);
+int hf_js_peek(hf_js *j);            /* the next byte after white space, -1 at the end */
+int hf_js_expect(hf_js *j, char c);  /* passes c (after white space) */
+/* A string, decoded into out (cleared first; NULL: checked only). */
+int hf_js_str(hf_js *j, inf_buf *out);
+/* A number; *is_int whether it is an integer in +-2^53, then *v. */
+int hf_js_num(hf_js *j, long long *v, int *is_int);
+/* Iterates an object (close '}', key gets each member's name) or an array
+ * (close ']', key NULL) whose opening bracket was passed; *state 0 at first.
+ * 1: a value follows at the cursor; 0: the end (passed); <0: an error. */
+int hf_js_next(hf_js *j, int *state, char close, inf_buf *key);
+/* Passes one value of any kind, checking it; *count (may be NULL) gets the
+ * number of members or elements when it is an object or array. */
+int hf_js_skip(hf_js *j, size_t *count);
+
 /* ---- the BPE model ------------------------------------------------------------- */
 
 typedef struct hf_vocab hf_vocab; /* string -> id hash */
 
-int hf_vocab_create(size_t n, hf_vocab **out);
+/* A table for n strings of key_bytes bytes in all (both upper bounds). */
+int hf_vocab_create(size_t n, size_t key_bytes, hf_vocab **out);
 void hf_vocab_destroy(hf_vocab *v);
 /* Adds s -> id; a string already present keeps its first id (returns 1). */
 int hf_vocab_put(hf_vocab *v, const char *s, size_t len, int32_t id);
 int32_t hf_vocab_get(const hf_vocab *v, const char *s, size_t len); /* -1 if absent */
+size_t hf_vocab_count(const hf_vocab *v);
+/* For loading many: the hash of a string, a prefetch of its slot, and the
+ * lookup given the hash (a batch hides the cache misses of a large table). */
+uint32_t hf_vocab_hash(const char *s, size_t len);
+void hf_vocab_prefetch(const hf_vocab *v, uint32_t hash);
+int32_t hf_vocab_get_hashed(const hf_vocab *v, const char *s, size_t len, uint32_t hash);
+/* The i-th string put (i < count): its id, *s and *len its text. */
+int32_t hf_vocab_at(const hf_vocab *v, size_t i, const char **s, size_t *len);
 
 typedef struct hf_bpe hf_bpe;
 
@@ -157,6 +190,12 @@ void hf_bpe_destroy(hf_bpe *b);
 /* Adds the merge of rank `rank`: a + b -> merged (later duplicates win, as
  * the Rust HashMap insert does). */
 int hf_bpe_add_merge(hf_bpe *b, int32_t a, int32_t bb, int32_t merged, uint32_t rank);
+void hf_bpe_prefetch_merge(const hf_bpe *b, int32_t a, int32_t bb); /* before adding it */
+
+/* The length of the first piece of word s[0:n] that BPE may encode on its
+ * own (the pieces' ids, concatenated, are the word's): n when the word
+ * cannot be cut or the vocabulary does not allow it. */
+size_t hf_bpe_cut(const hf_bpe *b, const char *s, size_t n);
 
 /* Scratch for one encode call (not shared between threads). */
 typedef struct hf_bpe_work hf_bpe_work;
@@ -244,6 +283,22 @@ int hf_ld_bool(const hf_load *L, const struct cJSON *o, const char *key, const c
 int hf_ld_int(const hf_load *L, const struct cJSON *o, const char *key, const char *path, int lo,
               int hi, int *v);
 char *hf_dup(const char *s, size_t n);
+#define HF_MAX_ID ((1 << 24) - 1)
+
+/* model.vocab and model.merges of the file: their text, checked, and sizes. */
+typedef struct hf_big {
+    const char *vocab, *merges; /* NULL: absent */
+    size_t vocab_len, merges_len;
+    size_t n_vocab, n_merges;   /* members, elements */
+} hf_big;
+
+/* tok_hf_model.c: the file (json[0:len]) checked and parsed as a cJSON
+ * tree of everything but model.vocab and model.merges, left in *big. */
+int hf_load_root(const hf_load *L, const char *json, size_t len, struct cJSON **root, hf_big *big);
+/* The BPE model of root and big into h (vocab, bpe); *max_id raised to
+ * the largest id seen. */
+int hf_load_model(const hf_load *L, const struct cJSON *root, const hf_big *big, hf_impl *h,
+                  int32_t *max_id);
 /* normalizer, pre_tokenizer and decoder of root into h. */
 int hf_load_stages(const hf_load *L, const struct cJSON *root, hf_impl *h);
 

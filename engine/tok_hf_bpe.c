@@ -11,41 +11,49 @@
 
 /* ---- string -> id -------------------------------------------------------------- */
 
+/* A slot carries its key's hash, place and id, so that a lookup touches
+ * the slot and the key's bytes only (two cache misses on a large table). */
+typedef struct hf_vslot {
+    uint32_t hash, off, len; /* off: key offset in keys */
+    int32_t id;              /* -1: empty */
+} hf_vslot;
+
 struct hf_vocab {
-    uint32_t *slot;   /* [cap] entry index + 1, 0 empty */
+    hf_vslot *slot;   /* [cap] */
     size_t cap;
-    uint32_t *off;    /* [n] key offset in keys */
-    uint32_t *len;
-    int32_t *id;
+    uint32_t *order;  /* [n] slot of each string, in the order put */
     size_t n, max;
     inf_buf keys;
 };
 
-static uint64_t hf_hash(const char *s, size_t n)
+static uint32_t hf_hash(const char *s, size_t n)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (size_t i = 0; i < n; i++)
         h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
+    return (uint32_t)(h ^ (h >> 32));
 }
 
-int hf_vocab_create(size_t n, hf_vocab **out)
+int hf_vocab_create(size_t n, size_t key_bytes, hf_vocab **out)
 {
     hf_vocab *v = calloc(1, sizeof *v);
     if (!v)
         return INF_ERR_NOMEM;
     v->cap = 16;
-    while (v->cap < 2 * n + 16)
+    while (v->cap < n + n / 2 + 16) /* load at most 2/3 */
         v->cap *= 2;
     v->max = n + 16;
-    v->slot = calloc(v->cap, sizeof *v->slot);
-    v->off = malloc(v->max * sizeof *v->off);
-    v->len = malloc(v->max * sizeof *v->len);
-    v->id = malloc(v->max * sizeof *v->id);
-    if (!v->slot || !v->off || !v->len || !v->id) {
+    v->slot = malloc(v->cap * sizeof *v->slot);
+    v->order = malloc(v->max * sizeof *v->order);
+    /* Sized once: a vocabulary's strings never move while it fills. */
+    v->keys.cap = key_bytes + v->max;
+    v->keys.p = malloc(v->keys.cap);
+    if (!v->slot || !v->order || !v->keys.p) {
         hf_vocab_destroy(v);
         return INF_ERR_NOMEM;
     }
+    for (size_t i = 0; i < v->cap; i++)
+        v->slot[i].id = -1;
     *out = v;
     return INF_OK;
 }
@@ -55,23 +63,19 @@ void hf_vocab_destroy(hf_vocab *v)
     if (!v)
         return;
     free(v->slot);
-    free(v->off);
-    free(v->len);
-    free(v->id);
+    free(v->order);
     free(v->keys.p);
     free(v);
 }
 
 /* The slot holding s, or the empty one where it would go. */
-static size_t hf_vocab_find(const hf_vocab *v, const char *s, size_t n)
+static size_t hf_vocab_find(const hf_vocab *v, const char *s, size_t n, uint32_t h)
 {
-    size_t m = v->cap - 1, i = (size_t)hf_hash(s, n) & m;
+    size_t m = v->cap - 1, i = (size_t)(h * 0x9E3779B1u) & m;
     for (;;) {
-        uint32_t e = v->slot[i];
-        if (!e)
-            return i;
-        e--;
-        if (v->len[e] == n && memcmp(v->keys.p + v->off[e], s, n) == 0)
+        const hf_vslot *e = &v->slot[i];
+        if (e->id < 0 ||
+            (e->hash == h && e->len == n && memcmp(v->keys.p + e->off, s, n) == 0))
             return i;
         i = (i + 1) & m;
     }
@@ -79,27 +83,54 @@ static size_t hf_vocab_find(const hf_vocab *v, const char *s, size_t n)
 
 int hf_vocab_put(hf_vocab *v, const char *s, size_t n, int32_t id)
 {
-    size_t i = hf_vocab_find(v, s, n);
-    if (v->slot[i])
+    uint32_t h = hf_hash(s, n);
+    size_t i = hf_vocab_find(v, s, n, h);
+    if (v->slot[i].id >= 0)
         return 1;
-    if (v->n == v->max || 2 * (v->n + 1) > v->cap || v->keys.len + n + 1 > UINT32_MAX)
+    if (id < 0 || v->n == v->max || 3 * (v->n + 1) > 2 * v->cap ||
+        v->keys.len + n + 1 > UINT32_MAX)
         return INF_ERR_NOMEM; /* sized at create for the whole vocabulary */
     size_t off = v->keys.len;
     inf_buf_put(&v->keys, s, n);
     inf_buf_put(&v->keys, "", 1);
     if (v->keys.oom)
         return INF_ERR_NOMEM;
-    v->off[v->n] = (uint32_t)off;
-    v->len[v->n] = (uint32_t)n;
-    v->id[v->n] = id;
-    v->slot[i] = (uint32_t)++v->n;
+    v->slot[i] = (hf_vslot){h, (uint32_t)off, (uint32_t)n, id};
+    v->order[v->n++] = (uint32_t)i;
     return INF_OK;
 }
 
 int32_t hf_vocab_get(const hf_vocab *v, const char *s, size_t n)
 {
-    uint32_t e = v->slot[hf_vocab_find(v, s, n)];
-    return e ? v->id[e - 1] : -1;
+    return v->slot[hf_vocab_find(v, s, n, hf_hash(s, n))].id;
+}
+
+uint32_t hf_vocab_hash(const char *s, size_t n)
+{
+    return hf_hash(s, n);
+}
+
+void hf_vocab_prefetch(const hf_vocab *v, uint32_t h)
+{
+    __builtin_prefetch(&v->slot[(size_t)(h * 0x9E3779B1u) & (v->cap - 1)]);
+}
+
+int32_t hf_vocab_get_hashed(const hf_vocab *v, const char *s, size_t n, uint32_t h)
+{
+    return v->slot[hf_vocab_find(v, s, n, h)].id;
+}
+
+size_t hf_vocab_count(const hf_vocab *v)
+{
+    return v->n;
+}
+
+int32_t hf_vocab_at(const hf_vocab *v, size_t i, const char **s, size_t *len)
+{
+    const hf_vslot *e = &v->slot[v->order[i]];
+    *s = v->keys.p + e->off;
+    *len = e->len;
+    return e->id;
 }
 
 /* ---- merges ------------------------------------------------------------------------ */
@@ -110,11 +141,78 @@ typedef struct hf_merge {
     int32_t merged;
 } hf_merge;
 
+/* Cutting long words: a word of a Metaspace vocabulary (Gemma, Llama 2)
+ * is often the whole text. A symbol that spans the boundary between two
+ * characters x and y has a vocabulary string containing "xy", so where no
+ * string in the vocabulary contains x followed by the marker U+2581, no
+ * merge ever crosses the boundary before that marker, and the two sides
+ * merge independently: BPE on the pieces gives the word's ids exactly, and
+ * the pieces (ordinary words) hit the encode cache. */
+#define HF_CUT_MARK "\xE2\x96\x81"
+#define HF_CUT_MAX_BEFORE 64 /* more characters than this before a marker: no cutting */
+
 struct hf_bpe {
     hf_bpe_config c;
     hf_merge *m;
     size_t cap, n;
+    int cut;                            /* cutting is exact for this vocabulary */
+    int32_t before[HF_CUT_MAX_BEFORE];  /* code points seen right before a marker */
+    int n_before;
 };
+
+static int cut_before_add(hf_bpe *b, int32_t cp)
+{
+    for (int i = 0; i < b->n_before; i++)
+        if (b->before[i] == cp)
+            return 1;
+    if (b->n_before == HF_CUT_MAX_BEFORE)
+        return 0;
+    b->before[b->n_before++] = cp;
+    return 1;
+}
+
+/* Collects what precedes the marker inside vocabulary strings: a scan of
+ * the strings back to back (a NUL before the marker, a string's start or a
+ * NUL inside one, is counted too: never cutting after U+0000 is safe). */
+static void cut_setup(hf_bpe *b)
+{
+    const hf_vocab *v = b->c.vocab;
+    const char *s = v->keys.p, *end = s + v->keys.len;
+    b->cut = !b->c.ignore_merges && hf_vocab_get(v, HF_CUT_MARK, 3) >= 0;
+    for (const char *q = s; b->cut && q < end && (q = memmem(q, (size_t)(end - q), HF_CUT_MARK, 3));
+         q += 3) {
+        if (q == s)
+            continue;
+        const char *c = q - 1;
+        while (c > s && ((unsigned char)*c & 0xC0) == 0x80)
+            c--;
+        int32_t cp;
+        hf_utf8_next(c, (size_t)(q - c), &cp);
+        b->cut = cut_before_add(b, cp);
+    }
+}
+
+size_t hf_bpe_cut(const hf_bpe *b, const char *s, size_t n)
+{
+    if (!b->cut)
+        return n;
+    for (const char *q = s + 1; q < s + n && (q = memmem(q, n - (size_t)(q - s), HF_CUT_MARK, 3));
+         q += 3) {
+        const char *c = q - 1;
+        while (c > s && ((unsigned char)*c & 0xC0) == 0x80)
+            c--;
+        int32_t cp;
+        if (hf_utf8_next(c, (size_t)(q - c), &cp) != (size_t)(q - c))
+            continue;
+        int seen = 0;
+        for (int i = 0; i < b->n_before && !seen; i++)
+            seen = b->before[i] == cp;
+        /* The character must be its own initial symbol (not bytes, not unk). */
+        if (!seen && hf_vocab_get(b->c.vocab, c, (size_t)(q - c)) >= 0)
+            return (size_t)(q - s);
+    }
+    return n;
+}
 
 int hf_bpe_create(const hf_bpe_config *c, size_t n_merges, hf_bpe **out)
 {
@@ -123,13 +221,14 @@ int hf_bpe_create(const hf_bpe_config *c, size_t n_merges, hf_bpe **out)
         return INF_ERR_NOMEM;
     b->c = *c;
     b->cap = 16;
-    while (b->cap < 2 * n_merges + 16)
+    while (b->cap < n_merges + n_merges / 2 + 16) /* load at most 2/3 */
         b->cap *= 2;
     b->m = calloc(b->cap, sizeof *b->m);
     if (!b->m) {
         free(b);
         return INF_ERR_NOMEM;
     }
+    cut_setup(b);
     *out = b;
     return INF_OK;
 }
@@ -142,10 +241,20 @@ void hf_bpe_destroy(hf_bpe *b)
     free(b);
 }
 
+static size_t hf_merge_home(const hf_bpe *b, uint64_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (b->cap - 1);
+}
+
+void hf_bpe_prefetch_merge(const hf_bpe *b, int32_t a, int32_t bb)
+{
+    uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)bb) + 1;
+    __builtin_prefetch(&b->m[hf_merge_home(b, key)], 1);
+}
+
 static size_t hf_merge_slot(const hf_bpe *b, uint64_t key)
 {
-    uint64_t h = key * 0x9E3779B97F4A7C15ull;
-    size_t m = b->cap - 1, i = (size_t)(h >> 20) & m;
+    size_t m = b->cap - 1, i = hf_merge_home(b, key);
     while (b->m[i].key && b->m[i].key != key)
         i = (i + 1) & m;
     return i;
@@ -156,7 +265,7 @@ int hf_bpe_add_merge(hf_bpe *b, int32_t a, int32_t bb, int32_t merged, uint32_t 
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)bb) + 1;
     size_t i = hf_merge_slot(b, key);
     if (!b->m[i].key) {
-        if (2 * (b->n + 1) > b->cap)
+        if (3 * (b->n + 1) > 2 * b->cap)
             return INF_ERR_NOMEM;
         b->n++;
     }

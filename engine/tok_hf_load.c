@@ -132,20 +132,26 @@ static int ld_pattern(const hf_load *L, const cJSON *o, const char *path, hf_pat
     return INF_OK;
 }
 
-/* A member array of sub-objects, allocated as *v (n elements of size sz). */
-static int ld_array(const hf_load *L, const cJSON *o, const char *key, const char *path,
-                    size_t sz, void **v, int *n, const cJSON **arr)
+/* A Sequence's member array `key`: its elements loaded by fn into *v, an
+ * array of *n records of size sz (the normalizers, pre-tokenizers and
+ * decoders of a Sequence share this walk). */
+typedef int (*ld_stage_fn)(const hf_load *L, const cJSON *o, const char *path, void *out);
+
+static int ld_seq(const hf_load *L, const cJSON *o, const char *key, const char *path, size_t sz,
+                  ld_stage_fn fn, void **v, int *n)
 {
-    char p[256];
-    *arr = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsArray(*arr))
-        return hf_ld_fail(L, INF_ERR_FORMAT, hf_ld_sub(p, sizeof p, path, key, 0), "must be an array");
-    int k = cJSON_GetArraySize(*arr);
-    *v = calloc(k ? (size_t)k : 1, sz);
-    if (!*v)
+    char p[256], q[256];
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, key);
+    hf_ld_sub(p, sizeof p, path, key, 0);
+    if (!cJSON_IsArray(arr))
+        return hf_ld_fail(L, INF_ERR_FORMAT, p, "must be an array");
+    int k = cJSON_GetArraySize(arr), i = 0, rc = INF_OK;
+    if (!(*v = calloc(k ? (size_t)k : 1, sz)))
         return hf_ld_nomem(L);
     *n = k;
-    return INF_OK;
+    for (const cJSON *it = arr->child; it && !rc; it = it->next, i++)
+        rc = fn(L, it, hf_ld_sub(q, sizeof q, p, NULL, i), (char *)*v + (size_t)i * sz);
+    return rc;
 }
 
 static int ld_behavior(const hf_load *L, const cJSON *o, const char *path, hf_behavior *b)
@@ -211,10 +217,30 @@ static int ld_prepend(const hf_load *L, const cJSON *o, const char *path, int *s
 
 /* ---- normalizers, pre-tokenizers, decoders ------------------------------------------ */
 
+/* Each as an ld_stage_fn, for the elements of a Sequence. */
+static int ld_norm(const hf_load *L, const cJSON *o, const char *path, hf_norm *nm);
+static int ld_pre(const hf_load *L, const cJSON *o, const char *path, hf_pre *pr);
+static int ld_dec(const hf_load *L, const cJSON *o, const char *path, hf_dec *d);
+
+static int ld_norm_any(const hf_load *L, const cJSON *o, const char *path, void *out)
+{
+    return ld_norm(L, o, path, out);
+}
+
+static int ld_pre_any(const hf_load *L, const cJSON *o, const char *path, void *out)
+{
+    return ld_pre(L, o, path, out);
+}
+
+static int ld_dec_any(const hf_load *L, const cJSON *o, const char *path, void *out)
+{
+    return ld_dec(L, o, path, out);
+}
+
 static int ld_norm(const hf_load *L, const cJSON *o, const char *path, hf_norm *nm)
 {
     const char *type;
-    char p[256], q[256];
+    char p[256];
     int rc = ld_type(L, o, path, &type);
     if (rc)
         return rc;
@@ -227,15 +253,9 @@ static int ld_norm(const hf_load *L, const cJSON *o, const char *path, hf_norm *
             return INF_OK;
         }
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *arr;
         nm->kind = HF_N_SEQ;
-        rc = ld_array(L, o, "normalizers", path, sizeof *nm->sub, (void **)&nm->sub, &nm->n_sub,
-                      &arr);
-        for (int i = 0; i < nm->n_sub && !rc; i++)
-            rc = ld_norm(L, cJSON_GetArrayItem(arr, i),
-                         hf_ld_sub(q, sizeof q, hf_ld_sub(p, sizeof p, path, "normalizers", 0), NULL, i),
-                         &nm->sub[i]);
-        return rc;
+        return ld_seq(L, o, "normalizers", path, sizeof *nm->sub, ld_norm_any, (void **)&nm->sub,
+                      &nm->n_sub);
     }
     if (strcmp(type, "Replace") == 0) {
         const char *content;
@@ -283,20 +303,14 @@ static int ld_fixed_re(const hf_load *L, const char *path, const char *re, hf_pa
 static int ld_pre(const hf_load *L, const cJSON *o, const char *path, hf_pre *pr)
 {
     const char *type;
-    char p[256], q[256];
+    char p[256];
     int rc = ld_type(L, o, path, &type);
     if (rc)
         return rc;
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *arr;
         pr->kind = HF_P_SEQ;
-        rc = ld_array(L, o, "pretokenizers", path, sizeof *pr->sub, (void **)&pr->sub,
-                      &pr->n_sub, &arr);
-        for (int i = 0; i < pr->n_sub && !rc; i++)
-            rc = ld_pre(L, cJSON_GetArrayItem(arr, i),
-                        hf_ld_sub(q, sizeof q, hf_ld_sub(p, sizeof p, path, "pretokenizers", 0), NULL, i),
-                        &pr->sub[i]);
-        return rc;
+        return ld_seq(L, o, "pretokenizers", path, sizeof *pr->sub, ld_pre_any, (void **)&pr->sub,
+                      &pr->n_sub);
     }
     if (strcmp(type, "Split") == 0) {
         pr->kind = HF_P_SPLIT;
@@ -351,19 +365,14 @@ static int ld_pre(const hf_load *L, const cJSON *o, const char *path, hf_pre *pr
 static int ld_dec(const hf_load *L, const cJSON *o, const char *path, hf_dec *d)
 {
     const char *type;
-    char p[256], q[256];
+    char p[256];
     int rc = ld_type(L, o, path, &type);
     if (rc)
         return rc;
     if (strcmp(type, "Sequence") == 0) {
-        const cJSON *arr;
         d->kind = HF_D_SEQ;
-        rc = ld_array(L, o, "decoders", path, sizeof *d->sub, (void **)&d->sub, &d->n_sub, &arr);
-        for (int i = 0; i < d->n_sub && !rc; i++)
-            rc = ld_dec(L, cJSON_GetArrayItem(arr, i),
-                        hf_ld_sub(q, sizeof q, hf_ld_sub(p, sizeof p, path, "decoders", 0), NULL, i),
-                        &d->sub[i]);
-        return rc;
+        return ld_seq(L, o, "decoders", path, sizeof *d->sub, ld_dec_any, (void **)&d->sub,
+                      &d->n_sub);
     }
     if (strcmp(type, "ByteLevel") == 0) {
         d->kind = HF_D_BYTELEVEL;

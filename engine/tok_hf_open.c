@@ -1,6 +1,6 @@
-/* tok_hf_open: builds a tok from tokenizer.json: the BPE model (vocabulary
- * and merges), the added tokens, the post-processor, the stages
- * (tok_hf_load.c) and the generic vocabulary table. */
+/* tok_hf_open: builds a tok from tokenizer.json: the BPE model
+ * (tok_hf_model.c), the stages (tok_hf_load.c), the added tokens, the
+ * post-processor and the generic vocabulary table. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +10,6 @@
 #include "tok_hf.h"
 #include "tok_int.h"
 
-#define HF_MAX_ID ((1 << 24) - 1)
-
 static int ld_id(const hf_load *L, const cJSON *v, const char *path, int32_t *id)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble ||
@@ -19,137 +17,6 @@ static int ld_id(const hf_load *L, const cJSON *v, const char *path, int32_t *id
         return hf_ld_fail(L, INF_ERR_FORMAT, path, "must be a token id in [0, %d]", HF_MAX_ID);
     *id = (int32_t)v->valuedouble;
     return INF_OK;
-}
-
-/* ---- the model --------------------------------------------------------------------- */
-
-static int ld_vocab(const hf_load *L, const cJSON *model, hf_impl *h, int32_t *max_id)
-{
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    if (!cJSON_IsObject(vocab))
-        return hf_ld_fail(L, INF_ERR_FORMAT, "model.vocab", "must be an object");
-    size_t n = (size_t)cJSON_GetArraySize(vocab);
-    if (hf_vocab_create(n, &h->vocab))
-        return hf_ld_nomem(L);
-    for (const cJSON *it = vocab->child; it; it = it->next) {
-        int32_t id;
-        char p[300];
-        snprintf(p, sizeof p, "model.vocab[\"%.200s\"]", it->string ? it->string : "");
-        int rc = ld_id(L, it, p, &id);
-        if (rc)
-            return rc;
-        rc = hf_vocab_put(h->vocab, it->string, strlen(it->string), id);
-        if (rc < 0)
-            return hf_ld_nomem(L);
-        if (id > *max_id)
-            *max_id = id;
-    }
-    return INF_OK;
-}
-
-/* A merge as "a b" or ["a", "b"]. */
-static int ld_merge_pair(const hf_load *L, const cJSON *m, const char *path, const char **a,
-                         size_t *al, const char **b, size_t *bl)
-{
-    if (cJSON_IsString(m)) {
-        const char *s = m->valuestring, *sp = strchr(s, ' ');
-        if (!sp || strchr(sp + 1, ' '))
-            return hf_ld_fail(L, INF_ERR_FORMAT, path, "a merge must be two tokens, \"a b\"");
-        *a = s;
-        *al = (size_t)(sp - s);
-        *b = sp + 1;
-        *bl = strlen(sp + 1);
-        return INF_OK;
-    }
-    if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
-        cJSON_IsString(cJSON_GetArrayItem(m, 0)) && cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
-        *a = cJSON_GetArrayItem(m, 0)->valuestring;
-        *b = cJSON_GetArrayItem(m, 1)->valuestring;
-        *al = strlen(*a);
-        *bl = strlen(*b);
-        return INF_OK;
-    }
-    return hf_ld_fail(L, INF_ERR_FORMAT, path, "a merge must be \"a b\" or [\"a\", \"b\"]");
-}
-
-static int ld_merges(const hf_load *L, const cJSON *model, hf_impl *h, const hf_bpe_config *c)
-{
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    if (merges && !cJSON_IsArray(merges))
-        return hf_ld_fail(L, INF_ERR_FORMAT, "model.merges", "must be an array");
-    size_t n = merges ? (size_t)cJSON_GetArraySize(merges) : 0;
-    if (hf_bpe_create(c, n, &h->bpe))
-        return hf_ld_nomem(L);
-    inf_buf cat = {0};
-    int rc = INF_OK;
-    uint32_t rank = 0;
-    for (const cJSON *m = merges ? merges->child : NULL; m && !rc; m = m->next, rank++) {
-        char p[64];
-        snprintf(p, sizeof p, "model.merges[%u]", rank);
-        const char *a = NULL, *b = NULL;
-        size_t al = 0, bl = 0;
-        if ((rc = ld_merge_pair(L, m, p, &a, &al, &b, &bl)))
-            break;
-        cat.len = 0;
-        inf_buf_put(&cat, a, al);
-        inf_buf_put(&cat, b, bl);
-        if (cat.oom) {
-            rc = hf_ld_nomem(L);
-            break;
-        }
-        int32_t ia = hf_vocab_get(h->vocab, a, al), ib = hf_vocab_get(h->vocab, b, bl);
-        int32_t im = hf_vocab_get(h->vocab, cat.p, cat.len);
-        if (ia < 0 || ib < 0 || im < 0)
-            rc = hf_ld_fail(L, INF_ERR_FORMAT, p, "\"%.*s\" is not in model.vocab",
-                            (int)(ia < 0 ? al : ib < 0 ? bl : cat.len > 200 ? 200 : cat.len),
-                            ia < 0 ? a : ib < 0 ? b : cat.p);
-        else if (hf_bpe_add_merge(h->bpe, ia, ib, im, rank))
-            rc = hf_ld_nomem(L);
-    }
-    free(cat.p);
-    return rc;
-}
-
-static int ld_model(const hf_load *L, const cJSON *root, hf_impl *h, int32_t *max_id)
-{
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!cJSON_IsObject(model))
-        return hf_ld_fail(L, INF_ERR_FORMAT, "model", "must be an object");
-    const char *type, *unk, *prefix, *suffix;
-    int rc = hf_ld_str(L, model, "type", "model", &type);
-    if (rc)
-        return rc;
-    if (type && strcmp(type, "BPE") != 0)
-        return hf_ld_fail(L, INF_ERR_UNSUPPORTED, "model.type",
-                          "unknown model type \"%s\" (inferd reads BPE)", type);
-    const cJSON *drop = cJSON_GetObjectItemCaseSensitive(model, "dropout");
-    if (drop && !cJSON_IsNull(drop) && !(cJSON_IsNumber(drop) && drop->valuedouble == 0))
-        return hf_ld_fail(L, INF_ERR_UNSUPPORTED, "model.dropout",
-                          "BPE dropout is for training; inferd needs null");
-    if ((rc = hf_ld_str(L, model, "continuing_subword_prefix", "model", &prefix)) ||
-        (rc = hf_ld_str(L, model, "end_of_word_suffix", "model", &suffix)) ||
-        (rc = hf_ld_str(L, model, "unk_token", "model", &unk)))
-        return rc;
-    if ((prefix && *prefix) || (suffix && *suffix))
-        return hf_ld_fail(L, INF_ERR_UNSUPPORTED, prefix && *prefix ? "model.continuing_subword_prefix"
-                                                                     : "model.end_of_word_suffix",
-                          "must be null or empty");
-    if ((rc = ld_vocab(L, model, h, max_id)))
-        return rc;
-    hf_bpe_config c = {.vocab = h->vocab, .unk = -1};
-    if ((rc = hf_ld_bool(L, model, "fuse_unk", "model", &c.fuse_unk)) ||
-        (rc = hf_ld_bool(L, model, "byte_fallback", "model", &c.byte_fallback)) ||
-        (rc = hf_ld_bool(L, model, "ignore_merges", "model", &c.ignore_merges)))
-        return rc;
-    if (unk && (c.unk = hf_vocab_get(h->vocab, unk, strlen(unk))) < 0)
-        return hf_ld_fail(L, INF_ERR_FORMAT, "model.unk_token", "\"%.200s\" is not in model.vocab",
-                          unk);
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        c.byte_ids[b] = c.byte_fallback ? hf_vocab_get(h->vocab, name, 6) : -1;
-    }
-    return ld_merges(L, model, h, &c);
 }
 
 /* ---- added tokens ------------------------------------------------------------------ */
@@ -384,17 +251,15 @@ static int hex(char c)
 
 static int fill_table(const hf_load *L, const cJSON *root, const hf_impl *h, tok *t)
 {
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab");
     int byte_fallback = 0;
     hf_ld_bool(L, cJSON_GetObjectItemCaseSensitive(root, "model"), "byte_fallback", "model",
                &byte_fallback);
     inf_buf s = {0}, tmp = {0};
     int rc = INF_OK;
-    for (const cJSON *it = vocab->child; it && !rc; it = it->next) {
-        int32_t id = (int32_t)it->valuedouble;
-        const char *p = it->string;
-        size_t n = strlen(p);
+    for (size_t e = 0; e < hf_vocab_count(h->vocab) && !rc; e++) {
+        const char *p;
+        size_t n;
+        int32_t id = hf_vocab_at(h->vocab, e, &p, &n);
         if (t->piece[id])
             continue; /* two strings for one id: the first names it */
         if (byte_fallback && n == 6 && memcmp(p, "<0x", 3) == 0 && p[5] == '>' &&
@@ -442,19 +307,19 @@ int tok_hf_open(const char *json, size_t len, const char *path, const cJSON *con
 {
     *out = NULL;
     hf_load L = {path, err};
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return inf_fail(err, INF_ERR_FORMAT, "tok: %s: not a JSON object", path);
-    }
+    cJSON *root = NULL;
+    hf_big big = {0};
+    int rc = hf_load_root(&L, json, len, &root, &big);
+    if (rc)
+        return rc;
     hf_impl *h = calloc(1, sizeof *h);
     tok *t = NULL;
     int32_t max_id = -1;
-    int rc = h ? INF_OK : hf_ld_nomem(&L);
+    rc = h ? INF_OK : hf_ld_nomem(&L);
     if (!rc)
         rc = hf_load_stages(&L, root, h); /* the normalizer first: added tokens use it */
     if (!rc)
-        rc = ld_model(&L, root, h, &max_id);
+        rc = hf_load_model(&L, root, &big, h, &max_id);
     if (!rc)
         rc = ld_added(&L, root, h, &max_id);
     if (!rc)
@@ -464,9 +329,7 @@ int tok_hf_open(const char *json, size_t len, const char *path, const cJSON *con
         rc = hf_ld_fail(&L, INF_ERR_FORMAT, "model.vocab", "is empty");
     /* Ids are dense in every real vocabulary; a sparse one would make the
      * table as large as its largest id. */
-    size_t entries = rc ? 0 : (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
-                                  cJSON_GetObjectItemCaseSensitive(root, "model"), "vocab")) +
-                                  (size_t)h->n_added;
+    size_t entries = rc ? 0 : hf_vocab_count(h->vocab) + (size_t)h->n_added;
     if (!rc && (size_t)max_id >= 2 * entries + 1024)
         rc = hf_ld_fail(&L, INF_ERR_FORMAT, "model.vocab",
                         "token id %d for %zu tokens: ids must be dense", (int)max_id, entries);

@@ -100,18 +100,52 @@ int spm_encode(const tok *t, const char *text, size_t len, int flags, int32_t **
     }
 }
 
-/* Control pieces always go (sentencepiece's Decode drops them): keeping
- * them is not supported here. */
+/* sentencepiece's Decode of ids[0:n] appended to out. */
+int spm_decode_run(const tok *t, const int32_t *ids, size_t n, std::string *out, inf_err *err)
+{
+    std::vector<int> v(ids, ids + n);
+    std::string s;
+    auto st = sp_of(t).Decode(v, &s);
+    if (!st.ok())
+        return inf_fail(err, INF_ERR_FORMAT, "tok: decode failed: %s", st.message());
+    *out += s;
+    return INF_OK;
+}
+
+/* Control pieces go, as sentencepiece's Decode drops them, unless
+ * keep_special: then the text is what Hugging Face's fast tokenizer (the
+ * tokenizer.json converted from this model, which vLLM runs) gives: each
+ * control piece's text in place, the pieces between them decoded, and the
+ * word marker of a piece right after a control piece kept as a space (only
+ * the text's first one is the dummy prefix that decoding drops). */
 int spm_decode(const tok *t, const int32_t *ids, size_t n, int keep_special, char **text,
                size_t *len, inf_err *err)
 {
-    (void)keep_special;
     try {
-        std::vector<int> v(ids, ids + n);
         std::string s;
-        auto st = sp_of(t).Decode(v, &s);
-        if (!st.ok())
-            return inf_fail(err, INF_ERR_FORMAT, "tok: decode failed: %s", st.message());
+        int rc = INF_OK;
+        for (size_t i = 0; i < n && !rc;) {
+            if (keep_special && (t->flags[ids[i]] & TOK_F_SPECIAL)) {
+                s += t->blob + t->piece[ids[i]];
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < n && !(keep_special && (t->flags[ids[j]] & TOK_F_SPECIAL)))
+                j++;
+            size_t at = s.size();
+            rc = spm_decode_run(t, ids + i, j - i, &s, err);
+            /* sentencepiece drops the marker of a run's first piece: put it
+             * back unless the run starts the text. */
+            const char *b = t->blob + t->bytes[ids[i]];
+            size_t nb = t->n_bytes[ids[i]];
+            if (!rc && at > 0 && nb > 0 && b[0] == ' ' &&
+                s.compare(at, nb - 1, b + 1, nb - 1) == 0 && s.compare(at, nb, b, nb) != 0)
+                s.insert(at, 1, ' ');
+            i = j;
+        }
+        if (rc)
+            return rc;
         char *o = (char *)malloc(s.size() + 1);
         if (!o)
             return inf_fail(err, INF_ERR_NOMEM, "tok_decode: out of memory");

@@ -6,6 +6,11 @@
       [--rope-theta 10000] [--eps 1e-5] [--dtype f32|f16|bf16] [--shards N]
       [--untied] [--tokenizer PATH] [--from SRC_DIR]
 
+--tokenizer takes a SentencePiece tokenizer.model, or a Hugging Face tokenizer.json
+(the file or its directory; tokenizer_config.json beside it is copied too, and the
+model's BOS/EOS ids are its bos_token/eos_token): a random model that carries a real
+tokenizer (Llama 3's 128k vocabulary up to Gemma 3's 262k).
+
 --family (default llama) writes that family's config keys and tensor names as
 Hugging Face does, with its settings switched on where a tiny model can show
 them (FAMILIES below: rope-scaling variants, biases, QK-norm, Gemma's norms and
@@ -206,6 +211,28 @@ def train_tokenizer(path, vocab):
     return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
 
 
+def hf_tokenizer(src, out):
+    """Copy a tokenizer.json (and the tokenizer_config.json beside it) from src (the file
+    or its directory) into out; return (vocab size, bos id, eos id): the largest id of
+    model.vocab and added_tokens plus one, and the ids of tokenizer_config's bos_token
+    and eos_token (None where absent)."""
+    d = src if os.path.isdir(src) else os.path.dirname(src)
+    j = json.load(open(os.path.join(d, "tokenizer.json")))
+    shutil.copyfile(os.path.join(d, "tokenizer.json"), os.path.join(out, "tokenizer.json"))
+    cfg = {}
+    if os.path.exists(os.path.join(d, "tokenizer_config.json")):
+        shutil.copyfile(os.path.join(d, "tokenizer_config.json"), os.path.join(out, "tokenizer_config.json"))
+        cfg = json.load(open(os.path.join(d, "tokenizer_config.json")))
+    ids = dict(j["model"]["vocab"])
+    ids.update({a["content"]: a["id"] for a in j.get("added_tokens") or []})
+
+    def tid(key):
+        v = cfg.get(key)
+        v = v.get("content") if isinstance(v, dict) else v
+        return ids.get(v) if isinstance(v, str) else None
+    return max(ids.values()) + 1, tid("bos_token"), tid("eos_token")
+
+
 def tokenizer_size(path):
     """Piece count of an existing SentencePiece model."""
     import sentencepiece as spm
@@ -383,13 +410,21 @@ def make_random(a):
     if a.heads % a.kv_heads:
         sys.exit("make_model: --heads must be a multiple of --kv-heads")
     tok = os.path.join(a.out, "tokenizer.model")
-    if a.tokenizer:
+    hf = a.tokenizer and (os.path.isdir(a.tokenizer) or a.tokenizer.endswith(".json"))
+    if hf:
+        vocab, bos, eos = hf_tokenizer(a.tokenizer, a.out)
+    elif a.tokenizer:
         shutil.copyfile(a.tokenizer, tok)
         vocab = tokenizer_size(tok)
     else:
         vocab = train_tokenizer(tok, a.vocab)
     c = family_config(a, make_config(a, vocab))
-    write_side_files(a.out, c, os.path.basename(os.path.abspath(a.out)))
+    if hf:  # the tokenizer's own special ids and tokenizer_config.json
+        c.update({"bos_token_id": bos, "eos_token_id": eos})
+        write_json(os.path.join(a.out, "generation_config.json"),
+                   {"bos_token_id": bos, "eos_token_id": eos})
+    else:
+        write_side_files(a.out, c, os.path.basename(os.path.abspath(a.out)))
     return c, family_weights(c, a.family, a.seed, random_weights(c, a.seed))
 
 
@@ -441,7 +476,9 @@ def parse_args():
     ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES))
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--untied", action="store_true", help="separate lm_head.weight")
-    ap.add_argument("--tokenizer", help="copy this tokenizer.model instead of training one")
+    ap.add_argument("--tokenizer", help="copy this tokenizer.model, or this tokenizer.json (a file "
+                    "or its directory, with the tokenizer_config.json beside it), instead of "
+                    "training one; the vocabulary size is the tokenizer's")
     ap.add_argument("--from", dest="src", metavar="SRC_DIR", help="relayout an existing model")
     a = ap.parse_args()
     if a.src and any(getattr(a, k) != ap.get_default(k) for k in SHAPE_OPTS):

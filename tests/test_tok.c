@@ -403,6 +403,68 @@ static void test_tok_roundtrip_fixture_texts(void **state)
 }
 
 /* Ids outside [0, vocab) make decode fail with INF_ERR_INVALID naming the id. */
+/* skip_special_tokens: false on a SentencePiece model: the control pieces'
+ * text in place, the text between them decoded with the word marker after
+ * a control piece kept as a space (Hugging Face's fast tokenizer for the
+ * model gives "<s> Hello world</s>"); streaming adds up to the same. */
+static void test_tok_decode_keep_special_spm(void **state)
+{
+    (void)state;
+    tok *t = open_fixture();
+    int bos = tok_bos_id(t), eos = tok_eos_id(t);
+    assert_true(bos >= 0 && eos >= 0);
+    int32_t *w = NULL, ids[64];
+    int n = 0;
+    inf_err e = {0};
+    assert_int_equal(tok_encode(t, "Hello world", 11, 0, &w, &n, &e), INF_OK);
+    assert_true(n > 0 && n < 30);
+    /* bos, words, eos, words */
+    int k = 0;
+    ids[k++] = bos;
+    memcpy(ids + k, w, (size_t)n * sizeof *w);
+    k += n;
+    ids[k++] = eos;
+    memcpy(ids + k, w, (size_t)n * sizeof *w);
+    k += n;
+    char *plain = NULL, *kept = NULL, want[256];
+    assert_int_equal(tok_decode(t, w, n, &plain, NULL, &e), INF_OK);
+    assert_string_equal(plain, "Hello world");
+    assert_int_equal(tok_decode_ex(t, ids, k, TOK_KEEP_SPECIAL, &kept, NULL, &e), INF_OK);
+    snprintf(want, sizeof want, "%s Hello world%s Hello world", tok_piece(t, bos), tok_piece(t, eos));
+    assert_string_equal(kept, want);
+    free(kept);
+    /* At the start of the text the dummy prefix goes, as without specials. */
+    assert_int_equal(tok_decode_ex(t, ids + 1, n + 1, TOK_KEEP_SPECIAL, &kept, NULL, &e), INF_OK);
+    snprintf(want, sizeof want, "Hello world%s", tok_piece(t, eos));
+    assert_string_equal(kept, want);
+    free(kept);
+    /* Without the flag they go, as sentencepiece decodes. */
+    assert_int_equal(tok_decode_ex(t, ids, k, 0, &kept, NULL, &e), INF_OK);
+    assert_string_equal(kept, "Hello world Hello world");
+    free(kept);
+    /* Streamed with the flag: the pieces add up to the whole decode. */
+    tok_stream *st = NULL;
+    inf_buf got = {0};
+    assert_int_equal(tok_stream_create_ex(t, NULL, 0, TOK_KEEP_SPECIAL, &st, &e), INF_OK);
+    for (int i = 0; i < k; i++) {
+        const char *p;
+        size_t len;
+        assert_int_equal(tok_stream_push(st, ids[i], &p, &len, &e), INF_OK);
+        inf_buf_put(&got, p, len);
+    }
+    const char *p;
+    size_t len;
+    assert_int_equal(tok_stream_flush(st, &p, &len, &e), INF_OK);
+    inf_buf_put(&got, p, len);
+    snprintf(want, sizeof want, "%s Hello world%s Hello world", tok_piece(t, bos), tok_piece(t, eos));
+    assert_string_equal(got.p, want);
+    free(got.p);
+    tok_stream_destroy(st);
+    free(plain);
+    free(w);
+    tok_destroy(t);
+}
+
 static void test_tok_decode_out_of_range_invalid(void **state)
 {
     (void)state;
@@ -1055,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_tok_roundtrip_stories_texts),
         cmocka_unit_test(test_tok_roundtrip_fixture_texts),
         cmocka_unit_test(test_tok_decode_out_of_range_invalid),
+        cmocka_unit_test(test_tok_decode_keep_special_spm),
         cmocka_unit_test(test_tok_create_policy_from_config),
         cmocka_unit_test(test_tok_create_bad_config_format),
         cmocka_unit_test(test_tok_create_file_explicit_policy),

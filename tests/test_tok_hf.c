@@ -433,6 +433,140 @@ static void test_tok_hf_errors_name_the_path(void **state)
     expect_error("{\"model\":{\"vocab\":{}}}", INF_ERR_FORMAT, "model.vocab", "empty");
 }
 
+/* ------------------------------------------------------- the JSON reader */
+
+static void expect_js_str(const char *json, const char *want, size_t want_len)
+{
+    hf_js j = {json, json + strlen(json), NULL};
+    inf_buf b = {0};
+    assert_int_equal(hf_js_str(&j, &b), INF_OK);
+    assert_int_equal(b.len, want_len);
+    assert_memory_equal(b.p, want, want_len);
+    assert_true(j.p == j.end);
+    free(b.p);
+}
+
+/* Checks a value with hf_js_skip: INF_OK and its count, or a failure
+ * whose message contains msg. */
+static void expect_js_skip(const char *json, size_t count, const char *msg)
+{
+    hf_js j = {json, json + strlen(json), NULL};
+    size_t n = 99;
+    int rc = hf_js_skip(&j, &n);
+    if (msg) {
+        assert_int_equal(rc, INF_ERR_FORMAT);
+        if (!j.msg || !strstr(j.msg, msg))
+            print_message("for %s: %s\n", json, j.msg ? j.msg : "(none)");
+        assert_non_null(strstr(j.msg, msg));
+        return;
+    }
+    assert_int_equal(rc, INF_OK);
+    assert_int_equal(n, count);
+}
+
+/* The tree-less reader of model.vocab and model.merges: RFC 8259 strings
+ * (escapes, surrogate pairs) and values, and the errors it names. */
+static void test_tok_hf_json_reader(void **state)
+{
+    (void)state;
+    expect_js_str("\"a\\u00e9\\ud83d\\ude00\\n\\\"\\/\\\\x\"", "a\xC3\xA9\xF0\x9F\x98\x80\n\"/\\x", 12);
+    expect_js_str("\"\"", "", 0);
+    expect_js_str("\"nul\\u0000in\"", "nul\0in", 6);
+    expect_js_skip("{\"a\":[1,2,{\"b\":null}],\"c\":true}", 2, NULL);
+    expect_js_skip(" [1, -2.5e3, -0, \"x\", false, [], {}] ", 7, NULL);
+    expect_js_skip("\"\\ud83d\"", 0, "unpaired surrogate");
+    expect_js_skip("\"\\ude00x\"", 0, "unpaired surrogate");
+    expect_js_skip("\"\\q\"", 0, "invalid escape");
+    expect_js_skip("\"\\u12g4\"", 0, "invalid \\u escape");
+    expect_js_skip("\"a\nb\"", 0, "control character");
+    expect_js_skip("\"abc", 0, "unterminated");
+    expect_js_skip("[1,]", 0, "expected a value");
+    expect_js_skip("[1 2]", 0, "expected ','");
+    expect_js_skip("{\"a\" 1}", 0, "expected ':'");
+    expect_js_skip("{1:2}", 0, "expected a string");
+    expect_js_skip("[01]", 0, "expected ','");
+    expect_js_skip("[1.]", 0, "invalid number");
+    expect_js_skip("tru", 0, "expected a value");
+    char deep[1200];
+    memset(deep, '[', 600);
+    memset(deep + 600, ']', 600);
+    deep[1199] = '\0';
+    expect_js_skip(deep, 0, "nested too deeply");
+    /* Through the loader: syntax errors anywhere, text after the object;
+     * the first of two members of one name is the one read (as cJSON). */
+    expect_error("{\"model\":{\"vocab\":{\"a\":0,}}}", INF_ERR_FORMAT, "not a JSON object",
+                 "expected a string");
+    expect_error("{\"model\":{\"vocab\":{\"a\":0}}} x", INF_ERR_FORMAT, "not a JSON object",
+                 "text after");
+    expect_error("", INF_ERR_FORMAT, "not a JSON object", NULL);
+    expect_error("{\"model\":{\"vocab\":{\"a\":0.5}}}", INF_ERR_FORMAT, "model.vocab[\"a\"]",
+                 "token id");
+    tok *t = open_json("{\"model\":{\"vocab\":{\"a\":0,\"b\":1.0,\"ab\":2},\"merges\":[\"a b\"],"
+                       "\"vocab\":{\"z\":0}},\"model\":null}");
+    assert_int_equal(tok_vocab_size(t), 3);
+    expect_ids(t, "ab", 0, (int32_t[]){2}, 1);
+    tok_destroy(t);
+}
+
+/* ----------------------------------------------------- cutting long words */
+
+/* A Metaspace vocabulary where "a" and U+2581 itself may precede U+2581
+ * inside a token ("a\u2581", "\u2581\u2581"), so a word may be cut before
+ * U+2581 only after other characters that are tokens of their own. */
+#define M "\\u2581"
+static const char *CUT_JSON =
+    "{\"normalizer\":{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"" M "\"},"
+    "\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,\"fuse_unk\":true,\"unk_token\":\"<unk>\","
+    "\"vocab\":{\"<unk>\":0,\"" M "\":1,\"a\":2,\"b\":3,\"x\":4,\"a" M "\":5,\"" M "b\":6,"
+    "\"" M "a\":7,\"ab\":8,\"" M "ab\":9,\"" M M "\":10,\"x" M "\":11,\"<0xC3>\":12,\"<0xA4>\":13},"
+    "\"merges\":[\"a " M "\",\"" M " b\",\"" M " a\",\"a b\",\"" M " ab\",\"" M " " M "\"]}}";
+#undef M
+
+/* Cutting a word before U+2581 gives the ids BPE gives the whole word
+ * (hf_bpe_word, which never cuts), and it cuts only where no token of the
+ * vocabulary spans the cut. */
+static void test_tok_hf_cut_exact(void **state)
+{
+    (void)state;
+    tok *t = open_json(CUT_JSON);
+    const hf_impl *h = t->impl;
+    const char *s = "x\xE2\x96\x81" "b";
+    assert_int_equal(hf_bpe_cut(h->bpe, s, strlen(s)), strlen(s)); /* "x\u2581" is a token */
+    s = "b\xE2\x96\x81" "b";
+    assert_int_equal(hf_bpe_cut(h->bpe, s, strlen(s)), 1);
+    s = "a\xE2\x96\x81" "b";
+    assert_int_equal(hf_bpe_cut(h->bpe, s, strlen(s)), strlen(s));
+    s = "\xE2\x96\x81\xE2\x96\x81" "b";
+    assert_int_equal(hf_bpe_cut(h->bpe, s, strlen(s)), strlen(s));
+    s = "\xC3\xA4\xE2\x96\x81" "b"; /* a byte-fallback character before the marker */
+    assert_int_equal(hf_bpe_cut(h->bpe, s, strlen(s)), strlen(s));
+    inf_buf text = {0}, norm = {0};
+    static const char *parts[] = {"a", "b", "x", "ab", "ba", " ", "  ", "\xC3\xA4", "q"};
+    unsigned r = 12345;
+    for (int i = 0; i < 4000; i++) {
+        r = r * 1103515245u + 12345u;
+        const char *p = parts[(r >> 16) % (sizeof parts / sizeof *parts)];
+        inf_buf_put(&text, p, strlen(p));
+    }
+    assert_false(text.oom);
+    int32_t *ids = NULL, *whole = NULL;
+    int n = 0;
+    size_t n_whole = 0, cap = 0;
+    inf_err e = {0};
+    assert_int_equal(tok_encode_ex(t, text.p, text.len, 0, &ids, &n, &e), INF_OK);
+    assert_int_equal(hf_norm_apply(h->norm, text.p, text.len, &norm), INF_OK);
+    hf_bpe_work *w = hf_bpe_work_create();
+    assert_int_equal(hf_bpe_word(h->bpe, w, norm.p, norm.len, &whole, &n_whole, &cap), INF_OK);
+    assert_int_equal((size_t)n, n_whole);
+    assert_memory_equal(ids, whole, n_whole * sizeof *ids);
+    hf_bpe_work_destroy(w);
+    free(ids);
+    free(whole);
+    free(text.p);
+    free(norm.p);
+    tok_destroy(t);
+}
+
 /* ----------------------------------------------------- directory choice */
 
 static void write_file(const char *dir, const char *name, const char *text)
@@ -491,6 +625,8 @@ int main(void)
         cmocka_unit_test(test_tok_hf_keep_special),
         cmocka_unit_test(test_tok_hf_metaspace_first),
         cmocka_unit_test(test_tok_hf_errors_name_the_path),
+        cmocka_unit_test(test_tok_hf_json_reader),
+        cmocka_unit_test(test_tok_hf_cut_exact),
         cmocka_unit_test_setup_teardown(test_tok_hf_dir_prefers_json, tdir_setup, tdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -108,6 +108,10 @@ export function corpus(specials) {
   for (let i = 0; i < 100000; i++) word += String.fromCharCode(97 + Math.floor(r() * 26));
   add(word);
   add(prose.join(' ').repeat(40));
+  // Where a Metaspace word may be cut before U+2581 and where it may not
+  // (Gemma 3 has tokens with '>' or U+2581 before U+2581; unknown
+  // characters before a space fall back to bytes).
+  add('<b> x <0x41> \u2581\u2581a\u2581 b>\u2581c >  >\u2581\u2581 \u{1F600} \u{10FFFF} z\u0301 '.repeat(300));
   // Random text over a mixed alphabet, and random code points.
   const alphabet = [...'abcXYZ 019\t\n.,;!?\'"-_()[]{}<>/\\@#$%^&*+=~`|éüßñçøåæœ漢字かなカナ한글абвгдαβγ١٢٣👍🏽👨‍👩‍👧‍\u0301\u00A0\u180E\u3000'];
   for (let k = 0; k < 60; k++) {
