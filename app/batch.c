@@ -126,11 +126,12 @@ static int read_lines(const char *path, line **out, int *n_out)
 }
 
 /* One output line (OpenAI's batch output): a run line has a response with
- * the server's status and body; a line that could not be run has an error
- * {"code", "message"} and a null response. */
+ * the server's status and body (its bytes as the server sends them); a line
+ * that could not be run has an error {"code", "message"} and a null
+ * response. */
 static int write_line(FILE *f, const line *l, int index)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *body = NULL;
     char id[32];
     snprintf(id, sizeof id, "batch-req-%d", index);
     cJSON_AddStringToObject(o, "id", id);
@@ -144,20 +145,26 @@ static int write_line(FILE *f, const line *l, int index)
         cJSON_AddStringToObject(e, "code", "invalid_request");
         cJSON_AddStringToObject(e, "message", l->error);
     } else {
-        cJSON *r = cJSON_AddObjectToObject(o, "response");
-        cJSON *body = l->resp ? cJSON_Parse(l->resp) : NULL;
+        body = l->resp ? cJSON_Parse(l->resp) : NULL; /* for its id only */
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(body, "id");
+        cJSON *r = cJSON_AddObjectToObject(o, "response");
         cJSON_AddNumberToObject(r, "status_code", l->status);
         cJSON_AddStringToObject(r, "request_id", cJSON_IsString(rid) ? rid->valuestring : id);
-        if (body)
-            cJSON_AddItemToObject(r, "body", body);
-        else
-            cJSON_AddNullToObject(r, "body");
         cJSON_AddNullToObject(o, "error");
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    int ok = s && fprintf(f, "%s\n", s) > 0;
+    cJSON_Delete(body);
+    if (!s)
+        return -1;
+    int ok;
+    if (l->error) {
+        ok = fprintf(f, "%s\n", s) > 0;
+    } else { /* splice the body in after request_id: ...,"request_id":"..."} */
+        char *end = strstr(s, "},\"error\":null}");
+        ok = end && fprintf(f, "%.*s,\"body\":%s},\"error\":null}\n", (int)(end - s), s,
+                            body && l->resp ? l->resp : "null") > 0;
+    }
     free(s);
     return ok ? 0 : -1;
 }
