@@ -290,6 +290,8 @@ static int prepare(api *a, oai_kind kind, int responses, const char *body, size_
         prepare_prompts(a, r, prompts, n_prompts, err);
     }
     if (err->status) {
+        if (responses)
+            oai_resp_rename_error(err);
         oai_request_free(r);
         free(r);
         return err->status;

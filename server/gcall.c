@@ -40,9 +40,10 @@ typedef struct gcall {
     inf_buf out;
     size_t off;
     int done_queued;
-    /* /v1/responses: its events' sequence number and the text so far */
-    int resp, seq;
-    inf_buf all;
+    /* /v1/responses: its stream's items and sequence; failed: the stream
+     * ended in an error event */
+    int resp, failed;
+    oai_resp_stream rs;
 } gcall;
 
 static const srv_call_ops stream_ops, wait_ops;
@@ -64,7 +65,7 @@ static void gcall_free(gcall *g)
         oai_request_free(g->req);
     free(g->req);
     free(g->out.p);
-    free(g->all.p);
+    oai_resp_stream_free(&g->rs);
     if (g->conn)
         srv_conn_unref(g->conn);
     free(g);
@@ -280,7 +281,7 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     usage_of(g, &u);
     if (g->conn)
         srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
-    *body = g->resp ? oai_resp_json(&g->meta, cs[0].text, cs[0].text_len, cs[0].finish_reason, &u)
+    *body = g->resp ? oai_resp_json(&g->meta, &cs[0], &u)
                     : oai_response_json(&g->meta, cs, g->n_ch, &u);
     *len = *body ? strlen(*body) : 0;
     *status = *body ? 200 : 500;
@@ -306,9 +307,10 @@ static void queue_chunk(gcall *g, const oai_choice *oc)
         queue_sse(g, oai_chunk_sse(&g->meta, oc, 0, NULL));
         return;
     }
-    inf_buf_put(&g->all, oc->text, oc->text_len);
-    if (oc->text_len)
-        queue_sse(g, oai_resp_delta_sse(&g->meta, &g->seq, oc->text, oc->text_len));
+    char *s = oai_resp_delta_sse(&g->meta, &g->rs, oc);
+    if (!s)
+        g->out.oom = 1; /* an event lost: the stream ends rather than skip it */
+    queue_sse(g, s);
 }
 
 /* New output of one choice as chunks. */
@@ -333,6 +335,12 @@ static void stream_choice(gcall *g, choice *c)
             c->text_sent += o->len;
             free(lps);
             free(tops);
+        }
+        if (g->resp) { /* a typed error event, then response.failed */
+            if (!g->failed)
+                queue_sse(g, oai_resp_fail_sse(&g->meta, &g->rs, &err));
+            g->failed = 1;
+            return;
         }
         char *e = oai_error_json(&err);
         if (e)
@@ -373,8 +381,9 @@ static long stream_read(void *call, char *buf, size_t max)
             usage_of(g, &u);
             srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
             if (g->resp) { /* OpenAI's events end with response.completed, no [DONE] */
-                queue_sse(g, oai_resp_end_sse(&g->meta, &g->seq, g->all.p ? g->all.p : "",
-                                              g->all.len, finish_name(g->ch[0].out.finish), &u));
+                if (!g->failed)
+                    queue_sse(g, oai_resp_end_sse(&g->meta, &g->rs,
+                                                  finish_name(g->ch[0].out.finish), &u));
             } else {
                 if (g->req->include_usage)
                     queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
@@ -526,6 +535,7 @@ static int start(const gcall_env *env, srv_conn *c, void (*wake)(void *), void *
     g->wake = wake;
     g->wake_user = wake_user;
     g->resp = env->responses;
+    oai_resp_stream_init(&g->rs);
     snprintf(g->id, sizeof g->id, "%s%016llx",
              g->resp ? "resp_" : r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)env->id_seq * 0x9e3779b97f4a7c15ull);
@@ -541,6 +551,8 @@ static int start(const gcall_env *env, srv_conn *c, void (*wake)(void *), void *
     if (c)
         srv_conn_set_request(c, g->id, n_in, 0);
     if (check_lengths(env, r, prompts, n_prompts, err)) {
+        if (g->resp)
+            oai_resp_rename_error(err);
         gcall_unref(g);
         return err->status;
     }
@@ -606,7 +618,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     }
     if (r->stream) {
         if (g->resp)
-            queue_sse(g, oai_resp_start_sse(&g->meta, &g->seq));
+            queue_sse(g, oai_resp_start_sse(&g->meta, &g->rs));
         else if (r->kind == OAI_CHAT) /* the role first, before any token */
             for (int i = 0; i < g->n_ch; i++) {
                 oai_choice oc = {.index = i, .text = "", .stop_reason_id = -1};
