@@ -294,7 +294,7 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
         return st;
     static const char *const copied[] = {"model", "temperature", "top_p", "stream", "user",
                                          "seed", "top_k", "min_p", "stop",
-                                         "parallel_tool_calls"};
+                                         "parallel_tool_calls", "logit_bias"};
     const cJSON *store = oai__get(root, "store");
     cJSON *chat = cJSON_CreateObject(), *msgs = cJSON_CreateArray();
     char *text = NULL;
