@@ -28,6 +28,7 @@ typedef struct line {
     gcall *call;        /* while in flight                             */
     int woken;          /* under run.mu: an engine request finished    */
     int done;
+    int retries;        /* 503s with nothing in flight                 */
     struct run *run;
 } line;
 
@@ -214,6 +215,14 @@ static int run_all(run *r, api *a, FILE *out)
             }
             oai_error err = {0};
             int st = api_submit(a, l->url, l->body, strlen(l->body), on_wake, l, &l->call, &err);
+            if (st == 503 && (inflight || l->retries++ < 50)) {
+                /* the engine's queue is full: again once some finish (or,
+                 * with none in flight, once it has counted the queue again) */
+                next--;
+                if (!inflight)
+                    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+                break;
+            }
             if (st) { /* the server's error reply, as a response */
                 l->status = st;
                 l->resp = oai_error_json(&err);
