@@ -85,8 +85,16 @@ def requests():
             out.append((line(i, CH, {"messages": msgs, "temperature": 0,
                                      "max_tokens": 6 + i % 5}), "run"))
         elif k == 2:
-            out.append((line(i, R, {"input": w, "instructions": "Be brief.", "temperature": 0,
-                                    "max_output_tokens": 5 + i % 4}), "run"))
+            body = {"input": w, "instructions": "Be brief.", "temperature": 0,
+                    "max_output_tokens": 5 + i % 4}
+            if i // 20 % 3 == 1:  # structured output
+                body.update(max_output_tokens=24, text={"format": {
+                    "type": "json_schema", "name": "s", "schema": SCHEMA, "strict": True}})
+            elif i // 20 % 3 == 2:  # a forced call: a function_call item
+                f = TOOL["function"]
+                body.update(max_output_tokens=30, tools=[{"type": "function", **f}],
+                            tool_choice={"type": "function", "name": f["name"]})
+            out.append((line(i, R, body), "run"))
         elif k == 3:
             out.append(("{not json", "error"))
         elif k == 4:
@@ -139,7 +147,7 @@ def strip_ids(v):
     cache hits (which depend on what ran before)."""
     if isinstance(v, dict):
         return {k: strip_ids(x) for k, x in v.items()
-                if k not in ("id", "request_id", "created", "created_at", "item_id",
+                if k not in ("id", "request_id", "created", "created_at", "item_id", "call_id",
                              "cached_tokens")}
     if isinstance(v, list):
         return [strip_ids(x) for x in v]
