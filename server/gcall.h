@@ -1,7 +1,9 @@
-/* gcall_: one /v1/completions or /v1/chat/completions request in flight:
- * its engine requests (one per prompt and choice), and the conversion of
- * their output into one response or a stream of SSE chunks. Lives on the
- * loop thread, except gcall_on_engine_output (engine thread). */
+/* gcall_: one /v1/completions, /v1/chat/completions or /v1/responses
+ * request in flight: its engine requests (one per prompt and choice), and
+ * the conversion of their output into one response or a stream of SSE
+ * chunks. Served over a connection (gcall_start), or offline with no
+ * connection (gcall_submit, for run-batch). Lives on the loop thread (or
+ * the offline caller's), except gcall_on_engine_output (engine thread). */
 #ifndef INFERD_GCALL_H
 #define INFERD_GCALL_H
 
