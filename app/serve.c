@@ -849,7 +849,8 @@ teardown:
     model_destroy(a->m);
     free(a->model_dir);
     api_destroy(a->api);
-    log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
+    if (!off)
+        log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
     sdn_destroy(a->notify);
     log_destroy(a->log);
     cfg_free(cf);
