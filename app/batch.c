@@ -1,44 +1,59 @@
 #include "app/batch.h"
 
-#include <arpa/inet.h>
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Requests in flight at once: enough to keep every engine slot busy, well
- * under the server's default --max-waiting (1024). */
+#include "app/serve.h"
+#include "engine/common.h"
+#include "server/api.h"
+
+/* Calls in flight at once: enough to keep every engine slot busy with a
+ * queue behind them, well under the default --max-waiting (1024). */
 #define BATCH_INFLIGHT 256
 
 /* One input line and, once run, its result. */
 typedef struct line {
     char *custom_id;
-    char *url;          /* the server path, e.g. /v1/completions       */
+    char *url;          /* the endpoint, e.g. /v1/completions          */
     char *body;         /* compact JSON text                           */
     char *error;        /* set: the line was not run (why)             */
-    long status;
-    char *resp;         /* the response body                           */
-    size_t resp_len;
-    CURL *k;
-    struct curl_slist *hdrs;
+    int status;
+    char *resp;         /* the response body (the server's bytes)      */
+    gcall *call;        /* while in flight                             */
+    int woken;          /* under run.mu: an engine request finished    */
+    int done;
+    int retries;        /* 503s with nothing in flight                 */
+    struct run *run;
 } line;
+
+typedef struct run {
+    const char *in, *out;
+    line *ls;
+    int n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;        /* under mu: wake-ups not yet looked at         */
+    int tty;
+    double t0, last_log;
+} run;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: inferd run-batch -i IN.jsonl -o OUT.jsonl --model DIR [server options]\n\n"
-               "Runs OpenAI batch-file requests (/v1/completions, /v1/chat/completions) through\n"
-               "the engine with continuous batching and writes OpenAI's batch output format in\n"
-               "input order. Server options are those of `inferd serve` (--host and --port are\n"
-               "chosen by run-batch: it serves on a free loopback port while it runs).\n");
+    fprintf(f, "usage: inferd run-batch -i IN.jsonl -o OUT.jsonl (MODEL | --model MODEL) "
+               "[options]\n\n"
+               "Runs OpenAI batch-file requests (/v1/completions, /v1/chat/completions,\n"
+               "/v1/responses) through the engine in this process, with continuous batching,\n"
+               "and writes OpenAI's batch output format in input order. Each body is handled\n"
+               "exactly as `inferd serve` handles it. `-` reads stdin or writes stdout.\n"
+               "The model options are those of `inferd serve --help`. vLLM's run-batch flags\n"
+               "--output-tmp-dir, --enable-metrics, --url, --port and --response-role\n"
+               "assistant are accepted and change nothing.\n");
 }
 
 /* Checks one input line; fills l->error when it cannot be run. */
@@ -58,8 +73,10 @@ static void parse_line(const char *text, line *l)
     else if (!cJSON_IsString(m) || strcmp(m->valuestring, "POST"))
         l->error = strdup("method must be \"POST\"");
     else if (!cJSON_IsString(u) || (strcmp(u->valuestring, "/v1/completions") &&
-                                     strcmp(u->valuestring, "/v1/chat/completions")))
-        l->error = strdup("url must be \"/v1/completions\" or \"/v1/chat/completions\"");
+                                     strcmp(u->valuestring, "/v1/chat/completions") &&
+                                     strcmp(u->valuestring, "/v1/responses")))
+        l->error = strdup("url must be \"/v1/completions\", \"/v1/chat/completions\" or "
+                          "\"/v1/responses\"");
     else if (!cJSON_IsObject(b))
         l->error = strdup("body must be a JSON object");
     else {
@@ -69,179 +86,53 @@ static void parse_line(const char *text, line *l)
     cJSON_Delete(j);
 }
 
-static size_t on_data(char *p, size_t sz, size_t n, void *user)
+static int read_lines(const char *path, line **out, int *n_out)
 {
-    line *l = user;
-    char *q = realloc(l->resp, l->resp_len + sz * n + 1);
-    if (!q)
-        return 0;
-    memcpy(q + l->resp_len, p, sz * n);
-    l->resp_len += sz * n;
-    q[l->resp_len] = 0;
-    l->resp = q;
-    return sz * n;
-}
-
-/* The key the server will want (--api-key, else INFERD_API_KEY), or NULL. */
-static const char *api_key(int argc, char **argv)
-{
-    const char *key = getenv("INFERD_API_KEY");
-    for (int i = 0; i < argc; i++) {
-        if ((!strcmp(argv[i], "--api-key") || !strcmp(argv[i], "--api_key")) && i + 1 < argc)
-            key = argv[++i];
-        else if (!strncmp(argv[i], "--api-key=", 10) || !strncmp(argv[i], "--api_key=", 10))
-            key = argv[i] + 10;
-    }
-    return key && *key ? key : NULL;
-}
-
-static CURL *post(int port, const char *key, line *l)
-{
-    char url[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, l->url);
-    CURL *k = curl_easy_init();
-    if (!k)
-        return NULL;
-    l->hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    if (key) {
-        char auth[512];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
-        l->hdrs = curl_slist_append(l->hdrs, auth);
-    }
-    curl_easy_setopt(k, CURLOPT_URL, url);
-    curl_easy_setopt(k, CURLOPT_HTTPHEADER, l->hdrs);
-    curl_easy_setopt(k, CURLOPT_POSTFIELDS, l->body);
-    curl_easy_setopt(k, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(k, CURLOPT_WRITEDATA, l);
-    curl_easy_setopt(k, CURLOPT_PRIVATE, l);
-    curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
-    return k;
-}
-
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t n = sizeof a;
-    int port = -1;
-    if (s >= 0 && !bind(s, (struct sockaddr *)&a, sizeof a) &&
-        !getsockname(s, (struct sockaddr *)&a, &n))
-        port = ntohs(a.sin_port);
-    if (s >= 0)
-        close(s);
-    return port;
-}
-
-/* Starts `inferd serve ARGS --host 127.0.0.1 --port PORT`; its stdout goes
- * to our stderr so that nothing but results is ours. */
-static pid_t spawn_server(int argc, char **argv, int port)
-{
-    char **av = calloc((size_t)argc + 8, sizeof *av);
-    char p[16];
-    if (!av)
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f) {
+        fprintf(stderr, "run-batch: %s: %s\n", path, strerror(errno));
         return -1;
-    snprintf(p, sizeof p, "%d", port);
-    int n = 0;
-    av[n++] = "inferd";
-    av[n++] = "serve";
-    for (int i = 0; i < argc; i++)
-        av[n++] = argv[i];
-    av[n++] = "--host", av[n++] = "127.0.0.1", av[n++] = "--port", av[n++] = p;
-    av[n] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM); /* never outlive run-batch */
-        dup2(2, 1);
-        execv("/proc/self/exe", av);
-        fprintf(stderr, "run-batch: cannot start the server: %s\n", strerror(errno));
-        _exit(127);
     }
-    free(av);
-    return pid;
-}
-
-/* Waits for /health 200; 0 when ready, -1 when the server exited first. */
-static int wait_ready(pid_t pid, int port)
-{
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/health", port);
-    CURL *k = curl_easy_init();
-    if (!k)
-        return -1;
-    curl_easy_setopt(k, CURLOPT_URL, url);
-    curl_easy_setopt(k, CURLOPT_NOBODY, 1L);
-    curl_easy_setopt(k, CURLOPT_TIMEOUT, 2L);
-    curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
-    for (;;) {
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) {
-            curl_easy_cleanup(k);
-            return -1;
-        }
-        long code = 0;
-        if (curl_easy_perform(k) == CURLE_OK &&
-            curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code == 200)
-            break;
-        nanosleep(&(struct timespec){0, 100 * 1000 * 1000}, NULL);
-    }
-    curl_easy_cleanup(k);
-    return 0;
-}
-
-/* Runs every runnable line, BATCH_INFLIGHT at a time; a progress line on
- * stderr as they finish. */
-static void run_all(line *ls, int n, int port, const char *key)
-{
-    CURLM *m = curl_multi_init();
-    int next = 0, running = 0, done = 0, todo = 0;
-    for (int i = 0; i < n; i++)
-        todo += !ls[i].error;
-    while (done < todo) {
-        while (running < BATCH_INFLIGHT && next < n) {
-            line *l = &ls[next++];
-            if (l->error)
-                continue;
-            if (!(l->k = post(port, key, l))) {
-                l->error = strdup("out of memory");
-                todo--;
-                continue;
+    line *ls = NULL;
+    int n = 0, cap = 0, rc = 0;
+    char *buf = NULL;
+    size_t bcap = 0;
+    ssize_t len;
+    while ((len = getline(&buf, &bcap, f)) >= 0) {
+        if (strspn(buf, " \t\r\n") == (size_t)len)
+            continue; /* blank lines are not requests */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            line *q = realloc(ls, (size_t)cap * sizeof *q);
+            if (!q) {
+                fprintf(stderr, "run-batch: out of memory reading %s\n", path);
+                rc = -1;
+                break;
             }
-            curl_multi_add_handle(m, l->k);
-            running++;
+            ls = q;
         }
-        int still;
-        curl_multi_perform(m, &still);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left))) {
-            if (msg->msg != CURLMSG_DONE)
-                continue;
-            line *l;
-            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&l);
-            if (msg->data.result != CURLE_OK)
-                l->error = strdup(curl_easy_strerror(msg->data.result));
-            else
-                curl_easy_getinfo(l->k, CURLINFO_RESPONSE_CODE, &l->status);
-            curl_multi_remove_handle(m, l->k);
-            curl_easy_cleanup(l->k);
-            l->k = NULL;
-            running--;
-            done++;
-            if (done == todo || done % 16 == 0)
-                fprintf(stderr, "run-batch: %d/%d requests done\n", done, todo);
-        }
-        if (done < todo)
-            curl_multi_poll(m, NULL, 0, 100, NULL);
+        memset(&ls[n], 0, sizeof ls[n]);
+        parse_line(buf, &ls[n++]);
     }
-    curl_multi_cleanup(m);
+    if (!rc && ferror(f)) {
+        fprintf(stderr, "run-batch: reading %s failed\n", path);
+        rc = -1;
+    }
+    free(buf);
+    if (f != stdin)
+        fclose(f);
+    *out = ls;
+    *n_out = n;
+    return rc;
 }
 
 /* One output line (OpenAI's batch output): a run line has a response with
- * the server's status and body; a line that could not be run has an error
- * {"code", "message"} and a null response. */
+ * the server's status and body (its bytes as the server sends them); a line
+ * that could not be run has an error {"code", "message"} and a null
+ * response. */
 static int write_line(FILE *f, const line *l, int index)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *body = NULL;
     char id[32];
     snprintf(id, sizeof id, "batch-req-%d", index);
     cJSON_AddStringToObject(o, "id", id);
@@ -255,121 +146,240 @@ static int write_line(FILE *f, const line *l, int index)
         cJSON_AddStringToObject(e, "code", "invalid_request");
         cJSON_AddStringToObject(e, "message", l->error);
     } else {
-        cJSON *r = cJSON_AddObjectToObject(o, "response");
-        cJSON *body = l->resp ? cJSON_Parse(l->resp) : NULL;
+        body = l->resp ? cJSON_Parse(l->resp) : NULL; /* for its id only */
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(body, "id");
-        cJSON_AddNumberToObject(r, "status_code", (double)l->status);
+        cJSON *r = cJSON_AddObjectToObject(o, "response");
+        cJSON_AddNumberToObject(r, "status_code", l->status);
         cJSON_AddStringToObject(r, "request_id", cJSON_IsString(rid) ? rid->valuestring : id);
-        if (body)
-            cJSON_AddItemToObject(r, "body", body);
-        else
-            cJSON_AddNullToObject(r, "body");
         cJSON_AddNullToObject(o, "error");
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    int ok = s && fprintf(f, "%s\n", s) > 0;
+    cJSON_Delete(body);
+    if (!s)
+        return -1;
+    int ok;
+    if (l->error) {
+        ok = fprintf(f, "%s\n", s) > 0;
+    } else { /* splice the body in after request_id: ...,"request_id":"..."} */
+        char *end = strstr(s, "},\"error\":null}");
+        ok = end && fprintf(f, "%.*s,\"body\":%s},\"error\":null}\n", (int)(end - s), s,
+                            body && l->resp ? l->resp : "null") > 0;
+    }
     free(s);
     return ok ? 0 : -1;
 }
 
-static int read_lines(const char *path, line **out, int *n_out)
+/* Engine thread: one of the line's engine requests finished. */
+static void on_wake(void *user)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "run-batch: %s: %s\n", path, strerror(errno));
-        return -1;
+    line *l = user;
+    run *r = l->run;
+    pthread_mutex_lock(&r->mu);
+    l->woken = 1;
+    r->pending++;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A bar on a terminal; otherwise a log line every 10 s and at the end. */
+static void progress(run *r, int done, int total, int final)
+{
+    double now = inf_now(), el = now - r->t0;
+    if (r->tty) {
+        char bar[31];
+        int fill = total ? done * 30 / total : 30;
+        memset(bar, '#', (size_t)fill);
+        memset(bar + fill, '.', (size_t)(30 - fill));
+        bar[30] = '\0';
+        fprintf(stderr, "\rrun-batch [%s] %d/%d requests, %.0f s%s", bar, done, total, el,
+                final ? "\n" : "");
+    } else if (final || now - r->last_log >= 10) {
+        r->last_log = now;
+        fprintf(stderr, "run-batch: %d/%d requests done (%.0f s)\n", done, total, el);
     }
-    line *ls = NULL;
-    int n = 0, cap = 0;
-    char *buf = NULL;
-    size_t bcap = 0;
-    ssize_t len;
-    while ((len = getline(&buf, &bcap, f)) >= 0) {
-        if (strspn(buf, " \t\r\n") == (size_t)len)
-            continue; /* blank lines are not requests */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            line *q = realloc(ls, (size_t)cap * sizeof *q);
-            if (!q)
+}
+
+/* Submits lines, BATCH_INFLIGHT in flight at once, collects their replies
+ * and writes every line in input order as soon as those before it are. */
+static int run_all(run *r, api *a, FILE *out)
+{
+    int next = 0, written = 0, inflight = 0, done = 0, rc = 0;
+    while (written < r->n) {
+        while (inflight < BATCH_INFLIGHT && next < r->n) {
+            line *l = &r->ls[next++];
+            if (l->error) {
+                l->done = 1;
+                done++;
+                continue;
+            }
+            oai_error err = {0};
+            int st = api_submit(a, l->url, l->body, strlen(l->body), on_wake, l, &l->call, &err);
+            if (st == 503 && (inflight || l->retries++ < 50)) {
+                /* the engine's queue is full: again once some finish (or,
+                 * with none in flight, once it has counted the queue again) */
+                next--;
+                if (!inflight)
+                    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
                 break;
-            ls = q;
+            }
+            if (st) { /* the server's error reply, as a response */
+                l->status = st;
+                l->resp = oai_error_json(&err);
+                l->done = 1;
+                done++;
+            } else {
+                inflight++;
+            }
         }
-        memset(&ls[n], 0, sizeof ls[n]);
-        parse_line(buf, &ls[n++]);
+        int any = 0;
+        for (; written < r->n && r->ls[written].done; written++, any = 1)
+            if (write_line(out, &r->ls[written], written))
+                rc = -1;
+        if (any)
+            progress(r, done, r->n, 0);
+        if (written == r->n || rc)
+            break;
+        pthread_mutex_lock(&r->mu);
+        while (!r->pending && inflight) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1; /* the progress clock ticks on */
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            if (!r->pending) {
+                pthread_mutex_unlock(&r->mu);
+                progress(r, done, r->n, 0);
+                pthread_mutex_lock(&r->mu);
+            }
+        }
+        r->pending = 0;
+        pthread_mutex_unlock(&r->mu);
+        for (int i = written; i < next; i++) {
+            line *l = &r->ls[i];
+            pthread_mutex_lock(&r->mu);
+            int woken = l->woken;
+            l->woken = 0;
+            pthread_mutex_unlock(&r->mu);
+            if (!l->call || !woken)
+                continue;
+            char *body = NULL;
+            size_t len = 0;
+            if (gcall_poll(l->call, &l->status, &body, &len)) {
+                l->resp = body;
+                gcall_release(l->call);
+                l->call = NULL;
+                l->done = 1;
+                inflight--;
+                done++;
+            }
+        }
     }
-    free(buf);
-    fclose(f);
-    *out = ls;
-    *n_out = n;
+    for (int i = 0; i < r->n; i++) { /* a write failed: stop what still runs */
+        gcall_release(r->ls[i].call);
+        r->ls[i].call = NULL;
+    }
+    progress(r, done, r->n, 1);
+    return rc;
+}
+
+static int on_loaded(void *user, api *a)
+{
+    run *r = user;
+    FILE *f = strcmp(r->out, "-") ? fopen(r->out, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "run-batch: %s: %s\n", r->out, strerror(errno));
+        return 1;
+    }
+    r->t0 = r->last_log = inf_now();
+    int rc = run_all(r, a, f);
+    if ((f == stdout ? fflush(f) : fclose(f)) || rc) {
+        fprintf(stderr, "run-batch: writing %s failed\n", r->out);
+        return 1;
+    }
+    return 0;
+}
+
+/* vLLM's run-batch flags that change nothing here; *skip: their values. */
+static int vllm_noop(const char *a, int *skip)
+{
+    static const char *const with_value[] = {"--output-tmp-dir", "--url", "--port",
+                                             "--response-role"};
+    *skip = 0;
+    if (!strcmp(a, "--enable-metrics") || !strcmp(a, "--enable_metrics"))
+        return 1;
+    for (size_t i = 0; i < sizeof with_value / sizeof *with_value; i++) {
+        size_t n = strlen(with_value[i]);
+        char us[32];
+        snprintf(us, sizeof us, "%s", with_value[i]);
+        for (char *p = us + 2; *p; p++)
+            *p = *p == '-' ? '_' : *p;
+        if (!strcmp(a, with_value[i]) || !strcmp(a, us))
+            return *skip = 1, 1;
+        if ((!strncmp(a, with_value[i], n) || !strncmp(a, us, n)) && a[n] == '=')
+            return 1;
+    }
     return 0;
 }
 
 int batch_main(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL;
+    run r = {0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n_rest = 0;
     if (!rest)
         return 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        int skip;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             free(rest);
             return 0;
         }
-        if ((!strcmp(a, "-i") || !strcmp(a, "--input-file")) && i + 1 < argc)
-            in = argv[++i];
-        else if ((!strcmp(a, "-o") || !strcmp(a, "--output-file")) && i + 1 < argc)
-            out = argv[++i];
-        else
+        if ((!strcmp(a, "-i") || !strcmp(a, "--input-file") || !strcmp(a, "--input_file")) &&
+            i + 1 < argc) {
+            r.in = argv[++i];
+        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output-file") ||
+                    !strcmp(a, "--output_file")) && i + 1 < argc) {
+            r.out = argv[++i];
+        } else if (vllm_noop(a, &skip)) {
+            const char *val = skip ? (i + 1 < argc ? argv[i + 1] : NULL) : strchr(a, '=');
+            if (val && !skip)
+                val++;
+            if (!strncmp(a + 2, "response", 8) && (!val || strcmp(val, "assistant"))) {
+                fprintf(stderr, "run-batch: --response-role: only \"assistant\" is supported\n");
+                free(rest);
+                return 2;
+            }
+            fprintf(stderr, "run-batch: %s changes nothing here (vLLM's flag, accepted)\n", a);
+            i += skip;
+        } else {
             rest[n_rest++] = argv[i];
+        }
     }
-    if (!in || !out) {
+    if (!r.in || !r.out) {
         usage(stderr);
         free(rest);
         return 2;
     }
-    line *ls = NULL;
-    int n = 0, rc = 1;
-    if (read_lines(in, &ls, &n)) {
+    if (read_lines(r.in, &r.ls, &r.n)) {
+        free(r.ls);
         free(rest);
         return 1;
     }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    int port = free_port();
-    pid_t pid = port > 0 ? spawn_server(n_rest, rest, port) : -1;
-    if (pid < 0 || wait_ready(pid, port)) {
-        fprintf(stderr, "run-batch: the server did not start (its messages are above)\n");
-        if (pid > 0)
-            waitpid(pid, NULL, 0);
-        goto done;
+    for (int i = 0; i < r.n; i++)
+        r.ls[i].run = &r;
+    r.tty = isatty(STDERR_FILENO);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    int rc = serve_offline(n_rest, rest, on_loaded, &r);
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
+    for (int i = 0; i < r.n; i++) {
+        free(r.ls[i].custom_id), free(r.ls[i].url), free(r.ls[i].body);
+        free(r.ls[i].error), free(r.ls[i].resp);
     }
-    run_all(ls, n, port, api_key(n_rest, rest));
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        fprintf(stderr, "run-batch: %s: %s\n", out, strerror(errno));
-        goto done;
-    }
-    rc = 0;
-    for (int i = 0; i < n; i++)
-        if (write_line(f, &ls[i], i))
-            rc = 1;
-    if (fclose(f) || rc) {
-        fprintf(stderr, "run-batch: writing %s failed\n", out);
-        rc = 1;
-    }
-done:
-    for (int i = 0; i < n; i++) {
-        free(ls[i].custom_id), free(ls[i].url), free(ls[i].body);
-        free(ls[i].error), free(ls[i].resp);
-        curl_slist_free_all(ls[i].hdrs);
-    }
-    free(ls);
+    free(r.ls);
     free(rest);
-    curl_global_cleanup();
     return rc;
 }

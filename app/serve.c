@@ -398,6 +398,14 @@ static void on_download(void *user, const char *file, size_t done, size_t total)
                 (double)total / 1e6);
 }
 
+/* The loader's outcome, on the loop thread (an offline run reads a->failed
+ * once load returns instead). */
+static void loaded(app *a, void (*fn)(void *user))
+{
+    if (a->srv)
+        srv_post(a->srv, fn, a);
+}
+
 static void *load(void *arg)
 {
     app *a = arg;
@@ -422,7 +430,7 @@ static void *load(void *arg)
     }
     if (rc) {
         a->failed = 2; /* a usage problem: the id, the token, the network */
-        srv_post(a->srv, on_failed, a);
+        loaded(a, on_failed);
         return NULL;
     }
     if (a->model_dir)
@@ -509,7 +517,7 @@ static void *load(void *arg)
     }
     if (rc) {
         a->failed = bad_tok ? 2 : 1;
-        srv_post(a->srv, on_failed, a);
+        loaded(a, on_failed);
         return NULL;
     }
     log_msg(a->log, LOG_INFO, "loader", NULL,
@@ -528,7 +536,7 @@ static void *load(void *arg)
                 a->so.method == SPEC_NGRAM ? "n-gram prompt lookup" : a->so.model, a->so.k,
                 a->so.disable_by_batch_size, a->so.min_acceptance);
     a->max_len = max_len;
-    srv_post(a->srv, on_ready, a);
+    loaded(a, on_ready);
     return NULL;
 }
 
@@ -546,7 +554,7 @@ static void usage(FILE *f, const arg_spec *specs, int n)
     args_help(f, specs, n);
 }
 
-static int serve_run(int argc, char **argv, const vargs *v)
+static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off, void *off_user)
 {
     app *a = calloc(1, sizeof *a);
     if (!a)
@@ -789,7 +797,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
     sc.on_reload = on_reload;
     sc.user = a;
     sc.tls = (tls_config){o->ssl_keyfile, o->ssl_certfile, o->ssl_ca_certs, o->ssl_cert_reqs};
-    if (api_create(&ac, &a->api, &err) || srv_create(&sc, api_handle, a->api, &a->srv, &err)) {
+    if (api_create(&ac, &a->api, &err) ||
+        (!off && srv_create(&sc, api_handle, a->api, &a->srv, &err))) {
         /* a bad key file, TLS or CORS setting is a usage error (2: systemd
          * does not restart); a port in use may pass (1) */
         rc = err.code == INF_ERR_INVALID || err.code == INF_ERR_FORMAT ? 2 : 1;
@@ -802,11 +811,22 @@ static int serve_run(int argc, char **argv, const vargs *v)
         free(a);
         return rc;
     }
+    pthread_mutex_init(&a->wd_mu, NULL);
+    pthread_cond_init(&a->wd_cv, NULL);
+    if (off) { /* no HTTP: load here, then the command runs on this thread */
+        load(a);
+        if (a->failed) {
+            log_msg(a->log, LOG_ERROR, "loader", NULL, "%s", a->err.msg);
+            rc = a->failed;
+        } else {
+            api_set_ready(a->api, a->m, a->tk, a->t, a->e, a->met, a->max_len);
+            rc = off(off_user, a->api);
+        }
+        goto teardown;
+    }
     api_set_server(a->api, a->srv);
     log_msg(a->log, LOG_INFO, "server", NULL, "inferd %s (%s) listening on %s://%s:%d, loading %s",
             inf_version(), inf_version_build(), srv_is_tls(a->srv) ? "https" : "http", o->host, srv_port(a->srv), o->model);
-    pthread_mutex_init(&a->wd_mu, NULL);
-    pthread_cond_init(&a->wd_cv, NULL);
     if (sdn_watchdog_usec(a->notify) &&
         pthread_create(&a->watchdog, NULL, watchdog_main, a) == 0)
         a->wd_running = 1;
@@ -824,6 +844,7 @@ static int serve_run(int argc, char **argv, const vargs *v)
         pthread_mutex_unlock(&a->wd_mu);
         pthread_join(a->watchdog, NULL);
     }
+teardown:
     pthread_cond_destroy(&a->wd_cv);
     pthread_mutex_destroy(&a->wd_mu);
     eng_destroy(a->e);
@@ -842,7 +863,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
     free(a->model_dir);
     free(a->tok_dir);
     api_destroy(a->api);
-    log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
+    if (!off)
+        log_msg(a->log, LOG_INFO, "server", NULL, "stopped");
     sdn_destroy(a->notify);
     log_destroy(a->log);
     cfg_free(cf);
@@ -858,7 +880,20 @@ int serve_main(int argc, char **argv)
         fprintf(stderr, "inferd: %s\n", err.msg);
         return 2;
     }
-    int rc = serve_run(v.argc, v.argv, &v);
+    int rc = serve_run(v.argc, v.argv, &v, NULL, NULL);
+    vargs_free(&v);
+    return rc;
+}
+
+int serve_offline(int argc, char **argv, serve_offline_fn fn, void *user)
+{
+    vargs v;
+    inf_err err = {0};
+    if (vargs_normalize(argc, argv, &v, &err)) {
+        fprintf(stderr, "inferd: %s\n", err.msg);
+        return 2;
+    }
+    int rc = serve_run(v.argc, v.argv, &v, fn, user);
     vargs_free(&v);
     return rc;
 }

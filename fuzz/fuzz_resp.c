@@ -18,14 +18,24 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     const char *t = r.messages[r.n_messages - 1].content;
     oai_meta m = {.kind = OAI_CHAT, .id = "resp_0", .created = 1, .model = "m"};
     oai_usage u = {1, 2, 0};
-    int seq = 0;
-    char *a = oai_resp_json(&m, t, strlen(t), "length", &u);
-    char *b = oai_resp_start_sse(&m, &seq);
-    char *c = oai_resp_delta_sse(&m, &seq, t, strlen(t));
-    char *d = oai_resp_end_sse(&m, &seq, t, strlen(t), "stop", &u);
-    if (!a || !b || !c || !d || seq != 9)
+    /* the request's own strings as a call's pieces, whatever bytes they hold */
+    const char *name = r.n_tools ? r.tools[0].name : t;
+    oai_tool_call call = {0, t, name, t, strlen(t)};
+    oai_choice c = {.text = t, .text_len = strlen(t), .finish_reason = "length",
+                    .calls = &call, .n_calls = r.n_tools > 0, .stop_reason_id = -1};
+    oai_resp_stream s;
+    oai_resp_stream_init(&s);
+    oai_error err;
+    oai_fail(&err, 500, "internal_error", "", "%s", t);
+    char *a = oai_resp_json(&m, &c, &u);
+    char *b = oai_resp_start_sse(&m, &s);
+    char *d = oai_resp_delta_sse(&m, &s, &c);
+    char *f = oai_resp_end_sse(&m, &s, "stop", &u);
+    char *g = oai_resp_fail_sse(&m, &s, &err);
+    if (!a || !b || !d || !f || !g || s.n_items != (*t || !c.n_calls) + c.n_calls)
         abort();
-    free(a), free(b), free(c), free(d);
+    free(a), free(b), free(d), free(f), free(g);
+    oai_resp_stream_free(&s);
     oai_request_free(&r);
     return 0;
 }

@@ -263,55 +263,84 @@ static int prepare_prompts(api *a, const oai_request *r, gcall_prompt **out, int
 
 /* ---- generation ----------------------------------------------------------------- */
 
-/* responses: a /v1/responses body (a chat request, answered in its shapes). */
-static void do_generate(api *a, srv_conn *c, oai_kind kind, int responses, const char *body,
-                        size_t len)
+/* A generation body parsed, checked and prompted: 0 with *r and the
+ * prompts set, or the status with err filled. responses: a /v1/responses
+ * body (a chat request, answered in its shapes). */
+static int prepare(api *a, oai_kind kind, int responses, const char *body, size_t len,
+                   oai_request **out, gcall_prompt **prompts, int *n_prompts, oai_error *err)
 {
     oai_request *r = calloc(1, sizeof *r);
-    oai_error err = {0};
-    if (!r) {
-        fail(c, 500, "internal_error", "", "out of memory");
-        return;
-    }
-    if ((responses ? oai_parse_responses(body, len, &a->cfg.limits, r, &err)
-                   : oai_parse(kind, body, len, &a->cfg.limits, r, &err)) != 0) {
+    if (!r)
+        return oai_fail(err, 500, "internal_error", "", "out of memory");
+    if ((responses ? oai_parse_responses(body, len, &a->cfg.limits, r, err)
+                   : oai_parse(kind, body, len, &a->cfg.limits, r, err)) != 0) {
         free(r);
-        gcall_reply_error(c, &err, NULL);
-        return;
+        return err->status;
     }
     if (r->model && strcmp(r->model, a->cfg.model_id) != 0) {
-        oai_fail(&err, 404, "NotFoundError", "model", "The model `%s` does not exist.",
-                 r->model);
-        err.code = "model_not_found";
-        oai_request_free(r);
-        free(r);
-        gcall_reply_error(c, &err, NULL);
-        return;
-    }
-    if (r->stream && (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0))) {
+        oai_fail(err, 404, "NotFoundError", "model", "The model `%s` does not exist.", r->model);
+        err->code = "model_not_found";
+    } else if (r->stream && (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0))) {
         /* vLLM refuses prompt_logprobs when streaming too */
-        oai_fail(&err, 400, "invalid_request_error",
+        oai_fail(err, 400, "invalid_request_error",
                  r->prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
                  "prompt logprobs (prompt_logprobs, or echo with logprobs) are not "
                  "available when stream is true");
+    } else {
+        prepare_prompts(a, r, prompts, n_prompts, err);
+    }
+    if (err->status) {
+        if (responses)
+            oai_resp_rename_error(err);
         oai_request_free(r);
         free(r);
-        gcall_reply_error(c, &err, NULL);
-        return;
+        return err->status;
     }
+    *out = r;
+    return 0;
+}
+
+static gcall_env env_of(api *a, int responses)
+{
+    return (gcall_env){.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
+                       .model_id = a->cfg.model_id, .max_model_len = a->cfg.max_model_len,
+                       .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id,
+                       .tool_parser = a->cfg.tool_parser,
+                       .reasoning_parser = a->cfg.reasoning_parser, .responses = responses};
+}
+
+static void do_generate(api *a, srv_conn *c, oai_kind kind, int responses, const char *body,
+                        size_t len)
+{
+    oai_request *r = NULL;
+    oai_error err = {0};
     gcall_prompt *prompts = NULL;
     int n_prompts = 0;
-    if (prepare_prompts(a, r, &prompts, &n_prompts, &err)) {
-        oai_request_free(r);
-        free(r);
+    if (prepare(a, kind, responses, body, len, &r, &prompts, &n_prompts, &err)) {
         gcall_reply_error(c, &err, NULL);
         return;
     }
-    gcall_env env = {.srv = a->srv, .e = a->e, .m = a->m, .tk = a->tk,
-                     .model_id = a->cfg.model_id, .max_model_len = a->cfg.max_model_len,
-                     .max_waiting = a->cfg.max_waiting, .id_seq = ++a->next_id,
-                     .tool_parser = a->cfg.tool_parser, .reasoning_parser = a->cfg.reasoning_parser, .responses = responses};
+    gcall_env env = env_of(a, responses);
     gcall_start(&env, c, r, prompts, n_prompts); /* takes r and prompts */
+}
+
+int api_submit(api *a, const char *path, const char *body, size_t len, void (*wake)(void *user),
+               void *user, gcall **call, oai_error *err)
+{
+    *call = NULL;
+    int responses = !strcmp(path, "/v1/responses");
+    oai_kind kind = !strcmp(path, "/v1/completions") ? OAI_COMPLETION : OAI_CHAT;
+    if (!responses && kind == OAI_CHAT && strcmp(path, "/v1/chat/completions"))
+        return oai_fail(err, 404, "NotFoundError", "", "Not Found");
+    if (!atomic_load(&a->ready))
+        return oai_fail(err, 503, "service_unavailable", "", "the model is still loading");
+    oai_request *r = NULL;
+    gcall_prompt *prompts = NULL;
+    int n_prompts = 0;
+    if (prepare(a, kind, responses, body, len, &r, &prompts, &n_prompts, err))
+        return err->status;
+    gcall_env env = env_of(a, responses);
+    return gcall_submit(&env, r, prompts, n_prompts, wake, user, call, err);
 }
 
 /* ---- routing ----------------------------------------------------------------------- */

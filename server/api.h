@@ -10,6 +10,7 @@
 #include "engine/tmpl.h"
 #include "engine/tok.h"
 #include "server/cors.h"
+#include "server/gcall.h"
 #include "server/oai.h"
 #include "server/srv.h"
 
@@ -39,6 +40,16 @@ int api_reload(api *a, inf_err *err);
 /* The srv_handler: pass `a` as the app pointer. */
 void api_handle(void *a, srv_conn *c, const char *method, const char *path, const char *body,
                 size_t len);
+
+/* Offline (run-batch): one POST body for path (/v1/completions,
+ * /v1/chat/completions or /v1/responses) run as api_handle runs it, without
+ * HTTP or authentication: the same validation, prompt and engine requests,
+ * answered by gcall_poll with the body the server would send. wake(user)
+ * runs on the engine thread as the call's requests finish. Returns 0 with
+ * *call set, or the HTTP status the server would answer with err filled
+ * (404 for another path). One thread at a time, as the loop thread is. */
+int api_submit(api *a, const char *path, const char *body, size_t len, void (*wake)(void *user),
+               void *user, gcall **call, oai_error *err);
 
 /* Binds the server (for srv_wake) before it runs. */
 void api_set_server(api *a, srv *s);

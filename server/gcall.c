@@ -24,7 +24,9 @@ typedef struct choice {
 typedef struct gcall {
     atomic_int refs;   /* the connection's + one per live engine request     */
     srv *srv;
-    srv_conn *conn;
+    srv_conn *conn;    /* NULL: an offline call (gcall_submit)               */
+    void (*wake)(void *user); /* an offline call's wake-up, and its argument */
+    void *wake_user;
     eng *e;
     const tok *tk;
     oai_request *req;
@@ -38,9 +40,10 @@ typedef struct gcall {
     inf_buf out;
     size_t off;
     int done_queued;
-    /* /v1/responses: its events' sequence number and the text so far */
-    int resp, seq;
-    inf_buf all;
+    /* /v1/responses: its stream's items and sequence; failed: the stream
+     * ended in an error event */
+    int resp, failed;
+    oai_resp_stream rs;
 } gcall;
 
 static const srv_call_ops stream_ops, wait_ops;
@@ -62,7 +65,7 @@ static void gcall_free(gcall *g)
         oai_request_free(g->req);
     free(g->req);
     free(g->out.p);
-    free(g->all.p);
+    oai_resp_stream_free(&g->rs);
     if (g->conn)
         srv_conn_unref(g->conn);
     free(g);
@@ -80,8 +83,10 @@ void gcall_on_engine_output(void *user, eng_req *r)
     gcall *g = eng_req_user(r);
     int last = eng_req_finished(r); /* this request's last notify */
     /* a stream sends as tokens come; a waiting call answers once, at the end */
-    if (last || g->req->stream)
+    if (g->conn && (last || g->req->stream))
         srv_wake(g->srv, g->conn);
+    else if (!g->conn && last)
+        g->wake(g->wake_user);
     if (last)
         gcall_unref(g);
 }
@@ -274,8 +279,9 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
     }
     oai_usage u;
     usage_of(g, &u);
-    srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
-    *body = g->resp ? oai_resp_json(&g->meta, cs[0].text, cs[0].text_len, cs[0].finish_reason, &u)
+    if (g->conn)
+        srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
+    *body = g->resp ? oai_resp_json(&g->meta, &cs[0], &u)
                     : oai_response_json(&g->meta, cs, g->n_ch, &u);
     *len = *body ? strlen(*body) : 0;
     *status = *body ? 200 : 500;
@@ -301,9 +307,10 @@ static void queue_chunk(gcall *g, const oai_choice *oc)
         queue_sse(g, oai_chunk_sse(&g->meta, oc, 0, NULL));
         return;
     }
-    inf_buf_put(&g->all, oc->text, oc->text_len);
-    if (oc->text_len)
-        queue_sse(g, oai_resp_delta_sse(&g->meta, &g->seq, oc->text, oc->text_len));
+    char *s = oai_resp_delta_sse(&g->meta, &g->rs, oc);
+    if (!s)
+        g->out.oom = 1; /* an event lost: the stream ends rather than skip it */
+    queue_sse(g, s);
 }
 
 /* New output of one choice as chunks. */
@@ -328,6 +335,12 @@ static void stream_choice(gcall *g, choice *c)
             c->text_sent += o->len;
             free(lps);
             free(tops);
+        }
+        if (g->resp) { /* a typed error event, then response.failed */
+            if (!g->failed)
+                queue_sse(g, oai_resp_fail_sse(&g->meta, &g->rs, &err));
+            g->failed = 1;
+            return;
         }
         char *e = oai_error_json(&err);
         if (e)
@@ -368,8 +381,9 @@ static long stream_read(void *call, char *buf, size_t max)
             usage_of(g, &u);
             srv_conn_set_request(g->conn, g->id, u.prompt_tokens, u.completion_tokens);
             if (g->resp) { /* OpenAI's events end with response.completed, no [DONE] */
-                queue_sse(g, oai_resp_end_sse(&g->meta, &g->seq, g->all.p ? g->all.p : "",
-                                              g->all.len, finish_name(g->ch[0].out.finish), &u));
+                if (!g->failed)
+                    queue_sse(g, oai_resp_end_sse(&g->meta, &g->rs,
+                                                  finish_name(g->ch[0].out.finish), &u));
             } else {
                 if (g->req->include_usage)
                     queue_sse(g, oai_chunk_sse(&g->meta, NULL, 0, &u));
@@ -492,20 +506,21 @@ static eng_params params_of(const oai_request *r, int max_tokens, int choice)
     return p;
 }
 
-void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
-                 int n_prompts)
+/* Builds the call and submits its engine requests (all, or none). c NULL:
+ * an offline call. Returns 0 with *out set, or the status with err filled
+ * (r and prompts freed; the retry header, for a 503, is the caller's). */
+static int start(const gcall_env *env, srv_conn *c, void (*wake)(void *), void *wake_user,
+                 oai_request *r, gcall_prompt *prompts, int n_prompts, gcall **out,
+                 oai_error *err)
 {
-    oai_error err = {0};
     gcall *g = calloc(1, sizeof *g);
     if (!g) {
-        oai_fail(&err, 500, "internal_error", "", "out of memory");
-        gcall_reply_error(c, &err, NULL);
         for (int i = 0; i < n_prompts; i++)
             free(prompts[i].ids), free(prompts[i].echo);
         free(prompts);
         oai_request_free(r);
         free(r);
-        return;
+        return oai_fail(err, 500, "internal_error", "", "out of memory");
     }
     atomic_init(&g->refs, 1);
     g->srv = env->srv;
@@ -514,9 +529,13 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     g->req = r;
     g->prompts = prompts;
     g->n_prompts = n_prompts;
-    srv_conn_ref(c);
+    if (c)
+        srv_conn_ref(c);
     g->conn = c;
+    g->wake = wake;
+    g->wake_user = wake_user;
     g->resp = env->responses;
+    oai_resp_stream_init(&g->rs);
     snprintf(g->id, sizeof g->id, "%s%016llx",
              g->resp ? "resp_" : r->kind == OAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)env->id_seq * 0x9e3779b97f4a7c15ull);
@@ -529,19 +548,19 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     int n_in = 0;
     for (int i = 0; i < n_prompts; i++)
         n_in += prompts[i].n;
-    srv_conn_set_request(c, g->id, n_in, 0);
-    if (check_lengths(env, r, prompts, n_prompts, &err)) {
-        gcall_reply_error(c, &err, NULL);
+    if (c)
+        srv_conn_set_request(c, g->id, n_in, 0);
+    if (check_lengths(env, r, prompts, n_prompts, err)) {
+        if (g->resp)
+            oai_resp_rename_error(err);
         gcall_unref(g);
-        return;
+        return err->status;
     }
     g->n_ch = n_prompts * r->n;
     g->ch = calloc((size_t)g->n_ch, sizeof *g->ch);
     if (!g->ch) {
-        oai_fail(&err, 500, "internal_error", "", "out of memory");
-        gcall_reply_error(c, &err, NULL);
         gcall_unref(g);
-        return;
+        return oai_fail(err, 500, "internal_error", "", "out of memory");
     }
     for (int i = 0; i < g->n_ch; i++) {
         choice *ch = &g->ch[i];
@@ -551,43 +570,55 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
         inf_err ie = {0};
         if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
-            oai_fail(&err, 500, "internal_error", "", "%s", ie.msg);
+            oai_fail(err, 500, "internal_error", "", "%s", ie.msg);
             break;
         }
         eng_req_set_user(ch->r, g);
         char prefix[48];
         snprintf(prefix, sizeof prefix, "%.16s%d", g->id + strlen(g->id) - 16, i);
         if (gtools_create(r, env->tool_parser, env->reasoning_parser, prefix, &ch->gt)) {
-            oai_fail(&err, 500, "internal_error", "", "out of memory");
+            oai_fail(err, 500, "internal_error", "", "out of memory");
             break;
         }
     }
     /* submit all, or none */
     int submitted = 0;
-    for (int i = 0; i < g->n_ch && !err.status; i++) {
+    for (int i = 0; i < g->n_ch && !err->status; i++) {
         inf_err ie = {0};
         atomic_fetch_add(&g->refs, 1); /* dropped on the request's last notify */
         int rc = eng_submit(env->e, g->ch[i].r, env->max_waiting, &ie);
         if (rc != INF_OK) {
             atomic_fetch_sub(&g->refs, 1);
             if (rc == INF_ERR_NOSPACE)
-                oai_fail(&err, 503, "service_unavailable", "", "%s", ie.msg);
+                oai_fail(err, 503, "service_unavailable", "", "%s", ie.msg);
             else
-                oai_fail(&err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
+                oai_fail(err, 400, "invalid_request_error", "prompt", "%s", ie.msg);
             break;
         }
         submitted++;
     }
-    if (err.status) {
+    if (err->status) {
         for (int i = 0; i < submitted; i++)
             eng_cancel(env->e, g->ch[i].r);
-        gcall_reply_error(c, &err, err.status == 503 ? "Retry-After: 1" : NULL);
         gcall_unref(g);
+        return err->status;
+    }
+    *out = g;
+    return 0;
+}
+
+void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
+                 int n_prompts)
+{
+    oai_error err = {0};
+    gcall *g = NULL;
+    if (start(env, c, NULL, NULL, r, prompts, n_prompts, &g, &err)) {
+        gcall_reply_error(c, &err, err.status == 503 ? "Retry-After: 1" : NULL);
         return;
     }
     if (r->stream) {
         if (g->resp)
-            queue_sse(g, oai_resp_start_sse(&g->meta, &g->seq));
+            queue_sse(g, oai_resp_start_sse(&g->meta, &g->rs));
         else if (r->kind == OAI_CHAT) /* the role first, before any token */
             for (int i = 0; i < g->n_ch; i++) {
                 oai_choice oc = {.index = i, .text = "", .stop_reason_id = -1};
@@ -607,4 +638,32 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
     } else {
         srv_wait(c, &wait_ops, g);
     }
+}
+
+/* ---- offline calls (run-batch) ------------------------------------------------ */
+
+int gcall_submit(const gcall_env *env, oai_request *r, gcall_prompt *prompts, int n_prompts,
+                 void (*wake)(void *user), void *user, gcall **out, oai_error *err)
+{
+    if (r->stream) {
+        for (int i = 0; i < n_prompts; i++)
+            free(prompts[i].ids), free(prompts[i].echo);
+        free(prompts);
+        oai_request_free(r);
+        free(r);
+        return oai_fail(err, 400, "invalid_request_error", "stream",
+                        "stream is not supported in a batch: send stream false");
+    }
+    return start(env, NULL, wake, user, r, prompts, n_prompts, out, err);
+}
+
+int gcall_poll(gcall *g, int *status, char **body, size_t *len)
+{
+    return wait_done(g, status, body, len);
+}
+
+void gcall_release(gcall *g)
+{
+    if (g)
+        call_closed(g, 0);
 }

@@ -1,7 +1,9 @@
-/* gcall_: one /v1/completions or /v1/chat/completions request in flight:
- * its engine requests (one per prompt and choice), and the conversion of
- * their output into one response or a stream of SSE chunks. Lives on the
- * loop thread, except gcall_on_engine_output (engine thread). */
+/* gcall_: one /v1/completions, /v1/chat/completions or /v1/responses
+ * request in flight: its engine requests (one per prompt and choice), and
+ * the conversion of their output into one response or a stream of SSE
+ * chunks. Served over a connection (gcall_start), or offline with no
+ * connection (gcall_submit, for run-batch). Lives on the loop thread (or
+ * the offline caller's), except gcall_on_engine_output (engine thread). */
 #ifndef INFERD_GCALL_H
 #define INFERD_GCALL_H
 
@@ -37,6 +39,24 @@ typedef struct gcall_prompt {
  * Takes ownership of r and prompts (and their members). */
 void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt *prompts,
                  int n_prompts);
+
+/* ---- offline calls (run-batch): no connection, the caller polls -------------- */
+
+typedef struct gcall gcall;
+
+/* As gcall_start, without HTTP: validates and submits (a stream is a 400),
+ * then wake(user) runs on the engine thread each time one of the call's
+ * engine requests finishes. Returns 0 with *out set, or the HTTP status
+ * with err filled. Takes ownership of r and prompts in both cases. */
+int gcall_submit(const gcall_env *env, oai_request *r, gcall_prompt *prompts, int n_prompts,
+                 void (*wake)(void *user), void *user, gcall **out, oai_error *err);
+
+/* Returns 1 with the reply the server would send (status, malloc'd body)
+ * once every engine request has finished, else 0. One thread at a time. */
+int gcall_poll(gcall *g, int *status, char **body, size_t *len);
+
+/* Ends the call (cancelling what still runs); NULL-safe. */
+void gcall_release(gcall *g);
 
 /* An OpenAI error object as the reply, with an extra header line or NULL. */
 void gcall_reply_error(srv_conn *c, const oai_error *e, const char *hdr);

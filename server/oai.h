@@ -279,28 +279,57 @@ char *oai_detokenize_json(const char *text, size_t len);
 /* ---- POST /v1/responses (OpenAI's Responses API, stateless) ---------------- */
 
 /* A Responses body as the equivalent chat request: instructions as a system
- * message, input (a string, or a list of {"role", "content"} messages whose
- * content is a string or input_text/output_text parts), max_output_tokens as
- * max_tokens, text.format as response_format; temperature, top_p, stream,
- * model, seed, stop as chat's. store true, previous_response_id and
- * non-empty tools are a 400. Returns 0 or the status with err filled. */
+ * message, input (a string, or a list of items: {"role", "content"}
+ * messages whose content is a string or input_text/output_text parts,
+ * function_call items as an assistant turn's tool_calls, function_call_output
+ * items as tool messages), max_output_tokens as max_tokens, text.format as
+ * response_format, tools [{"type": "function", "name", "parameters", ...}]
+ * and tool_choice ({"type": "function", "name"} or a string) as chat's;
+ * temperature, top_p, stream, model, seed, stop, parallel_tool_calls as
+ * chat's. store true and previous_response_id are a 400. Errors name the
+ * Responses fields. Returns 0 or the status with err filled. */
 int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai_request *out,
                         oai_error *err);
 
-/* The Response object (object "response", one output message) for the
- * whole text; finish "length" makes it "incomplete" (max_output_tokens).
- * m->id is the response id. malloc'd. */
-char *oai_resp_json(const oai_meta *m, const char *text, size_t len, const char *finish,
-                    const oai_usage *u);
+/* Chat's field names in err as a Responses body spells them
+ * (max_tokens -> max_output_tokens, messages -> input, response_format ->
+ * text.format). */
+void oai_resp_rename_error(oai_error *err);
 
-/* Stream events ("event: T\ndata: {...}\n\n", malloc'd); *seq is the
- * sequence_number, advanced. Start: response.created, response.in_progress,
- * output_item.added, content_part.added. Delta: response.output_text.delta.
- * End (the whole text): output_text.done, content_part.done,
- * output_item.done, then response.completed (or response.incomplete). */
-char *oai_resp_start_sse(const oai_meta *m, int *seq);
-char *oai_resp_delta_sse(const oai_meta *m, int *seq, const char *delta, size_t len);
-char *oai_resp_end_sse(const oai_meta *m, int *seq, const char *text, size_t len,
-                       const char *finish, const oai_usage *u);
+/* The Response object for a whole chat choice: its text as one assistant
+ * message (also when empty and there are no calls), then a function_call
+ * item {"id", "call_id", "name", "arguments"} per tool call. finish_reason
+ * "length" makes it "incomplete" (max_output_tokens). m->id is the
+ * response id. malloc'd, NULL when out of memory. */
+char *oai_resp_json(const oai_meta *m, const oai_choice *c, const oai_usage *u);
+
+/* A Responses stream: its sequence numbers and the output items opened so
+ * far (the message when text first comes, a function_call per call). */
+typedef struct oai_resp_item oai_resp_item;
+typedef struct oai_resp_stream {
+    int seq;                  /* the next sequence_number                   */
+    oai_resp_item *items;     /* in output_index order                      */
+    int n_items, cap;
+    int msg;                  /* the message's output_index, -1: none yet   */
+} oai_resp_stream;
+
+void oai_resp_stream_init(oai_resp_stream *s);
+void oai_resp_stream_free(oai_resp_stream *s);
+
+/* Stream events ("event: T\ndata: {...}\n\n", malloc'd; NULL when out of
+ * memory). Start: response.created, response.in_progress. Delta (a chat
+ * chunk's choice: text and tool-call pieces): output_item.added (and
+ * content_part.added for the message) as an item opens, then
+ * response.output_text.delta or response.function_call_arguments.delta;
+ * "" when there is nothing to say. End: per item output_text.done and
+ * content_part.done, or function_call_arguments.done, then
+ * output_item.done; then response.completed (or response.incomplete). Fail
+ * (mid-stream): an "error" event {code, message, param}, then
+ * response.failed with the items so far. */
+char *oai_resp_start_sse(const oai_meta *m, oai_resp_stream *s);
+char *oai_resp_delta_sse(const oai_meta *m, oai_resp_stream *s, const oai_choice *c);
+char *oai_resp_end_sse(const oai_meta *m, oai_resp_stream *s, const char *finish,
+                       const oai_usage *u);
+char *oai_resp_fail_sse(const oai_meta *m, oai_resp_stream *s, const oai_error *e);
 
 #endif

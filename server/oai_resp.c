@@ -1,6 +1,7 @@
 /* oai_: OpenAI's Responses API (POST /v1/responses), stateless, mapped
- * onto chat: the body becomes a chat body that oai_parse validates, and the
- * output is encoded as a Response object or its typed stream events. */
+ * onto chat: the body becomes a chat body that oai_parse validates (input
+ * items as messages, text.format as response_format, the flat function
+ * tools as chat's); oai_resp_enc.c encodes the output. */
 #include "server/oai_int.h"
 
 #include <stdio.h>
@@ -56,6 +57,65 @@ static int add_msg(cJSON *msgs, const char *role, cJSON *content, oai_error *err
     return 0;
 }
 
+/* A function_call input item {"call_id", "name", "arguments"} as a tool call
+ * of an assistant turn: consecutive calls share one (*calls, its list). */
+static int function_call(const cJSON *it, int i, cJSON *msgs, cJSON **calls, oai_error *err)
+{
+    const cJSON *id = oai__get(it, "call_id"), *name = oai__get(it, "name"),
+                *args = oai__get(it, "arguments");
+    if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsString(args))
+        return oai_fail(err, 400, OAI_INVALID, "input",
+                        "input[%d]: a function_call needs call_id, name and arguments (strings)",
+                        i);
+    if (!*calls) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddItemToArray(msgs, m)) {
+            cJSON_Delete(m);
+            return oai__no_memory(err);
+        }
+        if (!cJSON_AddStringToObject(m, "role", "assistant") ||
+            !cJSON_AddStringToObject(m, "content", "") ||
+            !(*calls = cJSON_AddArrayToObject(m, "tool_calls")))
+            return oai__no_memory(err);
+    }
+    cJSON *c = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+    if (!c || !fn || !cJSON_AddItemToArray(*calls, c)) {
+        cJSON_Delete(c);
+        cJSON_Delete(fn);
+        return oai__no_memory(err);
+    }
+    if (!cJSON_AddStringToObject(c, "id", id->valuestring) ||
+        !cJSON_AddStringToObject(c, "type", "function") ||
+        !cJSON_AddItemToObject(c, "function", fn)) {
+        cJSON_Delete(fn);
+        return oai__no_memory(err);
+    }
+    if (!cJSON_AddStringToObject(fn, "name", name->valuestring) ||
+        !cJSON_AddStringToObject(fn, "arguments", args->valuestring))
+        return oai__no_memory(err);
+    return 0;
+}
+
+/* A function_call_output item {"call_id", "output"} as a tool message. */
+static int function_output(const cJSON *it, int i, cJSON *msgs, oai_error *err)
+{
+    const cJSON *id = oai__get(it, "call_id"), *out = oai__get(it, "output");
+    if (!cJSON_IsString(id) || !cJSON_IsString(out))
+        return oai_fail(err, 400, OAI_INVALID, "input",
+                        "input[%d]: a function_call_output needs call_id and output (strings)",
+                        i);
+    cJSON *m = cJSON_CreateObject();
+    if (!m || !cJSON_AddItemToArray(msgs, m)) {
+        cJSON_Delete(m);
+        return oai__no_memory(err);
+    }
+    if (!cJSON_AddStringToObject(m, "role", "tool") ||
+        !cJSON_AddStringToObject(m, "tool_call_id", id->valuestring) ||
+        !cJSON_AddStringToObject(m, "content", out->valuestring))
+        return oai__no_memory(err);
+    return 0;
+}
+
 /* The chat body's messages from instructions and input. */
 static int messages_of(const cJSON *root, cJSON *msgs, oai_error *err)
 {
@@ -73,14 +133,27 @@ static int messages_of(const cJSON *root, cJSON *msgs, oai_error *err)
                   : oai_fail(err, 400, OAI_INVALID, "input", "input is required");
     int i = 0;
     const cJSON *it;
+    cJSON *calls = NULL; /* the assistant turn consecutive function_call items make */
     cJSON_ArrayForEach(it, in) {
         const cJSON *type = oai__get(it, "type"), *role = oai__get(it, "role");
-        if (!cJSON_IsObject(it) || (type && (!cJSON_IsString(type) ||
-                                             strcmp(type->valuestring, "message"))) ||
+        const char *ty = cJSON_IsString(type) ? type->valuestring : NULL;
+        if (cJSON_IsObject(it) && ty && !strcmp(ty, "function_call")) {
+            if (function_call(it, i++, msgs, &calls, err))
+                return err->status;
+            continue;
+        }
+        calls = NULL;
+        if (cJSON_IsObject(it) && ty && !strcmp(ty, "function_call_output")) {
+            if (function_output(it, i++, msgs, err))
+                return err->status;
+            continue;
+        }
+        if (!cJSON_IsObject(it) || (type && (!ty || strcmp(ty, "message"))) ||
             !cJSON_IsString(role))
             return oai_fail(err, 400, OAI_INVALID, "input",
-                            "input[%d] must be a message {\"role\", \"content\"} (other item "
-                            "types are not supported)", i);
+                            "input[%d] must be a message {\"role\", \"content\"}, a "
+                            "function_call or a function_call_output (other item types are not "
+                            "supported)", i);
         cJSON *c = content_of(oai__get(it, "content"), i, err);
         if (!c)
             return err->status;
@@ -116,6 +189,102 @@ static int format_of(const cJSON *root, cJSON *chat, oai_error *err)
     return 0;
 }
 
+/* tools [{"type": "function", "name", "description", "parameters",
+ * "strict"}] as chat's {"type": "function", "function": {...}}, and
+ * tool_choice {"type": "function", "name"} as chat's named choice. */
+static int tools_of(const cJSON *root, cJSON *chat, oai_error *err)
+{
+    const cJSON *tools = oai__get(root, "tools"), *tc = oai__get(root, "tool_choice");
+    if (tools) {
+        if (!cJSON_IsArray(tools))
+            return oai__bad_type(err, "tools", "a list", tools);
+        cJSON *list = cJSON_AddArrayToObject(chat, "tools");
+        if (!list)
+            return oai__no_memory(err);
+        int i = 0;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = oai__get(t, "type");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(type) ||
+                strcmp(type->valuestring, "function"))
+                return oai_fail(err, 400, OAI_INVALID, "tools",
+                                "tools[%d] must be {\"type\": \"function\", \"name\", "
+                                "\"parameters\"} (other tool types are not supported)", i);
+            cJSON *fn = cJSON_Duplicate(t, 1), *w = cJSON_CreateObject();
+            if (fn)
+                cJSON_DeleteItemFromObjectCaseSensitive(fn, "type");
+            if (!fn || !w || !cJSON_AddItemToArray(list, w)) {
+                cJSON_Delete(fn);
+                cJSON_Delete(w);
+                return oai__no_memory(err);
+            }
+            if (!cJSON_AddStringToObject(w, "type", "function") ||
+                !cJSON_AddItemToObject(w, "function", fn)) {
+                cJSON_Delete(fn);
+                return oai__no_memory(err);
+            }
+            i++;
+        }
+    }
+    if (!tc)
+        return 0;
+    cJSON *c;
+    if (cJSON_IsObject(tc)) {
+        const cJSON *type = oai__get(tc, "type"), *name = oai__get(tc, "name");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsString(name))
+            return oai_fail(err, 400, OAI_INVALID, "tool_choice",
+                            "tool_choice must be \"none\", \"auto\", \"required\" or "
+                            "{\"type\": \"function\", \"name\": ...}");
+        c = cJSON_CreateObject();
+        cJSON *fn = c ? cJSON_AddObjectToObject(c, "function") : NULL;
+        if (!fn || !cJSON_AddStringToObject(c, "type", "function") ||
+            !cJSON_AddStringToObject(fn, "name", name->valuestring)) {
+            cJSON_Delete(c);
+            return oai__no_memory(err);
+        }
+    } else {
+        c = cJSON_Duplicate(tc, 1);
+    }
+    if (!c || !cJSON_AddItemToObject(chat, "tool_choice", c)) {
+        cJSON_Delete(c);
+        return oai__no_memory(err);
+    }
+    return 0;
+}
+
+static int name_char(char c) { return c == '_' || (c >= 'a' && c <= 'z'); }
+
+/* Replaces the whole-word from with to in s (capacity cap), as room allows. */
+static void rename_word(char *s, size_t cap, const char *from, const char *to)
+{
+    size_t fl = strlen(from), tl = strlen(to);
+    char *p = s;
+    while ((p = strstr(p, from))) {
+        if ((p > s && name_char(p[-1])) || name_char(p[fl])) {
+            p += fl;
+            continue;
+        }
+        size_t rest = strlen(p + fl);
+        if ((size_t)(p - s) + tl + rest + 1 > cap)
+            return;
+        memmove(p + tl, p + fl, rest + 1);
+        memcpy(p, to, tl);
+        p += tl;
+    }
+}
+
+void oai_resp_rename_error(oai_error *err)
+{
+    static const char *const names[][2] = {
+        {"max_completion_tokens", "max_output_tokens"}, {"max_tokens", "max_output_tokens"},
+        {"response_format", "text.format"}, {"messages", "input"}};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        rename_word(err->param, sizeof err->param, names[k][0], names[k][1]);
+        rename_word(err->message, sizeof err->message, names[k][0], names[k][1]);
+    }
+}
+
 int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai_request *out,
                         oai_error *err)
 {
@@ -124,8 +293,9 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
     if (st)
         return st;
     static const char *const copied[] = {"model", "temperature", "top_p", "stream", "user",
-                                         "seed", "top_k", "min_p", "stop"};
-    const cJSON *store = oai__get(root, "store"), *tools = oai__get(root, "tools");
+                                         "seed", "top_k", "min_p", "stop",
+                                         "parallel_tool_calls", "logit_bias"};
+    const cJSON *store = oai__get(root, "store");
     cJSON *chat = cJSON_CreateObject(), *msgs = cJSON_CreateArray();
     char *text = NULL;
     if (!chat || !msgs) {
@@ -137,14 +307,11 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
                                                                          : "previous_response_id",
                       "stored responses are not supported: send store false and the whole "
                       "conversation as input");
-    } else if (cJSON_IsArray(tools) && cJSON_GetArraySize(tools) > 0) {
-        cJSON_Delete(msgs);
-        st = oai_fail(err, 400, OAI_INVALID, "tools",
-                      "tools are not supported on /v1/responses yet; use /v1/chat/completions");
     } else if (!cJSON_AddItemToObject(chat, "messages", msgs)) {
         cJSON_Delete(msgs);
         st = oai__no_memory(err);
-    } else if (!(st = messages_of(root, msgs, err)) && !(st = format_of(root, chat, err))) {
+    } else if (!(st = messages_of(root, msgs, err)) && !(st = format_of(root, chat, err)) &&
+               !(st = tools_of(root, chat, err))) {
         for (size_t i = 0; i < sizeof copied / sizeof *copied; i++) {
             const cJSON *v = oai__get(root, copied[i]);
             if (v)
@@ -158,126 +325,8 @@ int oai_parse_responses(const char *body, size_t len, const oai_limits *lim, oai
     }
     cJSON_Delete(chat);
     cJSON_Delete(root);
-    if (!st)
-        st = oai_parse(OAI_CHAT, text, strlen(text), lim, out, err);
+    if (!st && (st = oai_parse(OAI_CHAT, text, strlen(text), lim, out, err)))
+        oai_resp_rename_error(err);
     free(text);
     return st;
-}
-
-/* ---- encoding --------------------------------------------------------------------- */
-
-/* The Response object; text NULL: no output item yet (in progress). */
-static void put_response(inf_buf *b, const oai_meta *m, const char *text, size_t len,
-                         const char *finish, const oai_usage *u)
-{
-    int incomplete = finish && !strcmp(finish, "length");
-    const char *status = !text ? "in_progress" : incomplete ? "incomplete" : "completed";
-    inf_buf_printf(b, "{\"id\":\"%s\",\"object\":\"response\",\"created_at\":%ld,"
-                      "\"status\":\"%s\",\"error\":null,\"incomplete_details\":%s,\"model\":",
-                   m->id, m->created, status,
-                   incomplete ? "{\"reason\":\"max_output_tokens\"}" : "null");
-    json_esc_put(b, m->model, strlen(m->model));
-    PUT(b, ",\"output\":[");
-    if (text) {
-        inf_buf_printf(b, "{\"type\":\"message\",\"id\":\"msg_%s\",\"status\":\"%s\","
-                          "\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\","
-                          "\"text\":",
-                       m->id, incomplete ? "incomplete" : "completed");
-        json_esc_put(b, text, len);
-        PUT(b, ",\"annotations\":[]}]}");
-    }
-    PUT(b, "],\"usage\":");
-    if (u)
-        inf_buf_printf(b, "{\"input_tokens\":%d,\"input_tokens_details\":{\"cached_tokens\":%d},"
-                          "\"output_tokens\":%d,\"output_tokens_details\":"
-                          "{\"reasoning_tokens\":0},\"total_tokens\":%d}}",
-                       u->prompt_tokens, u->cached_tokens, u->completion_tokens,
-                       u->prompt_tokens + u->completion_tokens);
-    else
-        PUT(b, "null}");
-}
-
-char *oai_resp_json(const oai_meta *m, const char *text, size_t len, const char *finish,
-                    const oai_usage *u)
-{
-    inf_buf b = {0};
-    put_response(&b, m, text ? text : "", len, finish, u);
-    if (b.oom)
-        free(b.p), b.p = NULL;
-    return b.p;
-}
-
-/* One event "event: TYPE\ndata: {...}\n\n" with the fields that follow
- * "type" and "sequence_number" in fmt. */
-static void event(inf_buf *b, int *seq, const char *type)
-{
-    inf_buf_printf(b, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%d", type, type,
-                   (*seq)++);
-}
-
-char *oai_resp_start_sse(const oai_meta *m, int *seq)
-{
-    inf_buf b = {0};
-    static const char *const kinds[] = {"response.created", "response.in_progress"};
-    for (int i = 0; i < 2; i++) {
-        event(&b, seq, kinds[i]);
-        PUT(&b, ",\"response\":");
-        put_response(&b, m, NULL, 0, NULL, NULL);
-        PUT(&b, "}\n\n");
-    }
-    event(&b, seq, "response.output_item.added");
-    inf_buf_printf(&b, ",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_%s\","
-                       "\"status\":\"in_progress\",\"role\":\"assistant\",\"content\":[]}}\n\n",
-                   m->id);
-    event(&b, seq, "response.content_part.added");
-    inf_buf_printf(&b, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
-                       "\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n",
-                   m->id);
-    if (b.oom)
-        free(b.p), b.p = NULL;
-    return b.p;
-}
-
-char *oai_resp_delta_sse(const oai_meta *m, int *seq, const char *delta, size_t len)
-{
-    inf_buf b = {0};
-    event(&b, seq, "response.output_text.delta");
-    inf_buf_printf(&b, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
-                       "\"delta\":", m->id);
-    json_esc_put(&b, delta, len);
-    PUT(&b, "}\n\n");
-    if (b.oom)
-        free(b.p), b.p = NULL;
-    return b.p;
-}
-
-char *oai_resp_end_sse(const oai_meta *m, int *seq, const char *text, size_t len,
-                       const char *finish, const oai_usage *u)
-{
-    inf_buf b = {0};
-    int incomplete = finish && !strcmp(finish, "length");
-    event(&b, seq, "response.output_text.done");
-    inf_buf_printf(&b, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
-                       "\"text\":", m->id);
-    json_esc_put(&b, text, len);
-    PUT(&b, "}\n\n");
-    event(&b, seq, "response.content_part.done");
-    inf_buf_printf(&b, ",\"item_id\":\"msg_%s\",\"output_index\":0,\"content_index\":0,"
-                       "\"part\":{\"type\":\"output_text\",\"text\":", m->id);
-    json_esc_put(&b, text, len);
-    PUT(&b, ",\"annotations\":[]}}\n\n");
-    event(&b, seq, "response.output_item.done");
-    inf_buf_printf(&b, ",\"output_index\":0,\"item\":{\"type\":\"message\",\"id\":\"msg_%s\","
-                       "\"status\":\"%s\",\"role\":\"assistant\",\"content\":[{\"type\":"
-                       "\"output_text\",\"text\":",
-                   m->id, incomplete ? "incomplete" : "completed");
-    json_esc_put(&b, text, len);
-    PUT(&b, ",\"annotations\":[]}]}}\n\n");
-    event(&b, seq, incomplete ? "response.incomplete" : "response.completed");
-    PUT(&b, ",\"response\":");
-    put_response(&b, m, text, len, finish, u);
-    PUT(&b, "}\n\n");
-    if (b.oom)
-        free(b.p), b.p = NULL;
-    return b.p;
 }

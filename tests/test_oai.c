@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/common.h"
 #include "server/oai.h"
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -238,6 +239,185 @@ static void test_oai_parse_responses_mapping(void **state)
     assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
     b = "{\"input\":\"x\",\"max_output_tokens\":0}"; /* chat's own range check */
     assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    /* named in the Responses' terms, not chat's */
+    assert_string_equal(e.param, "max_output_tokens");
+    assert_non_null(strstr(e.message, "max_output_tokens"));
+    assert_null(strstr(e.message, "max_tokens"));
+    b = "{\"input\":[]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    assert_string_equal(e.param, "input");
+    assert_null(strstr(e.message, "messages"));
+}
+
+/* Responses' flat function tools, tool_choice by name, and text.format map
+ * onto chat's: a named choice or a json_schema format sets the grammar;
+ * function_call items become an assistant turn's tool_calls (consecutive
+ * ones one turn), function_call_output items tool messages. */
+static void test_oai_parse_responses_tools_and_format(void **state)
+{
+    (void)state;
+    oai_limits lim = oai_limits_default();
+    oai_request r;
+    oai_error e;
+    const char *b = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\","
+                    "\"description\":\"d\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                    "{\"q\":{\"type\":\"string\"}}}}],\"tool_choice\":{\"type\":\"function\","
+                    "\"name\":\"get\"}}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_int_equal(r.n_tools, 1);
+    assert_string_equal(r.tools[0].name, "get");
+    assert_int_equal(r.tool_choice, OAI_TOOL_NAMED);
+    assert_string_equal(r.tool_name, "get");
+    assert_non_null(r.grammar);
+    assert_non_null(strstr(r.tools_json, "\"function\":{\"name\":\"get\""));
+    oai_request_free(&r);
+    b = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}],"
+        "\"tool_choice\":\"required\"}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_int_equal(r.tool_choice, OAI_TOOL_REQUIRED);
+    oai_request_free(&r);
+    b = "{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    assert_string_equal(e.param, "tools");
+    b = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\","
+        "\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":"
+        "{\"type\":\"integer\"}},\"required\":[\"a\"]}}}}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_non_null(r.grammar);
+    oai_request_free(&r);
+    b = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\"}}}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_non_null(r.grammar);
+    oai_request_free(&r);
+    b = "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"yaml\"}}}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    assert_string_equal(e.param, "text.format.type");
+    assert_null(strstr(e.message, "response_format"));
+    b = "{\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"get\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"get\",\"arguments\":\"{}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"42\"}]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 0);
+    assert_int_equal(r.n_messages, 3);
+    assert_string_equal(r.messages[1].role, "assistant");
+    assert_string_equal(r.messages[2].role, "tool");
+    assert_string_equal(r.messages[2].content, "42");
+    assert_non_null(strstr(r.messages_json, "\"tool_call_id\":\"c1\""));
+    assert_non_null(strstr(r.messages_json, "\"id\":\"c2\""));
+    oai_request_free(&r);
+    b = "{\"input\":[{\"type\":\"function_call\",\"name\":\"get\"}]}";
+    assert_int_equal(oai_parse_responses(b, strlen(b), &lim, &r, &e), 400);
+    assert_string_equal(e.param, "input");
+}
+
+/* A choice with tool calls is a Response whose output holds function_call
+ * items after the message; an empty text with calls has no message. */
+static void test_oai_resp_json_function_calls(void **state)
+{
+    (void)state;
+    oai_meta m = {.kind = OAI_CHAT, .id = "resp_1", .created = 5, .model = "m"};
+    oai_tool_call calls[2] = {{0, "call_a", "get", "{\"q\":1}", 7},
+                              {1, "call_b", "put", "{}", 2}};
+    oai_choice c = {.text = "", .finish_reason = "stop", .calls = calls, .n_calls = 2,
+                    .content_null = 1, .stop_reason_id = -1};
+    oai_usage u = {3, 4, 0};
+    cJSON *j = json_of(oai_resp_json(&m, &c, &u));
+    assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "completed");
+    cJSON *out = cJSON_GetObjectItem(j, "output");
+    assert_int_equal(cJSON_GetArraySize(out), 2);
+    cJSON *f = cJSON_GetArrayItem(out, 0);
+    assert_string_equal(cJSON_GetObjectItem(f, "type")->valuestring, "function_call");
+    assert_string_equal(cJSON_GetObjectItem(f, "call_id")->valuestring, "call_a");
+    assert_string_equal(cJSON_GetObjectItem(f, "id")->valuestring, "fc_call_a");
+    assert_string_equal(cJSON_GetObjectItem(f, "name")->valuestring, "get");
+    assert_string_equal(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"q\":1}");
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 1), "name")->valuestring,
+                        "put");
+    cJSON_Delete(j);
+    c.text = "hi";
+    c.text_len = 2;
+    c.n_calls = 0;
+    c.finish_reason = "length";
+    j = json_of(oai_resp_json(&m, &c, &u));
+    assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "incomplete");
+    out = cJSON_GetObjectItem(j, "output");
+    assert_int_equal(cJSON_GetArraySize(out), 1);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 0), "type")->valuestring,
+                        "message");
+    cJSON_Delete(j);
+}
+
+/* The event types of an SSE text, in order, and whether sequence numbers
+ * run 0, 1, 2, ... */
+static int event_types(const char *sse, char types[][64], int max, int *seq)
+{
+    int n = 0;
+    for (const char *p = strstr(sse, "data: "); p && n < max; p = strstr(p + 1, "data: ")) {
+        const char *e = strstr(p, "\n\n");
+        char *d = strndup(p + 6, (size_t)(e - p - 6));
+        cJSON *j = cJSON_Parse(d);
+        free(d);
+        assert_non_null(j);
+        snprintf(types[n++], 64, "%s", cJSON_GetObjectItem(j, "type")->valuestring);
+        assert_int_equal((int)cJSON_GetObjectItem(j, "sequence_number")->valuedouble, (*seq)++);
+        cJSON_Delete(j);
+    }
+    return n;
+}
+
+/* A streamed function call: output_item.added with the name, argument
+ * deltas, then arguments.done and output_item.done before
+ * response.completed; a failure is an error event and response.failed. */
+static void test_oai_resp_stream_function_call_events(void **state)
+{
+    (void)state;
+    oai_meta m = {.kind = OAI_CHAT, .id = "resp_2", .created = 5, .model = "m"};
+    oai_resp_stream s;
+    oai_resp_stream_init(&s);
+    inf_buf all = {0};
+    char *x = oai_resp_start_sse(&m, &s);
+    inf_buf_put(&all, x, strlen(x));
+    free(x);
+    oai_tool_call first = {0, "call_a", "get", "{\"q\"", 4}, more = {0, NULL, NULL, ":1}", 3};
+    oai_choice c = {.text = "", .calls = &first, .n_calls = 1, .stop_reason_id = -1};
+    x = oai_resp_delta_sse(&m, &s, &c);
+    inf_buf_put(&all, x, strlen(x));
+    free(x);
+    c.calls = &more;
+    x = oai_resp_delta_sse(&m, &s, &c);
+    inf_buf_put(&all, x, strlen(x));
+    free(x);
+    oai_usage u = {1, 2, 0};
+    x = oai_resp_end_sse(&m, &s, "stop", &u);
+    inf_buf_put(&all, x, strlen(x) + 1);
+    free(x);
+    char types[32][64];
+    int seq = 0, n = event_types(all.p, types, 32, &seq);
+    static const char *const want[] = {
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
+        "response.function_call_arguments.done", "response.output_item.done",
+        "response.completed"};
+    assert_int_equal(n, 8);
+    for (int i = 0; i < n; i++)
+        assert_string_equal(types[i], want[i]);
+    assert_non_null(strstr(all.p, "\"arguments\":\"{\\\"q\\\":1}\""));
+    free(all.p);
+    oai_resp_stream_free(&s);
+
+    oai_resp_stream_init(&s);
+    oai_error e;
+    oai_fail(&e, 500, "internal_error", "", "the step failed");
+    x = oai_resp_fail_sse(&m, &s, &e);
+    seq = 0;
+    n = event_types(x, types, 32, &seq);
+    assert_int_equal(n, 2);
+    assert_string_equal(types[0], "error");
+    assert_string_equal(types[1], "response.failed");
+    assert_non_null(strstr(x, "\"status\":\"failed\""));
+    assert_non_null(strstr(x, "the step failed"));
+    free(x);
+    oai_resp_stream_free(&s);
 }
 
 /* Every completions field is read into its member. */
@@ -1754,6 +1934,9 @@ int main(void)
         cmocka_unit_test(test_oai_alloc_failures_unwind),
         cmocka_unit_test(test_oai_parse_fuzz_mutations),
         cmocka_unit_test(test_oai_parse_responses_mapping),
+        cmocka_unit_test(test_oai_parse_responses_tools_and_format),
+        cmocka_unit_test(test_oai_resp_json_function_calls),
+        cmocka_unit_test(test_oai_resp_stream_function_call_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,7 @@
 
   check_batch.py --build build --model DIR
 
-* A file of mixed requests (completions, chat, lines that are not JSON, a
+* A file of 200 mixed requests (completions, chat, lines that are not JSON, a
   wrong url or method, a body the server refuses) gives one output line per
   input line, in input order, each with its custom_id; lines that cannot be
   run carry an error and a null response, the rest the server's status and
@@ -58,41 +58,108 @@ def wait_health(port, proc):
     raise AssertionError("daemon did not become healthy")
 
 
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+          "additionalProperties": False}
+TOOL = {"type": "function", "function": {"name": "get", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}
+
+
+def line(i, url, body, method="POST"):
+    return json.dumps({"custom_id": f"r{i}", "method": method, "url": url, "body": body})
+
+
 def requests():
-    """(input line text, expected kind): kind is 'run' or 'error'."""
+    """(input line text, expected kind): 'run' (the server's answer expected),
+    'error' (a per-line error, null response) or 'batch400' (a body the
+    server would stream: the batch answers 400)."""
     words = ["Once upon a time", "The cat", "hello", "A B C", "one two three four"]
+    C, CH, R = "/v1/completions", "/v1/chat/completions", "/v1/responses"
     out = []
-    for i in range(60):
+    for i in range(200):
         w = words[i % len(words)] + " " * (i % 3)
-        if i % 10 == 3:
+        msgs = [{"role": "user", "content": w}]
+        k = i % 20
+        if k == 0:
+            out.append((line(i, C, {"prompt": w, "temperature": 0, "max_tokens": 4 + i % 7}), "run"))
+        elif k == 1:
+            out.append((line(i, CH, {"messages": msgs, "temperature": 0,
+                                     "max_tokens": 6 + i % 5}), "run"))
+        elif k == 2:
+            body = {"input": w, "instructions": "Be brief.", "temperature": 0,
+                    "max_output_tokens": 5 + i % 4}
+            if i // 20 % 3 == 1:  # structured output
+                body.update(max_output_tokens=24, text={"format": {
+                    "type": "json_schema", "name": "s", "schema": SCHEMA, "strict": True}})
+            elif i // 20 % 3 == 2:  # a forced call: a function_call item
+                f = TOOL["function"]
+                body.update(max_output_tokens=30, tools=[{"type": "function", **f}],
+                            tool_choice={"type": "function", "name": f["name"]})
+            out.append((line(i, R, body), "run"))
+        elif k == 3:
             out.append(("{not json", "error"))
-        elif i % 10 == 5:
-            out.append((json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/embeddings",
-                                    "body": {"input": w}}), "error"))
-        elif i % 10 == 7:
-            out.append((json.dumps({"custom_id": f"r{i}", "method": "GET", "url": "/v1/completions",
-                                    "body": {"prompt": w}}), "error"))
-        elif i % 10 == 9:  # runs, and the server refuses it (400)
-            out.append((json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
-                                    "body": {"prompt": w, "max_tokens": -3}}), "run"))
-        elif i % 2:
-            out.append((json.dumps({"custom_id": f"r{i}", "method": "POST",
-                                    "url": "/v1/chat/completions",
-                                    "body": {"messages": [{"role": "user", "content": w}],
-                                             "temperature": 0, "max_tokens": 6 + i % 5}}), "run"))
+        elif k == 4:
+            out.append((line(i, C, {"prompt": [w, w + "!"], "n": 2, "temperature": 0,
+                                    "logprobs": 2, "max_tokens": 5}), "run"))
+        elif k == 5:
+            out.append((line(i, "/v1/embeddings", {"input": w}), "error"))
+        elif k == 6:
+            out.append((line(i, CH, {"messages": msgs, "temperature": 0, "logprobs": True,
+                                     "top_logprobs": 2, "max_tokens": 5}), "run"))
+        elif k == 7:
+            out.append((line(i, C, {"prompt": w}, method="GET"), "error"))
+        elif k == 8:
+            out.append((line(i, CH, {"messages": msgs, "temperature": 0, "max_tokens": 24,
+                                     "response_format": {"type": "json_schema", "json_schema": {
+                                         "name": "s", "schema": SCHEMA}}}), "run"))
+        elif k == 9:  # runs, and the server refuses it (400)
+            out.append((line(i, C, {"prompt": w, "max_tokens": -3}), "run"))
+        elif k == 10:
+            out.append((line(i, C, {"prompt": w, "temperature": 0, "echo": True,
+                                    "max_tokens": 3, "stop": ["e"]}), "run"))
+        elif k == 11:
+            out.append((line(i, CH, {"temperature": 0}), "run"))  # no messages: 400
+        elif k == 12:
+            out.append((line(i, CH, {"messages": msgs, "stream": True}), "batch400"))
+        elif k == 13:
+            out.append((json.dumps({"custom_id": f"r{i}", "method": "POST", "url": C,
+                                    "body": [1, 2]}), "error"))
+        elif k == 14:
+            out.append((line(i, R, {"input": w, "store": True}), "run"))  # 400
+        elif k == 15:
+            out.append((line(i, C, {"prompt": w, "model": "nope"}), "run"))  # 404
+        elif k == 16:
+            out.append((line(i, CH, {"messages": msgs, "temperature": 0, "max_tokens": 30,
+                                     "tools": [TOOL], "tool_choice": {
+                                         "type": "function", "function": {"name": "get"}}}),
+                        "run"))
+        elif k == 17:
+            out.append((line(i, C, {"prompt": w, "max_tokens": 100000}), "run"))  # too long
+        elif k == 18:
+            out.append((json.dumps({"method": "POST", "url": C, "body": {"prompt": w}}), "error"))
         else:
-            out.append((json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
-                                    "body": {"prompt": w, "temperature": 0,
-                                             "max_tokens": 4 + i % 7}}), "run"))
+            out.append((line(i, C, {"prompt": w, "temperature": 0, "seed": i,
+                                    "max_tokens": 4 + i % 7, "min_tokens": 2}), "run"))
     return out
 
 
-def essence(status, body):
-    """What must match between the batch and the server: not ids or times."""
-    if status != 200:
-        return status, body.get("error", {}).get("type")
-    return status, [(c.get("text", c.get("message", {}).get("content")), c["finish_reason"])
-                    for c in body["choices"]], body["usage"]
+def strip_ids(v):
+    """A body without what differs between two runs: ids, times, and prefix
+    cache hits (which depend on what ran before)."""
+    if isinstance(v, dict):
+        return {k: strip_ids(x) for k, x in v.items()
+                if k not in ("id", "request_id", "created", "created_at", "item_id", "call_id",
+                             "cached_tokens")}
+    if isinstance(v, list):
+        return [strip_ids(x) for x in v]
+    return v
+
+
+def run_batch(exe, fin, fout, model, extra=(), stdin=None):
+    r = subprocess.run([exe, "run-batch", "-i", fin, "-o", fout, "--model", model,
+                        "--max-num-seqs", "8", *extra], capture_output=True, timeout=300,
+                       input=stdin)
+    assert r.returncode == 0, f"run-batch exited {r.returncode}: {r.stderr[-2000:]}"
+    return r
 
 
 def main():
@@ -110,50 +177,56 @@ def main():
         with open(fin, "w") as f:
             for text, _ in reqs:
                 f.write(text + "\n\n")  # blank lines are skipped
-        r = subprocess.run([exe, "run-batch", "-i", fin, "-o", fout, "--model", a.model,
-                            "--max-num-seqs", "8"], capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"run-batch exited {r.returncode}: {r.stderr[-2000:]}"
-        assert "requests done" in r.stderr, "no progress lines on stderr"
-        outs = [json.loads(l) for l in open(fout)]
-        # with --api-key the server wants it, and run-batch sends it
-        with open(fin, "w") as f:
-            f.write(reqs[0][0] + "\n")
-        r = subprocess.run([exe, "run-batch", "-i", fin, "-o", fout, "--model", a.model,
-                            "--api-key", "sekrit"], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, f"run-batch --api-key exited {r.returncode}: {r.stderr[-2000:]}"
-        keyed = [json.loads(l) for l in open(fout)]
-        assert len(keyed) == 1 and keyed[0]["response"]["status_code"] == 200, keyed
+        r = run_batch(exe, fin, fout, a.model, ("--output-tmp-dir", d, "--enable-metrics"))
+        assert b"requests done" in r.stderr, "no progress lines on stderr"
+        raw = open(fout, "rb").read()
+        outs = [json.loads(l) for l in raw.decode().splitlines()]
+        # '-': stdin to stdout, the same lines
+        sub = "".join(t + "\n" for t, _ in reqs[:12]).encode()
+        r = run_batch(exe, "-", "-", a.model, stdin=sub)
+        piped = [json.loads(l) for l in r.stdout.decode().splitlines()]
+        assert [strip_ids(o) for o in piped] == [strip_ids(o) for o in outs[:12]], \
+            "stdin/stdout run differs"
     assert len(outs) == len(reqs), f"{len(outs)} output lines for {len(reqs)} requests"
     port = free_port()
     p = subprocess.Popen([exe, "--model", a.model, "--port", str(port)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    n_ok = n_chat = 0
+    n_ok = n_err = 0
+    kinds = set()
     try:
         wait_health(port, p)
         for i, ((text, kind), o) in enumerate(zip(reqs, outs)):
             assert set(o) == {"id", "custom_id", "response", "error"}, o
             if kind == "error":
                 assert o["response"] is None and o["error"]["message"], o
-                want_cid = None if text.startswith("{not") else f"r{i}"
+                want_cid = None if text.startswith("{not") or '"custom_id"' not in text \
+                    else f"r{i}"
                 assert o["custom_id"] == want_cid, o
                 continue
             assert o["custom_id"] == f"r{i}" and o["error"] is None, o
-            line = json.loads(text)
             resp = o["response"]
+            if kind == "batch400":
+                assert resp["status_code"] == 400 and \
+                    resp["body"]["error"]["param"] == "stream", resp
+                continue
+            line = json.loads(text)
             status, body = post(port, line["url"], json.dumps(line["body"]))
             assert resp["status_code"] == status, (i, resp, status, body)
-            got, want = essence(resp["status_code"], resp["body"]), essence(status, body)
-            assert got == want, f"line {i}: batch {got} != server {want}"
+            # the whole body, as the server sends it, but for ids and times
+            assert strip_ids(resp["body"]) == strip_ids(body), \
+                f"line {i}: batch {resp['body']} != server {body}"
             if status == 200:
                 assert resp["request_id"] == resp["body"]["id"], resp
                 n_ok += 1
-                n_chat += line["url"] == "/v1/chat/completions"
+                kinds.add(line["url"])
+            else:
+                n_err += 1
     finally:
         p.terminate()
         p.wait(timeout=30)
-    assert n_ok >= 20, f"only {n_ok} requests succeeded"
-    print(f"check_batch: OK: {len(reqs)} lines, {n_ok} equal to the server's "
-          f"({n_chat} chat), the rest per-line errors")
+    assert n_ok >= 90 and len(kinds) == 3, f"only {n_ok} requests succeeded ({kinds})"
+    print(f"check_batch: OK: {len(reqs)} lines in order, {n_ok} equal to the server's answers "
+          f"({', '.join(sorted(kinds))}), {n_err} equal to its errors, the rest per-line errors")
     return 0
 
 
