@@ -175,6 +175,18 @@ static void fill_choice(const gcall *g, const choice *c, const eng_out *o, oai_c
         oc->stop_reason_str = g->req->stop[o->stop_index];
 }
 
+/* What a choice's parsers read: the text with special tokens kept when
+ * they need it (harmony's <|channel|>, [TOOL_CALLS]), else the text. */
+static const char *parse_text(const choice *c, const eng_out *o, const char *text)
+{
+    return gtools_special(c->gt) ? (o->stext ? o->stext : "") : text;
+}
+
+static size_t parse_len(const choice *c, const eng_out *o, size_t len)
+{
+    return gtools_special(c->gt) ? o->slen : len;
+}
+
 static void usage_of(const gcall *g, oai_usage *u)
 {
     memset(u, 0, sizeof *u);
@@ -250,7 +262,8 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
             cs[i].text = t.oom ? "" : t.p;
             cs[i].text_len = t.oom ? 0 : t.len;
         }
-        if (c->gt && gtools_feed(c->gt, cs[i].text, cs[i].text_len, 1, &cs[i])) {
+        if (c->gt && gtools_feed(c->gt, parse_text(c, &c->out, cs[i].text),
+                                 parse_len(c, &c->out, cs[i].text_len), 1, &cs[i])) {
             cs[i].text = "";
             cs[i].text_len = 0;
         }
@@ -314,7 +327,7 @@ static void stream_choice(gcall *g, choice *c)
     c->finished = o->finish != ENG_FINISH_NONE;
     oai_error err;
     int failed = finish_error(o, &err) != 0;
-    if (!o->len && !o->n_lps && !c->finished)
+    if (!o->len && !o->slen && !o->n_lps && !c->finished)
         return;
     oai_choice oc;
     fill_choice(g, c, o, &oc);
@@ -336,7 +349,8 @@ static void stream_choice(gcall *g, choice *c)
         return;
     }
     if (c->gt) {
-        if (gtools_feed(c->gt, oc.text, oc.text_len, c->finished, &oc))
+        if (gtools_feed(c->gt, parse_text(c, o, oc.text), parse_len(c, o, oc.text_len),
+                        c->finished, &oc))
             oc.text_len = 0, oc.n_calls = 0, oc.reasoning = NULL;
         if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !c->finished) {
             c->text_sent += o->len;
@@ -548,19 +562,20 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         ch->prompt = i / r->n;
         ch->out.stop_index = ch->out.stop_token = -1;
         const gcall_prompt *p = &prompts[ch->prompt];
-        eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
-        inf_err ie = {0};
-        if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
-            oai_fail(&err, 500, "internal_error", "", "%s", ie.msg);
-            break;
-        }
-        eng_req_set_user(ch->r, g);
         char prefix[48];
         snprintf(prefix, sizeof prefix, "%.16s%d", g->id + strlen(g->id) - 16, i);
         if (gtools_create(r, env->tool_parser, env->reasoning_parser, prefix, &ch->gt)) {
             oai_fail(&err, 500, "internal_error", "", "out of memory");
             break;
         }
+        eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
+        ep.parse_special = ch->gt && gtools_special(ch->gt);
+        inf_err ie = {0};
+        if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
+            oai_fail(&err, 500, "internal_error", "", "%s", ie.msg);
+            break;
+        }
+        eng_req_set_user(ch->r, g);
     }
     /* submit all, or none */
     int submitted = 0;
