@@ -190,6 +190,11 @@ void eng_req_take(eng_req *r, eng_out *dst);
 int eng_req_finished(eng_req *r);
 void eng_out_free(eng_out *o);
 
+/* Whether r has its first output token, or has finished: by then all its
+ * prompt logprobs are out (a stream that sends them with its first chunk,
+ * as vLLM, waits for this before taking). Any thread. */
+int eng_req_started(eng_req *r);
+
 /* ---- state for the front end --------------------------------------------- */
 
 /* Whether the engine thread is healthy: waiting for work, or through a step

@@ -227,6 +227,14 @@ int eng_req_finished(eng_req *r)
     return f;
 }
 
+int eng_req_started(eng_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int s = r->out.n_output > 0 || r->out.finish != ENG_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
 /* ---- output (engine thread, under r->mu) ---------------------------------- */
 
 /* Appends n bytes to a NUL-terminated output buffer. */

@@ -19,6 +19,9 @@ typedef struct choice {
     size_t text_sent;  /* bytes of output text sent (completions offsets)    */
     int prompt;        /* index of its prompt                                */
     gtools *gt;        /* reasoning and tool calls, when the request has them */
+    int hold;          /* a stream with prompt logprobs (prompt_logprobs, or
+                          echo with logprobs): nothing is taken before the
+                          first token, whose chunk carries them (vLLM's way) */
 } choice;
 
 typedef struct gcall {
@@ -319,15 +322,26 @@ static void queue_chunk(gcall *g, const oai_choice *oc)
         queue_sse(g, oai_resp_delta_sse(&g->meta, &g->seq, oc->text, oc->text_len));
 }
 
+/* Echo with logprobs in a stream: the prompt's text and records lead the
+ * first chunk (vLLM's way), not a chunk of their own. */
+static int echo_with_first(const gcall *g)
+{
+    return g->req->echo && g->req->logprobs >= 0;
+}
+
 /* New output of one choice as chunks. */
 static void stream_choice(gcall *g, choice *c)
 {
+    if (c->hold && !eng_req_started(c->r))
+        return;
     eng_req_take(c->r, &c->out);
     eng_out *o = &c->out;
+    int first = c->hold; /* the chunk that carries the prompt's logprobs */
+    c->hold = 0;
     c->finished = o->finish != ENG_FINISH_NONE;
     oai_error err;
     int failed = finish_error(o, &err) != 0;
-    if (!o->len && !o->slen && !o->n_lps && !c->finished)
+    if (!o->len && !o->slen && !o->n_lps && !first && !c->finished)
         return;
     oai_choice oc;
     fill_choice(g, c, o, &oc);
@@ -352,17 +366,46 @@ static void stream_choice(gcall *g, choice *c)
         if (gtools_feed(c->gt, parse_text(c, o, oc.text), parse_len(c, o, oc.text_len),
                         c->finished, &oc))
             oc.text_len = 0, oc.n_calls = 0, oc.reasoning = NULL;
-        if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !c->finished) {
+        if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !first &&
+            !c->finished) {
             c->text_sent += o->len;
             return; /* all of it held back (a marker's start) or nothing to say yet */
         }
     }
+    inf_buf echoed = {0};
+    const gcall_prompt *gp = &g->prompts[c->prompt];
+    const int32_t *first_id = NULL;
+    const char *piece = NULL;
+    size_t pl = 0, echo_len = 0;
+    if (first && echo_with_first(g)) { /* the prompt, then the first token(s) */
+        echo_len = gp->echo ? strlen(gp->echo) : 0;
+        inf_buf_put(&echoed, gp->echo ? gp->echo : "", echo_len);
+        inf_buf_put(&echoed, oc.text, oc.text_len);
+        oc.text = echoed.oom ? "" : echoed.p;
+        oc.text_len = echoed.oom ? 0 : echoed.len;
+        if (gp->n > 0) {
+            first_id = gp->ids;
+            piece = tok_token_bytes(g->tk, gp->ids[0], &pl);
+        }
+    }
     oai_top *tops;
-    oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
+    oai_token_lp *lps = to_oai_lps(o, c->text_sent + echo_len, first_id, piece ? piece : "",
+                                   piece ? pl : 0, &tops, &oc.n_lps);
+    oai_token_lp *plps = NULL;
     oc.lps = lps;
+    if (first && g->req->prompt_logprobs >= 0) {
+        plps = to_oai_plps(o, tops);
+        oc.plps = plps;
+        oc.n_plps = plps ? o->n_plps : 0;
+        /* chat: at the chunk's top level, once (the prompt is the same for
+         * every choice), as a response has it */
+        oc.want_prompt_logprobs = g->req->kind != OAI_CHAT || oc.index == 0;
+    }
     queue_chunk(g, &oc); /* the role went first */
-    c->text_sent += o->len;
+    c->text_sent += echo_len + o->len;
+    free(echoed.p);
     free(lps);
+    free(plps);
     free(tops);
 }
 
@@ -561,6 +604,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         choice *ch = &g->ch[i];
         ch->prompt = i / r->n;
         ch->out.stop_index = ch->out.stop_token = -1;
+        ch->hold = r->stream && (r->prompt_logprobs >= 0 || echo_with_first(g));
         const gcall_prompt *p = &prompts[ch->prompt];
         char prefix[48];
         snprintf(prefix, sizeof prefix, "%.16s%d", g->id + strlen(g->id) - 16, i);
@@ -611,7 +655,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         else
             for (int i = 0; i < g->n_ch; i++) { /* completions echo the prompt first */
                 const char *echo = prompts[g->ch[i].prompt].echo;
-                if (!echo || !*echo)
+                if (!echo || !*echo || echo_with_first(g))
                     continue;
                 oai_choice oc = {.index = i, .text = echo, .text_len = strlen(echo),
                                  .stop_reason_id = -1};
