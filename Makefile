@@ -184,7 +184,7 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 # The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
 # The grammar engine (oai_gram.c compiles response_format & co. with it).
 GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
-                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_json_one.o engine/gram_regex.o
 OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GRAM_OBJ)
 
 # Each unit test links only its module and what that module needs (T_name);
