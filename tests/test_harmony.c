@@ -99,6 +99,7 @@ static const lp_ops script_ops = {.name = "script", .apply = script_apply,
 typedef struct fx {
     tok *tk;
     model m;
+    be_backend *be; /* the engine borrows it */
     eng *e;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -140,6 +141,7 @@ static int setup(void **state)
     eng_config c = {.max_num_seqs = 4, .max_num_batched_tokens = 64, .max_model_len = MAXLEN,
                     .block_size = BS, .num_blocks = NBLOCKS, .seed = 7,
                     .notify = on_notify, .notify_user = x};
+    x->be = &b->base;
     if (eng_create(&c, &x->m, x->tk, &b->base, &x->e, &err) != INF_OK)
         fail_msg("eng_create: %s", err.msg);
     *state = x;
@@ -152,6 +154,7 @@ static int teardown(void **state)
     if (!x)
         return 0;
     eng_destroy(x->e);
+    be_destroy(x->be);
     tok_destroy(x->tk);
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);
