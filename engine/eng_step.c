@@ -113,6 +113,7 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
         reason = ENG_FINISH_STOP;
         o->stop_index = matched;
     }
+    eng__emit_special(r, stopped ? -1 : t, reason != ENG_FINISH_NONE);
     if (r->p.logprobs >= 0)
         eng__record_logprobs(e->tk, e->vocab, r, row, t, o->text ? o->text + before : "", o->len - before);
     o->n_output = r->n_output;

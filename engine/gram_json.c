@@ -223,6 +223,32 @@ static const char *alternatives(gj *c, const cJSON *list, const char *hint, cons
     return r;
 }
 
+/* oneOf is generated as its anyOf, which is exact when no document can
+ * match two branches; strict mode refuses a oneOf where that is not proven
+ * (elsewhere it is read as anyOf, as vLLM's engines do). With anyOf beside
+ * it the oneOf would be ignored: refused in strict mode too. */
+static int one_of_exact(gj *c, const cJSON *any, const cJSON *one)
+{
+    if (!one || !c->strict || !cJSON_IsArray(one))
+        return 1;
+    if (any) {
+        gj__fail(c, "'anyOf' and 'oneOf' together are not supported%s", NULL);
+        return 0;
+    }
+    int a, b;
+    if (gj__one_of_disjoint(c, one, &a, &b))
+        return 1;
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "'oneOf' branches %d and %d may both match one document: inferd enforces oneOf only "
+             "where no document can match two branches (different types, different const/enum "
+             "values, or a required property with different values or forbidden by the other's "
+             "additionalProperties false)",
+             a, b);
+    gj__fail(c, "%s", msg);
+    return 0;
+}
+
 static const char *enum_rule(gj *c, const cJSON *list, const char *hint)
 {
     if (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)) {
@@ -381,7 +407,8 @@ const char *gj__visit(gj *c, const cJSON *s, const char *hint)
     if (ref)
         r = gj__ref(c, ref, hint);
     else if (any || one)
-        r = alternatives(c, any ? any : one, hint, any ? "anyOf" : "oneOf");
+        r = one_of_exact(c, any, one) ? alternatives(c, any ? any : one, hint, any ? "anyOf" : "oneOf")
+                                      : NULL;
     else if (all)
         r = gj__all_of(c, s, all, hint);
     else if (cst)

@@ -39,6 +39,13 @@ const char *gj__number(gj *c, const cJSON *s, const char *hint, int integer);
 const char *gj__ref(gj *c, const cJSON *ref, const char *hint);
 const char *gj__all_of(gj *c, const cJSON *s, const cJSON *all, const char *hint);
 
+/* The schema a local "#/..." JSON pointer names in root, or NULL. */
+const cJSON *gj__resolve(const cJSON *root, const char *ref);
+/* Whether no document can match two of oneOf's branches (gram_json_one.c),
+ * so that its anyOf grammar is exact; else 0 with the first pair not proven
+ * apart in *first < *second. */
+int gj__one_of_disjoint(const gj *c, const cJSON *list, int *first, int *second);
+
 const char *gj__prim(gj *c, const char *name);         /* marks it used */
 const char *gj__rule(gj *c, const char *hint, const char *body);
 void gj__set(gj *c, const char *name, const char *body);

@@ -561,7 +561,7 @@ const char *gj__number(gj *c, const cJSON *s, const char *hint, int integer)
 /* ------------------------------------------------------------ $ref, allOf */
 
 /* The schema a local JSON pointer ("#", "#/$defs/a") names, or NULL. */
-static const cJSON *resolve(const cJSON *root, const char *ref)
+const cJSON *gj__resolve(const cJSON *root, const char *ref)
 {
     if (ref[0] != '#')
         return NULL;
@@ -600,7 +600,7 @@ const char *gj__ref(gj *c, const cJSON *ref, const char *hint)
     for (int i = 0; i < c->n_refs; i++)
         if (!strcmp(c->refs[i].ref, ref->valuestring))
             return c->refs[i].name;
-    const cJSON *target = resolve(c->root, ref->valuestring);
+    const cJSON *target = gj__resolve(c->root, ref->valuestring);
     if (!target) {
         gj__fail(c, ref->valuestring[0] == '#' ? "'$ref' %s does not resolve"
                                                : "only local '$ref's (\"#/...\") are supported, not %s",
@@ -654,7 +654,7 @@ const char *gj__all_of(gj *c, const cJSON *s, const cJSON *all, const char *hint
             const cJSON *p = parts[k];
             for (int hops = 0; hops < 16 && cJSON_GetObjectItemCaseSensitive(p, "$ref"); hops++) {
                 const cJSON *ref = cJSON_GetObjectItemCaseSensitive(p, "$ref");
-                p = cJSON_IsString(ref) ? resolve(c->root, ref->valuestring) : NULL;
+                p = cJSON_IsString(ref) ? gj__resolve(c->root, ref->valuestring) : NULL;
             }
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
             const cJSON *pp = cJSON_GetObjectItemCaseSensitive(p, "properties");

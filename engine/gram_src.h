@@ -8,7 +8,9 @@
  * - JSON Schema: type (and type lists), enum, const, properties, required,
  *   additionalProperties (false/true/schema; absent means none are
  *   generated, as llama.cpp does), items, prefixItems, minItems, maxItems,
- *   anyOf, oneOf (generated as anyOf), allOf of object schemas, $ref into
+ *   anyOf, oneOf (generated as its anyOf: exact where no document can match
+ *   two branches; strict refuses a oneOf not proven so), allOf of object
+ *   schemas, $ref into
  *   the same document ($defs, definitions, any JSON pointer; recursion
  *   allowed), minLength/maxLength, pattern, format (date, time, date-time,
  *   uuid, ipv4), integer minimum/maximum/exclusiveMinimum/exclusiveMaximum,

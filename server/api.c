@@ -67,6 +67,7 @@ void api_set_ready(api *a, const model *m, const tok *tk, const tmpl *t, eng *e,
 {
     a->t = t;
     a->cfg.max_model_len = max_model_len;
+    a->cfg.limits.vocab_size = m->cfg.vocab_size;
     a->m = m;
     a->tk = tk;
     a->e = e;
@@ -280,12 +281,6 @@ static int prepare(api *a, oai_kind kind, int responses, const char *body, size_
     if (r->model && strcmp(r->model, a->cfg.model_id) != 0) {
         oai_fail(err, 404, "NotFoundError", "model", "The model `%s` does not exist.", r->model);
         err->code = "model_not_found";
-    } else if (r->stream && (r->prompt_logprobs >= 0 || (r->echo && r->logprobs >= 0))) {
-        /* vLLM refuses prompt_logprobs when streaming too */
-        oai_fail(err, 400, "invalid_request_error",
-                 r->prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
-                 "prompt logprobs (prompt_logprobs, or echo with logprobs) are not "
-                 "available when stream is true");
     } else {
         prepare_prompts(a, r, prompts, n_prompts, err);
     }

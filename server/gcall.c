@@ -19,6 +19,9 @@ typedef struct choice {
     size_t text_sent;  /* bytes of output text sent (completions offsets)    */
     int prompt;        /* index of its prompt                                */
     gtools *gt;        /* reasoning and tool calls, when the request has them */
+    int hold;          /* a stream with prompt logprobs (prompt_logprobs, or
+                          echo with logprobs): nothing is taken before the
+                          first token, whose chunk carries them (vLLM's way) */
 } choice;
 
 typedef struct gcall {
@@ -180,6 +183,18 @@ static void fill_choice(const gcall *g, const choice *c, const eng_out *o, oai_c
         oc->stop_reason_str = g->req->stop[o->stop_index];
 }
 
+/* What a choice's parsers read: the text with special tokens kept when
+ * they need it (harmony's <|channel|>, [TOOL_CALLS]), else the text. */
+static const char *parse_text(const choice *c, const eng_out *o, const char *text)
+{
+    return gtools_special(c->gt) ? (o->stext ? o->stext : "") : text;
+}
+
+static size_t parse_len(const choice *c, const eng_out *o, size_t len)
+{
+    return gtools_special(c->gt) ? o->slen : len;
+}
+
 static void usage_of(const gcall *g, oai_usage *u)
 {
     memset(u, 0, sizeof *u);
@@ -255,7 +270,8 @@ static int wait_done(void *call, int *status, char **body, size_t *len)
             cs[i].text = t.oom ? "" : t.p;
             cs[i].text_len = t.oom ? 0 : t.len;
         }
-        if (c->gt && gtools_feed(c->gt, cs[i].text, cs[i].text_len, 1, &cs[i])) {
+        if (c->gt && gtools_feed(c->gt, parse_text(c, &c->out, cs[i].text),
+                                 parse_len(c, &c->out, cs[i].text_len), 1, &cs[i])) {
             cs[i].text = "";
             cs[i].text_len = 0;
         }
@@ -313,15 +329,26 @@ static void queue_chunk(gcall *g, const oai_choice *oc)
     queue_sse(g, s);
 }
 
+/* Echo with logprobs in a stream: the prompt's text and records lead the
+ * first chunk (vLLM's way), not a chunk of their own. */
+static int echo_with_first(const gcall *g)
+{
+    return g->req->echo && g->req->logprobs >= 0;
+}
+
 /* New output of one choice as chunks. */
 static void stream_choice(gcall *g, choice *c)
 {
+    if (c->hold && !eng_req_started(c->r))
+        return;
     eng_req_take(c->r, &c->out);
     eng_out *o = &c->out;
+    int first = c->hold; /* the chunk that carries the prompt's logprobs */
+    c->hold = 0;
     c->finished = o->finish != ENG_FINISH_NONE;
     oai_error err;
     int failed = finish_error(o, &err) != 0;
-    if (!o->len && !o->n_lps && !c->finished)
+    if (!o->len && !o->slen && !o->n_lps && !first && !c->finished)
         return;
     oai_choice oc;
     fill_choice(g, c, o, &oc);
@@ -349,19 +376,49 @@ static void stream_choice(gcall *g, choice *c)
         return;
     }
     if (c->gt) {
-        if (gtools_feed(c->gt, oc.text, oc.text_len, c->finished, &oc))
+        if (gtools_feed(c->gt, parse_text(c, o, oc.text), parse_len(c, o, oc.text_len),
+                        c->finished, &oc))
             oc.text_len = 0, oc.n_calls = 0, oc.reasoning = NULL;
-        if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !c->finished) {
+        if (!oc.text_len && !oc.reasoning && !oc.n_calls && !o->n_lps && !first &&
+            !c->finished) {
             c->text_sent += o->len;
             return; /* all of it held back (a marker's start) or nothing to say yet */
         }
     }
+    inf_buf echoed = {0};
+    const gcall_prompt *gp = &g->prompts[c->prompt];
+    const int32_t *first_id = NULL;
+    const char *piece = NULL;
+    size_t pl = 0, echo_len = 0;
+    if (first && echo_with_first(g)) { /* the prompt, then the first token(s) */
+        echo_len = gp->echo ? strlen(gp->echo) : 0;
+        inf_buf_put(&echoed, gp->echo ? gp->echo : "", echo_len);
+        inf_buf_put(&echoed, oc.text, oc.text_len);
+        oc.text = echoed.oom ? "" : echoed.p;
+        oc.text_len = echoed.oom ? 0 : echoed.len;
+        if (gp->n > 0) {
+            first_id = gp->ids;
+            piece = tok_token_bytes(g->tk, gp->ids[0], &pl);
+        }
+    }
     oai_top *tops;
-    oai_token_lp *lps = to_oai_lps(o, c->text_sent, NULL, NULL, 0, &tops, &oc.n_lps);
+    oai_token_lp *lps = to_oai_lps(o, c->text_sent + echo_len, first_id, piece ? piece : "",
+                                   piece ? pl : 0, &tops, &oc.n_lps);
+    oai_token_lp *plps = NULL;
     oc.lps = lps;
+    if (first && g->req->prompt_logprobs >= 0) {
+        plps = to_oai_plps(o, tops);
+        oc.plps = plps;
+        oc.n_plps = plps ? o->n_plps : 0;
+        /* chat: at the chunk's top level, once (the prompt is the same for
+         * every choice), as a response has it */
+        oc.want_prompt_logprobs = g->req->kind != OAI_CHAT || oc.index == 0;
+    }
     queue_chunk(g, &oc); /* the role went first */
-    c->text_sent += o->len;
+    c->text_sent += echo_len + o->len;
+    free(echoed.p);
     free(lps);
+    free(plps);
     free(tops);
 }
 
@@ -566,20 +623,22 @@ static int start(const gcall_env *env, srv_conn *c, void (*wake)(void *), void *
         choice *ch = &g->ch[i];
         ch->prompt = i / r->n;
         ch->out.stop_index = ch->out.stop_token = -1;
+        ch->hold = r->stream && (r->prompt_logprobs >= 0 || echo_with_first(g));
         const gcall_prompt *p = &prompts[ch->prompt];
-        eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
-        inf_err ie = {0};
-        if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
-            oai_fail(err, 500, "internal_error", "", "%s", ie.msg);
-            break;
-        }
-        eng_req_set_user(ch->r, g);
         char prefix[48];
         snprintf(prefix, sizeof prefix, "%.16s%d", g->id + strlen(g->id) - 16, i);
         if (gtools_create(r, env->tool_parser, env->reasoning_parser, prefix, &ch->gt)) {
             oai_fail(err, 500, "internal_error", "", "out of memory");
             break;
         }
+        eng_params ep = params_of(r, want_tokens(env, r, p->n), i % r->n);
+        ep.parse_special = ch->gt && gtools_special(ch->gt);
+        inf_err ie = {0};
+        if (eng_req_create(p->ids, p->n, &ep, &ch->r, &ie) != INF_OK) {
+            oai_fail(err, 500, "internal_error", "", "%s", ie.msg);
+            break;
+        }
+        eng_req_set_user(ch->r, g);
     }
     /* submit all, or none */
     int submitted = 0;
@@ -627,7 +686,7 @@ void gcall_start(const gcall_env *env, srv_conn *c, oai_request *r, gcall_prompt
         else
             for (int i = 0; i < g->n_ch; i++) { /* completions echo the prompt first */
                 const char *echo = prompts[g->ch[i].prompt].echo;
-                if (!echo || !*echo)
+                if (!echo || !*echo || echo_with_first(g))
                     continue;
                 oai_choice oc = {.index = i, .text = echo, .text_len = strlen(echo),
                                  .stop_reason_id = -1};

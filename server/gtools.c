@@ -74,6 +74,11 @@ void gtools_destroy(gtools *t)
     free(t);
 }
 
+int gtools_special(const gtools *t)
+{
+    return t->tp != NULL;
+}
+
 int gtools_calls(const gtools *t)
 {
     return t->n_calls;

@@ -25,6 +25,12 @@ void gtools_destroy(gtools *t); /* NULL-safe */
  * memory. */
 int gtools_feed(gtools *t, const char *text, size_t len, int final, oai_choice *oc);
 
+/* Whether its parsers read the text with special tokens kept (a tool-call
+ * parser on "auto": the markers of harmony, mistral and llama3_json are
+ * special tokens, which the client's text drops): feed that text, the
+ * engine's eng_out.stext (eng_params.parse_special). */
+int gtools_special(const gtools *t);
+
 /* Calls made so far (any: finish_reason "tool_calls"). */
 int gtools_calls(const gtools *t);
 

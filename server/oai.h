@@ -108,6 +108,9 @@ typedef struct oai_limits {
     int max_stop;        /* default 16 stop strings     */
     int auto_tools;      /* tool_choice "auto" allowed (--enable-auto-tool-choice
                             with --tool-call-parser); default 0 */
+    int vocab_size;      /* prompt_logprobs -1 asks this many (vLLM: the whole
+                            vocabulary), checked against max_logprobs; 0:
+                            unknown, -1 refused all the same */
 } oai_limits;
 
 oai_limits oai_limits_default(void);

@@ -407,7 +407,11 @@ char *oai_chunk_sse(const oai_meta *m, const oai_choice *c, int role_first,
         /* chat deltas follow vLLM: the first carries the role (and content
          * "" when it has no text), later empty ones are {} */
         (c && attach(arr, NULL, choice_item(chat, c, "delta", role_first,
-                                            role_first || c->text_len > 0))))
+                                            role_first || c->text_len > 0))) ||
+        /* chat: vLLM's prompt_logprobs at the top level, in the first chunk
+         * after the prompt (completions have them in the choice) */
+        (chat && c && c->want_prompt_logprobs &&
+         attach(o, "prompt_logprobs", prompt_logprobs_item(c))))
         goto fail;
     if (usage ? attach(o, "usage", usage_item(usage))
               : m->usage_null && attach(o, "usage", cJSON_CreateNull()))

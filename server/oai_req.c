@@ -141,7 +141,18 @@ static int parse_logprobs(const cJSON *o, oai_kind kind, const oai_limits *lim,
 
     if (plp && !cJSON_IsNumber(plp))
         return oai__bad_type(err, "prompt_logprobs", "an integer or null", plp);
-    if (oai__want_int32(plp, "prompt_logprobs", s, &r->prompt_logprobs, err))
+    /* -1: the whole vocabulary (vLLM), held to max_logprobs as vLLM does */
+    if (plp && plp->valuedouble == -1 && lim->vocab_size > lim->max_logprobs)
+        return oai_fail(err, 400, OAI_INVALID, "prompt_logprobs",
+                        "Requested prompt logprobs of %d (-1: the whole vocabulary), which is "
+                        "greater than max allowed: %d", lim->vocab_size, lim->max_logprobs);
+    if (plp && plp->valuedouble == -1 && lim->vocab_size <= 0)
+        return oai_fail(err, 400, OAI_INVALID, "prompt_logprobs",
+                        "prompt_logprobs -1 (the whole vocabulary) is greater than max "
+                        "allowed: %d", lim->max_logprobs);
+    if (plp && plp->valuedouble == -1)
+        r->prompt_logprobs = lim->vocab_size;
+    else if (oai__want_int32(plp, "prompt_logprobs", s, &r->prompt_logprobs, err))
         return 400;
     if (kind == OAI_COMPLETION) {
         if (lp && !cJSON_IsNumber(lp))

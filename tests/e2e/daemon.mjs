@@ -19,7 +19,8 @@ export async function freePort() {
 
 // opts.health(base) says whether the daemon is ready (default: GET /health
 // over plain HTTP is 200); opts.scheme 'https' for a TLS daemon; opts.env
-// adds environment variables.
+// adds environment variables; opts.readyMs how long start-up may take
+// (default 30 s).
 export async function startDaemon(model, extra = [], opts = {}) {
   const port = await freePort();
   const args = ['--model', model, '--port', String(port), '--disable-log-stats', ...extra];
@@ -30,13 +31,13 @@ export async function startDaemon(model, extra = [], opts = {}) {
   const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
   const base = `${opts.scheme || 'http'}://127.0.0.1:${port}`;
   const healthy = opts.health || (async (b) => (await fetch(`${b}/health`)).status === 200);
-  const deadline = Date.now() + 30000;
+  const deadline = Date.now() + (opts.readyMs || 30000);
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`inferd exited early:\n${log}`);
     try {
       if (await healthy(base)) break;
     } catch { /* not listening yet */ }
-    if (Date.now() > deadline) throw new Error(`inferd not ready in 30 s:\n${log}`);
+    if (Date.now() > deadline) throw new Error(`inferd not ready in ${(opts.readyMs || 30000) / 1000} s:\n${log}`);
     await new Promise((r) => setTimeout(r, 50));
   }
   return {

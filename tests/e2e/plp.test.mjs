@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { startDaemon, post } from './daemon.mjs';
+import { startDaemon, post, sseEvents } from './daemon.mjs';
 
 const FIXTURES = process.env.INFERD_TEST_FIXTURES || 'build/fixtures';
 const PY = process.env.PYTHON || '/usr/bin/python3';
@@ -135,15 +135,78 @@ describe('prompt logprobs', () => {
     assert.ok(r.choices[0].text.endsWith(plain.choices[0].text));
   });
 
-  test('streaming with prompt logprobs is a 400, as vLLM', async () => {
-    for (const extra of [{ prompt_logprobs: 1 }, { echo: true, logprobs: 1 }]) {
-      const r = await post(big.base, '/v1/completions', { ...body, ...extra, stream: true });
-      assert.equal(r.status, 400);
-      assert.equal(r.json.error.type, 'invalid_request_error');
+  test('streamed prompt_logprobs come once, in the first chunk, equal to the response', async () => {
+    const whole = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: TOP });
+    assert.equal(whole.status, 200);
+    const r = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: TOP, stream: true });
+    assert.equal(r.status, 200, r.text);
+    const ev = sseEvents(r.text);
+    assert.equal(ev.at(-1), '[DONE]');
+    const chunks = ev.slice(0, -1);
+    const withPlp = chunks.filter((c) => c.choices[0]?.prompt_logprobs !== undefined);
+    assert.equal(withPlp.length, 1);
+    assert.equal(withPlp[0], chunks[0]); // the first chunk: prompt logprobs and the first token
+    assert.ok(chunks[0].choices[0].text.length > 0 || chunks.length === 1);
+    checkPlp(chunks[0].choices[0].prompt_logprobs, ref);
+    assert.deepEqual(chunks[0].choices[0].prompt_logprobs, whole.json.choices[0].prompt_logprobs);
+    assert.equal(chunks.map((c) => c.choices[0].text).join(''), whole.json.choices[0].text);
+  });
+
+  test('streamed echo with logprobs (openai SDK): the prompt leads the first chunk', async () => {
+    const client = new OpenAI({ baseURL: `${small.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const whole = await client.completions.create({ ...body, echo: true, logprobs: 2 });
+    const stream = await client.completions.create({ ...body, echo: true, logprobs: 2, stream: true });
+    let text = '', tokens = [], lps = [], offs = [], tops = [], n = 0;
+    for await (const c of stream) {
+      const ch = c.choices[0];
+      if (!ch) continue;
+      if (n++ === 0) assert.equal(ch.logprobs.token_logprobs[0], null); // the prompt's first token
+      text += ch.text;
+      tokens.push(...ch.logprobs.tokens);
+      lps.push(...ch.logprobs.token_logprobs);
+      offs.push(...ch.logprobs.text_offset);
+      tops.push(...ch.logprobs.top_logprobs);
     }
-    const bad = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: 21 });
-    assert.equal(bad.status, 400);
-    assert.equal(bad.json.error.param, 'prompt_logprobs');
+    const w = whole.choices[0];
+    assert.equal(text, w.text);
+    assert.deepEqual(tokens, w.logprobs.tokens);
+    assert.deepEqual(lps, w.logprobs.token_logprobs);
+    assert.deepEqual(offs, w.logprobs.text_offset);
+    assert.deepEqual(tops, w.logprobs.top_logprobs);
+    assert.equal(lps.length, ids.length + 2);
+    for (let p = 1; p < ids.length; p++) assert.ok(Math.abs(lps[p] - ref[p - 1].lp) < TOL);
+  });
+
+  test('streamed chat prompt_logprobs: top level of the first chunk after the role', async () => {
+    const req = { model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3,
+      temperature: 0, prompt_logprobs: 2 };
+    const whole = await post(big.base, '/v1/chat/completions', req);
+    assert.equal(whole.status, 200);
+    const r = await post(big.base, '/v1/chat/completions', { ...req, stream: true });
+    assert.equal(r.status, 200, r.text);
+    const chunks = sseEvents(r.text).slice(0, -1);
+    assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+    assert.equal(chunks[0].prompt_logprobs, undefined);
+    const withPlp = chunks.filter((c) => c.prompt_logprobs !== undefined);
+    assert.equal(withPlp.length, 1);
+    assert.equal(withPlp[0], chunks[1]);
+    assert.deepEqual(withPlp[0].prompt_logprobs, whole.json.prompt_logprobs);
+    assert.equal(chunks.map((c) => c.choices[0]?.delta?.content ?? '').join(''),
+      whole.json.choices[0].message.content);
+  });
+
+  test('prompt_logprobs -1 (the whole vocabulary) and above max_logprobs are 400s, as vLLM', async () => {
+    for (const v of [-1, 21]) {
+      for (const stream of [false, true]) {
+        const r = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: v, stream });
+        assert.equal(r.status, 400, `prompt_logprobs ${v}`);
+        assert.equal(r.json.error.type, 'invalid_request_error');
+        assert.equal(r.json.error.param, 'prompt_logprobs');
+      }
+    }
+    const r = await post(big.base, '/v1/completions', { ...body, prompt_logprobs: -1 });
+    assert.match(r.json.error.message, /Requested prompt logprobs of \d+ .*greater than max allowed: 20/);
+    // with --max-logprobs at least the vocabulary, -1 is every token's logprob
   });
 
   test('chat has prompt_logprobs at the top level', async () => {

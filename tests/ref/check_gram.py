@@ -124,7 +124,32 @@ GBNFS = [
     ('root ::= "\\t\\n\\\\" "[" [\\]\\[-]', r"\t\n\\\[[\]\[-]", "\t\n\\[-"),
 ]
 
+# oneOf in strict mode: compiled only where no document can match two
+# branches, so anyOf's grammar is exact; the reference checks "exactly one".
+ONE_OF = [
+    {"oneOf": [{"type": "string", "maxLength": 4}, {"type": "integer"}, {"type": "null"}]},
+    {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+                "additionalProperties": False},
+               {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
+                "additionalProperties": False}]},
+    {"$defs": {"cat": {"type": "object", "properties": {"pet": {"const": "cat"}, "lives": {"type": "integer"}},
+                       "required": ["pet", "lives"]},
+               "dog": {"type": "object", "properties": {"pet": {"enum": ["dog", "puppy"]}, "bark": {"type": "boolean"}},
+                       "required": ["pet"]}},
+     "oneOf": [{"$ref": "#/$defs/cat"}, {"$ref": "#/$defs/dog"}]},
+    {"oneOf": [{"enum": ["a", "b", 1]}, {"enum": ["c", 2.5, None]}]},
+]
+
 BAD = [
+    ({"schema": {"oneOf": [{"type": "number"}, {"type": "integer"}]}, "strict": True},
+     "#: 'oneOf' branches 0 and 1 may both match"),
+    ({"schema": {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}},
+                           {"type": "object", "properties": {"b": {"type": "string"}}}]}, "strict": True},
+     "'oneOf' branches 0 and 1 may both match"),
+    ({"schema": {"oneOf": [{"enum": ["x", "y"]}, {"type": "null"}, {"enum": ["z", "x"]}]}, "strict": True},
+     "'oneOf' branches 0 and 2 may both match"),
+    ({"schema": {"oneOf": [{"type": "null"}], "anyOf": [{"type": "null"}]}, "strict": True},
+     "'anyOf' and 'oneOf' together"),
     ({"gbnf": "root ::= \"a\" ( \"b\""}, "expected ')'"),
     ({"gbnf": "root ::= x\nx ::= x \"a\""}, "left-recursive"),
     ({"gbnf": "root ::= nothere"}, "nothere"),
@@ -195,7 +220,8 @@ def json_valid(text, schema):
 
 def check_schemas(c, rng, walks):
     alphabet = list('{}[],:" 0123456789.-eEtrufalsn\\xaé日') + ["\n"]
-    for schema in SCHEMAS:
+    for schema in SCHEMAS + ONE_OF:
+        strict = any(schema is x for x in ONE_OF)
         name = json.dumps(schema)[:70]
         valid_texts = []
         for _ in range(12):
@@ -207,7 +233,8 @@ def check_schemas(c, rng, walks):
         for t in valid_texts[:8]:
             cands += mutate(t, rng, alphabet)
         cands += ["", "null", "1", '"x"', "{}", "[]", '{"a":1}', "[1,2]", "true", "1.5", "-0", "01"]
-        r = c.ask({"schema": schema, "accept": cands, "walks": walks, "seed": rng.randrange(1 << 30)})
+        r = c.ask({"schema": schema, "strict": strict, "accept": cands, "walks": walks,
+                   "seed": rng.randrange(1 << 30)})
         if "error" in r:
             c.fail("schema %s: %s" % (name, r["error"]))
             continue
