@@ -10,6 +10,10 @@ import { startDaemon, post } from './daemon.mjs';
 const FIXTURES = process.env.INFERD_TEST_FIXTURES || 'build/fixtures';
 const model = `${FIXTURES}/tiny`;
 
+// The plain API on the random fixture and on the embedded real model
+// (models/stories260K, the one make run falls back to): real text, the same
+// as chat's for the same messages.
+for (const model of [`${FIXTURES}/tiny`, 'models/stories260K']) {
 describe(`Responses API on ${model}`, () => {
   let d, client;
   before(async () => {
@@ -112,6 +116,7 @@ describe(`Responses API on ${model}`, () => {
     }
   });
 });
+}
 
 // text.format through the structured-output engine, function tools through
 // the tool engine: on the random tiny model, whose free text is never JSON,
