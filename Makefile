@@ -66,7 +66,7 @@ CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o 
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
-           engine/tok_hf_bpe.o engine/tok_hf_dec.o
+           engine/tok_hf_bpe.o engine/tok_hf_dec.o engine/tok_gguf.o engine/gguf.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
 MODEL_OBJ := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
              engine/gguf_model.o engine/hfq.o
@@ -276,6 +276,7 @@ F_fuzz_hub   := app/hub.o
 F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_gguf_tok := $(TOK_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)

@@ -261,7 +261,7 @@ int generate_main(int argc, char **argv)
         {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
                                             "Hub id ORG/NAME (required)"},
         {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory (default: --model; "
-                                                    "required with a GGUF file)"},
+                                                    "a GGUF file's own metadata)"},
         {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
         {"download-dir", ARG_STR, &o.download_dir, "DIR", "the Hub cache (default: "
                                                           "$HF_HUB_CACHE, $HF_HOME/hub or "

@@ -555,8 +555,8 @@ static int serve_run(int argc, char **argv, const vargs *v)
                                              "or a Hub id ORG/NAME (required; may come first, "
                                              "positionally)"},
         {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory "
-                                                     "(default: --model; required with a GGUF "
-                                                     "file)"},
+                                                     "(default: --model; a GGUF file's own "
+                                                     "metadata)"},
         {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "
                                                     "by id (default main)"},
         {"download-dir", ARG_STR, &o->download_dir, "DIR", "the Hub cache (default: "

@@ -291,11 +291,8 @@ int gguf_model_path(const char *path)
 int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const char **dir,
                              inf_err *err)
 {
-    *dir = tokenizer ? tokenizer : model;
-    if (!tokenizer && gguf_model_path(model))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the tokenizer in a GGUF file's metadata "
-                        "is not read yet; pass --tokenizer DIR (the Hugging Face directory the "
-                        "file was converted from)", model);
+    (void)err;
+    *dir = tokenizer ? tokenizer : model; /* a GGUF file carries its own */
     return INF_OK;
 }
 

@@ -26,9 +26,9 @@ typedef struct gguf_weights gguf_weights;
  * GGUF. */
 int gguf_model_path(const char *path);
 
-/* The tokenizer directory for model: tokenizer when set; model itself when
- * a directory; for a GGUF file without tokenizer, an error saying to pass
- * --tokenizer (the file's own tokenizer metadata is not read yet). */
+/* Where the tokenizer and chat template come from: tokenizer (--tokenizer)
+ * when set, else model itself (a directory, or a GGUF file whose metadata
+ * tok_create and tmpl_from_config read). */
 int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const char **dir,
                              inf_err *err);
 
