@@ -41,7 +41,7 @@ static void *keep(gguf_weights *w, size_t bytes)
 static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads,
                 model_tensor *out, inf_err *err)
 {
-    gguf_weights *w = m->gguf;
+    gguf_weights *w = m->src.self;
     const char *path = gguf_path(w->f);
     const gguf_tensor *t = gguf_find_tensor(w->f, name);
     if (!t)
@@ -206,7 +206,7 @@ static int bind_all(model *m, int permuted, inf_err *err)
  * rescaling (which they were computed from, rounded to f32). */
 static int rope_freqs(model *m, inf_err *err)
 {
-    const gguf_file *f = m->gguf->f;
+    const gguf_file *f = ((const gguf_weights *)m->src.self)->f;
     const gguf_tensor *t = gguf_find_tensor(f, "rope_freqs.weight");
     mdesc *d = &m->cfg.desc;
     if (!t)
@@ -241,19 +241,31 @@ int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const cha
     return INF_OK;
 }
 
+static void weights_free(void *w)
+{
+    gguf_weights_free(w);
+}
+
+static void weights_prefetch(const void *w, void (*progress)(void *user, size_t done, size_t total),
+                             void *user)
+{
+    gguf_weights_prefetch(w, progress, user);
+}
+
 int gguf_model_load(const char *path, model **out, inf_err *err)
 {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     cJSON *cfg = NULL;
     int rc;
-    if (!m || !(m->dir = strdup(path)) || !(m->gguf = calloc(1, sizeof *m->gguf))) {
+    gguf_weights *w = NULL;
+    if (!m || !(m->dir = strdup(path)) || !(w = calloc(1, sizeof *w))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
+    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
     const gguf_arch *arch = NULL;
-    if ((rc = gguf_open(path, &m->gguf->f, err)) ||
-        (rc = gguf__config(m->gguf->f, &cfg, &arch, err)) ||
+    if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
         goto fail;
     if (arch->norm_plus_one) /* the file's gains are 1 + w already */
