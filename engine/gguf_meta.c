@@ -215,7 +215,8 @@ int gguf__config(const gguf_file *g, cJSON **out, const gguf_arch **arch_out, in
     cJSON_AddNumberToObject(c, "rms_norm_eps", rc ? d : 1e-5); /* llama.cpp's default */
     int rot = 0, heads = cJSON_GetObjectItem(c, "num_attention_heads")->valueint;
     cJSON *hdj = cJSON_GetObjectItem(c, "head_dim");
-    int hd = hdj ? hdj->valueint : heads > 0 ? cJSON_GetObjectItem(c, "hidden_size")->valueint / heads : 0;
+    int hidden = cJSON_GetObjectItem(c, "hidden_size")->valueint;
+    int hd = hdj ? hdj->valueint : heads > 0 ? hidden / heads : 0;
     if (!hdj) /* GGUF's default is hidden / heads, for Gemma too (HF's is 256) */
         cJSON_AddNumberToObject(c, "head_dim", hd);
     snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
@@ -235,7 +236,8 @@ int gguf__config(const gguf_file *g, cJSON **out, const gguf_arch **arch_out, in
         goto fail;
     if (archs[ai].norm_plus_one && (rc = gemma_keys(g, arch, c, hd, err)))
         goto fail;
-    cJSON_AddBoolToObject(c, "attention_bias", gguf_find_tensor(g, "blk.0.attn_output.bias") != NULL);
+    cJSON_AddBoolToObject(c, "attention_bias",
+                          gguf_find_tensor(g, "blk.0.attn_output.bias") != NULL);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", !gguf_find_tensor(g, "output.weight"));
     static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
                                          {"tokenizer.ggml.eos_token_id", "eos_token_id"}};
