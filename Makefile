@@ -9,6 +9,7 @@
 #                         int8; offline, the embedded models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
+#   make bench-peer [PEER=/tmp/peer]   inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
@@ -70,9 +71,9 @@ CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o 
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o engine/tok_hf_json.o \
-           engine/tok_hf_model.o
+           engine/tok_hf_model.o engine/tok_gguf.o engine/gguf.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
-MODEL_OBJ := engine/model.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+MODEL_OBJ := engine/model.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_meta.o \
              engine/gguf_model.o engine/hfq.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
@@ -142,7 +143,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-spec bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-peer bench-spec bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -282,6 +283,7 @@ F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_gguf_tok := $(TOK_OBJ)
 F_fuzz_hfq   := engine/hfq.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
@@ -369,6 +371,16 @@ generate: deps
 bench: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/bench_engine
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench
+
+# inferd's int4 and bf16 beside llama.cpp's Q4_K_M and bf16 (PEER: the
+# folder ../shared/tools/peer/build.sh built; default /tmp/peer).
+PEER ?= /tmp/peer
+bench-peer: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@mkdir -p bench-results
+	@$(PYTHON) scripts/bench_peer --peer "$(PEER)" --build $(BUILD) --bf16 --rounds $(or $(ROUNDS),3) \
+	  --model "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
+	  --json "bench-results/peer-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json"
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps

@@ -270,8 +270,8 @@ int generate_main(int argc, char **argv)
         {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
                                             "Hub id ORG/NAME (required)"},
         {"tokenizer", ARG_STR, &o.tokenizer, "DIR", "tokenizer directory or Hub id ORG/NAME "
-                                                    "(default: --model; "
-                                                    "required with a GGUF file)"},
+                                                    "(default: --model; a GGUF file's own "
+                                                    "metadata)"},
         {"revision", ARG_STR, &o.revision, "REV", "Hub branch, tag or commit (default main)"},
         {"tokenizer-revision", ARG_STR, &o.tokenizer_revision, "REV", "Hub branch, tag or "
                                                                       "commit of a tokenizer "

@@ -575,7 +575,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
         {"tokenizer", ARG_STR, &o->tokenizer, "DIR", "tokenizer and chat template directory, "
                                                      "or a Hub id ORG/NAME whose tokenizer "
                                                      "files alone are fetched (default: "
-                                                     "--model; required with a GGUF file)"},
+                                                     "--model; a GGUF file's own metadata)"},
         {"tokenizer-revision", ARG_STR, &o->tokenizer_revision, "REV",
          "Hub branch, tag or commit of a tokenizer given by id (default main)"},
         {"revision", ARG_STR, &o->revision, "REV", "Hub branch, tag or commit of a model given "

@@ -420,6 +420,20 @@ int gguf_open_mem(const void *buf, size_t len, const char *label, gguf_file **ou
     return open_common(g, out, err);
 }
 
+int gguf_sniff(const char *path)
+{
+    struct stat sb;
+    char magic[4];
+    if (stat(path, &sb) || !S_ISREG(sb.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = read(fd, magic, 4) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    close(fd);
+    return ok;
+}
+
 int gguf_open(const char *path, gguf_file **out, inf_err *err)
 {
     *out = NULL;

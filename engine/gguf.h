@@ -65,6 +65,10 @@ typedef struct gguf_tensor {
 
 typedef struct gguf_file gguf_file;
 
+/* 1 when path is a regular file that begins with GGUF's magic ("GGUF"):
+ * what the tokenizer and template loaders read as a GGUF file. */
+int gguf_sniff(const char *path);
+
 /* Opens and maps path and checks everything above. */
 int gguf_open(const char *path, gguf_file **out, inf_err *err);
 

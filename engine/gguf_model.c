@@ -3,11 +3,13 @@
 #include "gguf_model.h"
 
 #include <cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "gguf_meta.h"
 #include "model_int.h"
 
 struct gguf_weights {
@@ -15,165 +17,6 @@ struct gguf_weights {
     void **bufs;   /* converted tensors */
     int n_bufs, cap;
 };
-
-/* ---- metadata ----------------------------------------------------------- */
-
-/* An integer key: 1 and *out when present, 0 when absent; -1 (message) when
- * of another type or out of int range. */
-static int meta_int(const gguf_file *g, const char *key, int *out, inf_err *err)
-{
-    const gguf_kv *kv = gguf_find_kv(g, key);
-    if (!kv)
-        return 0;
-    int is_int = kv->type <= GGUF_V_I32 || kv->type == GGUF_V_U64 || kv->type == GGUF_V_I64;
-    if (!is_int || kv->type == GGUF_V_F32 || kv->inum < -2147483647 || kv->inum > 2147483647) {
-        inf_fail(err, INF_ERR_FORMAT, "%s: metadata '%s' must be an integer", gguf_path(g), key);
-        return -1;
-    }
-    *out = (int)kv->inum;
-    return 1;
-}
-
-static int meta_num(const gguf_file *g, const char *key, double *out, inf_err *err)
-{
-    const gguf_kv *kv = gguf_find_kv(g, key);
-    if (!kv)
-        return 0;
-    if (kv->type == GGUF_V_STRING || kv->type == GGUF_V_ARRAY || kv->type == GGUF_V_BOOL) {
-        inf_fail(err, INF_ERR_FORMAT, "%s: metadata '%s' must be a number", gguf_path(g), key);
-        return -1;
-    }
-    *out = kv->num;
-    return 1;
-}
-
-/* A string key into buf (NUL-terminated, truncated to cap); 0 when absent. */
-static int meta_str(const gguf_file *g, const char *key, char *buf, size_t cap, inf_err *err)
-{
-    const gguf_kv *kv = gguf_find_kv(g, key);
-    if (!kv)
-        return 0;
-    if (kv->type != GGUF_V_STRING) {
-        inf_fail(err, INF_ERR_FORMAT, "%s: metadata '%s' must be a string", gguf_path(g), key);
-        return -1;
-    }
-    size_t n = kv->str_len < cap - 1 ? (size_t)kv->str_len : cap - 1;
-    memcpy(buf, kv->str, n);
-    buf[n] = 0;
-    return 1;
-}
-
-/* The config.json that says what the metadata says, for model__config_parse. */
-static int config_json(const gguf_file *g, cJSON **out, inf_err *err)
-{
-    const char *path = gguf_path(g);
-    char arch[64] = "", key[128], rs[32] = "";
-    int rc = meta_str(g, "general.architecture", arch, sizeof arch, err);
-    if (rc < 0)
-        return INF_ERR_FORMAT;
-    if (!rc)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: no general.architecture", path);
-    if (strcmp(arch, "llama"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: GGUF architecture '%s' is not supported "
-                        "(llama: Llama and Mistral)", path, arch);
-    static const struct { const char *gguf, *hf; int required; } ints[] = {
-        {"embedding_length", "hidden_size", 1},
-        {"feed_forward_length", "intermediate_size", 1},
-        {"block_count", "num_hidden_layers", 1},
-        {"attention.head_count", "num_attention_heads", 1},
-        {"attention.head_count_kv", "num_key_value_heads", 0},
-        {"attention.key_length", "head_dim", 0},
-        {"context_length", "max_position_embeddings", 0},
-        {"vocab_size", "vocab_size", 0},
-    };
-    cJSON *c = cJSON_CreateObject();
-    if (!c)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
-    cJSON_AddItemToObject(c, "architectures", cJSON_CreateStringArray(
-                                                  (const char *const[]){"LlamaForCausalLM"}, 1));
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        int v;
-        snprintf(key, sizeof key, "%s.%s", arch, ints[i].gguf);
-        if ((rc = meta_int(g, key, &v, err)) < 0)
-            goto fail;
-        if (!rc && ints[i].required) {
-            rc = inf_fail(err, INF_ERR_FORMAT, "%s: missing metadata '%s'", path, key);
-            goto fail;
-        }
-        if (rc)
-            cJSON_AddNumberToObject(c, ints[i].hf, v);
-    }
-    if (!cJSON_GetObjectItem(c, "vocab_size")) { /* older files: the embedding's rows */
-        const gguf_tensor *e = gguf_find_tensor(g, "token_embd.weight");
-        if (e && e->n_dims == 2 && e->ne[1] < 1 << 30)
-            cJSON_AddNumberToObject(c, "vocab_size", (double)e->ne[1]);
-    }
-    double d;
-    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-    if ((rc = meta_num(g, key, &d, err)) < 0)
-        goto fail;
-    if (rc)
-        cJSON_AddNumberToObject(c, "rope_theta", d);
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
-    if ((rc = meta_num(g, key, &d, err)) < 0)
-        goto fail;
-    cJSON_AddNumberToObject(c, "rms_norm_eps", rc ? d : 1e-5); /* llama.cpp's default */
-    int rot = 0, hd = 0;
-    snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
-    if ((rc = meta_int(g, key, &rot, err)) < 0)
-        goto fail;
-    cJSON *hdj = cJSON_GetObjectItem(c, "head_dim");
-    hd = hdj ? hdj->valueint
-             : cJSON_GetObjectItem(c, "num_attention_heads")->valueint > 0
-                   ? cJSON_GetObjectItem(c, "hidden_size")->valueint /
-                         cJSON_GetObjectItem(c, "num_attention_heads")->valueint
-                   : 0;
-    if (rc && rot != hd) {
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s is %d, not the head size %d (partial "
-                      "rotary is not supported for llama)", path, key, rot, hd);
-        goto fail;
-    }
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    if ((rc = meta_str(g, key, rs, sizeof rs, err)) < 0)
-        goto fail;
-    if (rc && strcmp(rs, "none")) {
-        if (strcmp(rs, "linear")) {
-            rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s '%s' is not supported (none, linear)",
-                          path, key, rs);
-            goto fail;
-        }
-        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-        if ((rc = meta_num(g, key, &d, err)) <= 0) {
-            if (!rc)
-                inf_fail(err, INF_ERR_FORMAT, "%s: linear rope scaling without %s", path, key);
-            rc = INF_ERR_FORMAT;
-            goto fail;
-        }
-        cJSON *o = cJSON_AddObjectToObject(c, "rope_scaling");
-        cJSON_AddStringToObject(o, "rope_type", "linear");
-        cJSON_AddNumberToObject(o, "factor", d);
-    }
-    if (gguf_find_tensor(g, "rope_freqs.weight")) { /* Llama 3.1's rescaled frequencies */
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor 'rope_freqs.weight' (RoPE frequency "
-                      "factors, Llama 3.1) is not supported yet", path);
-        goto fail;
-    }
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", !gguf_find_tensor(g, "output.weight"));
-    static const char *const ids[][2] = {{"tokenizer.ggml.bos_token_id", "bos_token_id"},
-                                         {"tokenizer.ggml.eos_token_id", "eos_token_id"}};
-    for (int i = 0; i < 2; i++) {
-        int v;
-        if ((rc = meta_int(g, ids[i][0], &v, err)) < 0)
-            goto fail;
-        if (rc)
-            cJSON_AddNumberToObject(c, ids[i][1], v);
-    }
-    *out = c;
-    return INF_OK;
-fail:
-    cJSON_Delete(c);
-    return rc < 0 ? INF_ERR_FORMAT : rc;
-}
 
 /* ---- tensors ------------------------------------------------------------ */
 
@@ -250,11 +93,80 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
     return INF_OK;
 }
 
-static int bind_all(model *m, inf_err *err)
+/* llama.cpp's per-layer names: which model_layer field, the shape
+ * ([rows, cols]; rows 0 for 1-D), whether q/k rows are interleaved, and
+ * which descriptions have it. */
+enum { G_ALL, G_SPLIT, G_FUSED, G_LLAMA_NORM, G_SANDWICH, G_BIAS_QKV, G_BIAS_O, G_QK_NORM };
+enum { S_1, S_D, S_Q, S_KV, S_QKV, S_F, S_2F, S_HD };
+
+static int slot_on(const mdesc *d, int when)
+{
+    switch (when) {
+    case G_SPLIT: return !d->fused_qkv;
+    case G_FUSED: return d->fused_qkv;
+    case G_SANDWICH: return d->sandwich;
+    case G_BIAS_QKV: return d->bias_qkv;
+    case G_BIAS_O: return d->bias_o;
+    case G_QK_NORM: return d->qk_norm;
+    default: return 1;
+    }
+}
+
+static int64_t dim(const model_config *c, int s)
+{
+    int64_t q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
+    switch (s) {
+    case S_D: return c->hidden_size;
+    case S_Q: return q;
+    case S_KV: return kv;
+    case S_QKV: return q + 2 * kv;
+    case S_F: return c->intermediate_size;
+    case S_2F: return 2 * (int64_t)c->intermediate_size;
+    case S_HD: return c->head_dim;
+    default: return 0;
+    }
+}
+
+#define L_(f) offsetof(model_layer, f)
+static const struct gslot {
+    const char *name;
+    size_t off;
+    int rows, cols, heads, when; /* heads: 1 q, 2 k (rows permuted by llama.cpp) */
+} gslots[] = {
+    {"attn_norm.weight", L_(attn_norm), S_1, S_D, 0, G_ALL},
+    {"attn_q.weight", L_(wq), S_Q, S_D, 1, G_SPLIT},
+    {"attn_k.weight", L_(wk), S_KV, S_D, 2, G_SPLIT},
+    {"attn_v.weight", L_(wv), S_KV, S_D, 0, G_SPLIT},
+    {"attn_qkv.weight", L_(wq), S_QKV, S_D, 0, G_FUSED},
+    {"attn_output.weight", L_(wo), S_D, S_Q, 0, G_ALL},
+    {"attn_q.bias", L_(bq), S_1, S_Q, 1, G_BIAS_QKV},
+    {"attn_k.bias", L_(bk), S_1, S_KV, 2, G_BIAS_QKV},
+    {"attn_v.bias", L_(bv), S_1, S_KV, 0, G_BIAS_QKV},
+    {"attn_output.bias", L_(bo), S_1, S_D, 0, G_BIAS_O},
+    {"attn_q_norm.weight", L_(q_norm), S_1, S_HD, 0, G_QK_NORM},
+    {"attn_k_norm.weight", L_(k_norm), S_1, S_HD, 0, G_QK_NORM},
+    {"post_attention_norm.weight", L_(post_attn_norm), S_1, S_D, 0, G_SANDWICH},
+    {"ffn_norm.weight", L_(ffn_norm), S_1, S_D, 0, G_ALL},
+    {"post_ffw_norm.weight", L_(post_ffn_norm), S_1, S_D, 0, G_SANDWICH},
+    {"ffn_gate.weight", L_(w_gate), S_F, S_D, 0, G_SPLIT},
+    {"ffn_up.weight", L_(w_up), S_F, S_D, 0, G_SPLIT},
+    {"ffn_up.weight", L_(w_gate), S_2F, S_D, 0, G_FUSED},
+    {"ffn_down.weight", L_(w_down), S_D, S_F, 0, G_ALL},
+};
+#undef L_
+
+static model_tensor rows_of(const model_tensor *t, int64_t r0, int64_t n)
+{
+    model_tensor v = *t;
+    v.data = (const char *)t->data + (size_t)(r0 * t->cols) * inf_dtype_size(t->dtype);
+    v.rows = n;
+    return v;
+}
+
+static int bind_all(model *m, int permuted, inf_err *err)
 {
     const model_config *c = &m->cfg;
-    int64_t D = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    int64_t Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t D = c->hidden_size, V = c->vocab_size;
     int rc;
     if ((rc = bind(m, "token_embd.weight", V, D, 0, &m->embed, err)) ||
         (rc = bind(m, "output_norm.weight", 0, D, 0, &m->norm, err)))
@@ -265,20 +177,53 @@ static int bind_all(model *m, inf_err *err)
         return rc;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
-        const struct { const char *n; int64_t r, k; int heads; model_tensor *t; } s[] = {
-            {"attn_norm", 0, D, 0, &ly->attn_norm},  {"attn_q", Q, D, c->n_heads, &ly->wq},
-            {"attn_k", KV, D, c->n_kv_heads, &ly->wk}, {"attn_v", KV, D, 0, &ly->wv},
-            {"attn_output", D, Q, 0, &ly->wo},     {"ffn_norm", 0, D, 0, &ly->ffn_norm},
-            {"ffn_gate", F, D, 0, &ly->w_gate},     {"ffn_up", F, D, 0, &ly->w_up},
-            {"ffn_down", D, F, 0, &ly->w_down},
-        };
-        for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        for (size_t i = 0; i < sizeof gslots / sizeof gslots[0]; i++) {
+            const struct gslot *s = &gslots[i];
+            if (!slot_on(&c->desc, s->when))
+                continue;
             char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, s[i].n);
-            if ((rc = bind(m, name, s[i].r, s[i].k, s[i].heads, s[i].t, err)))
+            snprintf(name, sizeof name, "blk.%d.%s", l, s->name);
+            int heads = !permuted || !s->heads ? 0 : s->heads == 1 ? c->n_heads : c->n_kv_heads;
+            if ((rc = bind(m, name, dim(c, s->rows), dim(c, s->cols), heads,
+                           (model_tensor *)((char *)ly + s->off), err)))
                 return rc;
         }
+        if (c->desc.fused_qkv) { /* [q | k | v] and [gate | up] by rows, as HF's */
+            int64_t q = dim(c, S_Q), kv = dim(c, S_KV), F = c->intermediate_size;
+            model_tensor qkv = ly->wq, gu = ly->w_gate;
+            ly->wq = rows_of(&qkv, 0, q);
+            ly->wk = rows_of(&qkv, q, kv);
+            ly->wv = rows_of(&qkv, q + kv, kv);
+            ly->w_gate = rows_of(&gu, 0, F);
+            ly->w_up = rows_of(&gu, F, F);
+        }
     }
+    return INF_OK;
+}
+
+/* Llama 3.1's rope_freqs.weight: llama.cpp divides each rotary pair's
+ * angle by its factor; the file's factors replace the config's llama3
+ * rescaling (which they were computed from, rounded to f32). */
+static int rope_freqs(model *m, inf_err *err)
+{
+    const gguf_file *f = ((const gguf_weights *)m->src.self)->f;
+    const gguf_tensor *t = gguf_find_tensor(f, "rope_freqs.weight");
+    mdesc *d = &m->cfg.desc;
+    if (!t)
+        return INF_OK;
+    if (t->type != GGUF_F32 || t->n_dims != 1 || t->ne[0] != d->rot_dim / 2)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' must be F32 of %d "
+                        "values (rotary pairs)", gguf_path(f), d->rot_dim / 2);
+    for (int i = 0; i < d->rot_dim / 2; i++) {
+        float v;
+        memcpy(&v, (const char *)t->data + 4 * (size_t)i, 4);
+        if (!(v > 0))
+            return inf_fail(err, INF_ERR_FORMAT, "%s: rope_freqs.weight[%d] is not positive",
+                            gguf_path(f), i);
+        for (int r = 0; r < 2; r++)
+            d->rope[r].inv_freq[i] /= v;
+    }
+    d->rope[0].kind = d->rope[1].kind = MD_ROPE_LLAMA3;
     return INF_OK;
 }
 
@@ -291,11 +236,8 @@ int gguf_model_path(const char *path)
 int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const char **dir,
                              inf_err *err)
 {
-    *dir = tokenizer ? tokenizer : model;
-    if (!tokenizer && gguf_model_path(model))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the tokenizer in a GGUF file's metadata "
-                        "is not read yet; pass --tokenizer DIR (the Hugging Face directory the "
-                        "file was converted from)", model);
+    (void)err;
+    *dir = tokenizer ? tokenizer : model; /* a GGUF file carries its own */
     return INF_OK;
 }
 
@@ -322,20 +264,20 @@ int gguf_model_load(const char *path, model **out, inf_err *err)
         goto fail;
     }
     m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
-    if ((rc = gguf_open(path, &w->f, err)) || (rc = config_json(w->f, &cfg, err)) ||
+    const gguf_arch *arch = NULL;
+    if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
         goto fail;
-    if (strcmp(m->cfg.desc.family, "llama") || m->cfg.desc.embed_scale != 1.0) {
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: only the llama recipe is read from GGUF",
-                      path);
+    if (arch->norm_plus_one) /* the file's gains are 1 + w already */
+        m->cfg.desc.norm = MD_NORM_RMS;
+    if ((rc = rope_freqs(m, err)))
         goto fail;
-    }
-    m->embed_scale = 1.0f;
+    m->embed_scale = (float)m->cfg.desc.embed_scale;
     if (!(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = bind_all(m, err)))
+    if ((rc = bind_all(m, arch->permuted_qk, err)))
         goto fail;
     cJSON_Delete(cfg);
     *out = m;

@@ -1,16 +1,21 @@
 /* gguf_model: a model (engine/model.h) from one GGUF file.
  *
- * The metadata of general.architecture "llama" (Llama 1/2/3 and Mistral as
- * llama.cpp writes them) is mapped onto a config.json-shaped record and read
- * by the same code as config.json (model description included); the
- * tensors by llama.cpp's names (token_embd, blk.N.attn_q, ...).
+ * The metadata (general.architecture llama, qwen2, qwen3, gemma2, gemma3 or
+ * phi3, as llama.cpp writes them) is mapped onto a config.json-shaped record
+ * (gguf_meta.c) and read by the same code as config.json (model
+ * description included); the tensors by llama.cpp's names (token_embd,
+ * blk.N.attn_q, ...). Gemma's norm gains are stored as 1 + w (llama.cpp's
+ * converter adds the 1), so they are used as plain RMSNorm gains; Llama
+ * 3.1's rope_freqs.weight divides each rotary pair's frequency, as
+ * llama.cpp does; Phi-3's rope_factors_short / _long are its LongRoPE
+ * factors.
  *
  * F32, F16 and BF16 tensors are used in place from the mapping. Q8_0, Q4_0,
  * Q4_K, Q5_K and Q6_K are dequantized once at load to f32, exactly (their
  * values are f32 products of f16 scales and small integers, computed as
  * ggml does), so the model computes the file's own function; `--quantization
  * int8|int4` then requantizes them like any checkpoint (docs/engine.md gives
- * the error that adds). attn_q and attn_k are stored by llama.cpp with each
+ * the error that adds). For llama, attn_q and attn_k are stored with each
  * head's rotary pairs interleaved (its converter permutes HF's rows); their
  * rows are put back in HF's rotate-half order (a copy). Any other tensor
  * type is refused, naming the tensor and its type. */
@@ -26,9 +31,9 @@ typedef struct gguf_weights gguf_weights;
  * GGUF. */
 int gguf_model_path(const char *path);
 
-/* The tokenizer directory for model: tokenizer when set; model itself when
- * a directory; for a GGUF file without tokenizer, an error saying to pass
- * --tokenizer (the file's own tokenizer metadata is not read yet). */
+/* Where the tokenizer and chat template come from: tokenizer (--tokenizer)
+ * when set, else model itself (a directory, or a GGUF file whose metadata
+ * tok_create and tmpl_from_config read). */
 int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const char **dir,
                              inf_err *err);
 

@@ -9,6 +9,8 @@
  * (str.isspace) at both ends: tmpl__strip_since does the same. */
 #include "tmpl.h"
 #include "tmpl_jinja.h"
+#include "gguf.h"
+#include "tok_gguf.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -823,12 +825,21 @@ int tmpl_from_config(const char *path, const char *override, tmpl **out, char *n
     const char *bos = NULL, *eos = NULL, *src = NULL, *tools_src = NULL;
     const char *from = tmpl__base(cfg_path);
     int add_bos = 1, no_default = 0;
-    rc = inf_read_file(cfg_path, 0, &json, NULL, &missing, err);
-    if (rc && !missing)
+    if (!is_dir && gguf_sniff(path)) { /* a GGUF file: its metadata says it */
+        if ((rc = tok_gguf_config(path, &root, err)))
+            goto done;
+        from = "the GGUF file's metadata";
+    } else {
+        rc = inf_read_file(cfg_path, 0, &json, NULL, &missing, err);
+        if (rc && !missing)
+            goto done;
+    }
+    if (json && !(root = cJSON_Parse(json))) {
+        rc = inf_fail(err, INF_ERR_FORMAT, "chat template: %s is not a JSON object", cfg_path);
         goto done;
-    if (json) {
-        root = cJSON_Parse(json);
-        if (!root || !cJSON_IsObject(root)) {
+    }
+    if (root) {
+        if (!cJSON_IsObject(root)) {
             rc = inf_fail(err, INF_ERR_FORMAT, "chat template: %s is not a JSON object", cfg_path);
             goto done;
         }
@@ -867,7 +878,7 @@ int tmpl_from_config(const char *path, const char *override, tmpl **out, char *n
         rc = tmpl__new(TMPL_PLAIN, TMPL_FROM_FALLBACK, bos, eos, add_bos, NULL, out, err);
     } else {
         tmpl__note(note, note_len, "no chat template in %s; " TMPL_PLAIN_NOTE,
-                   json ? from : "the model (no tokenizer_config.json)");
+                   root ? from : "the model (no tokenizer_config.json)");
         rc = tmpl__new(TMPL_PLAIN, TMPL_FROM_DEFAULT, bos, eos, add_bos, NULL, out, err);
     }
 done:

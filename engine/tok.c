@@ -8,6 +8,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "gguf.h"
+#include "tok_gguf.h"
 #include "tok_int.h"
 
 int tok__new(int vocab, tok **out, inf_err *err)
@@ -176,6 +178,8 @@ int tok_create(const char *dir, tok **out, inf_err *err)
     if (!dir || !out)
         return inf_fail(err, INF_ERR_INVALID, "tok_create: NULL argument");
     *out = NULL;
+    if (gguf_sniff(dir)) /* a GGUF file: the tokenizer in its metadata */
+        return tok_gguf_create(dir, out, err);
     cJSON *config = NULL;
     char *cfg_path = NULL, *spm = NULL;
     tok *t = NULL;

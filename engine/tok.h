@@ -19,7 +19,8 @@ typedef struct tok tok;
 /* Loads DIR/tokenizer.json when present (preferred, as Hugging Face's fast
  * tokenizers are), else DIR/tokenizer.model, and DIR/tokenizer_config.json
  * when present. Errors name the file and, for tokenizer.json, the JSON path
- * of what is wrong (INF_ERR_FORMAT / INF_ERR_UNSUPPORTED). */
+ * of what is wrong (INF_ERR_FORMAT / INF_ERR_UNSUPPORTED). dir may also
+ * be a GGUF file: its tokenizer.ggml.* metadata (tok_gguf.h). */
 int tok_create(const char *dir, tok **out, inf_err *err);
 
 /* Loads a tokenizer.model file directly, with explicit BOS/EOS policy. */

@@ -17,6 +17,8 @@ else
 "$PYTHON" tests/ref/check_engine.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # GGUF files against the numpy reader of the format (gguf_ref.py).
 "$PYTHON" tests/ref/check_gguf.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+# GGUF tokenizer metadata and chat templates against the tokenizer's own files.
+"$PYTHON" tests/ref/check_gguf_tok.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # GPTQ / AWQ checkpoints against numpy packings of the formats.
 "$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 "$PYTHON" tests/ref/check_hidden.py --build "$BUILD" --fixtures "$BUILD/fixtures"

@@ -196,6 +196,46 @@ def check_quantized(build, tmp, label, model, tname, failures, override=None):
           f"numpy's dequantized weights; requantized: weights int8 {e8 / tot:.1e}, int4 "
           f"{e4 / tot:.1e} (squared error / energy); logits with W8A8 / W4A8: {', '.join(errs)}")
 
+# What GGUF cannot say, set in a copy of the family's checkpoint to what the
+# GGUF loader assumes (llama.cpp's choices): Mistral's and Qwen 2's sliding
+# windows are not in GGUF (llama.cpp attends to the whole context), nor Gemma's
+# query_pre_attn_scalar (llama.cpp: the head size).
+GGUF_EXPRESSIBLE = {"mistral": {"sliding_window": None}, "qwen2": {"use_sliding_window": False},
+                    "gemma2": {"query_pre_attn_scalar": "head_dim"},
+                    "gemma3": {"query_pre_attn_scalar": "head_dim"}}
+
+
+def check_family(build, tmp, fam, src, failures):
+    """A family's random checkpoint as GGUF (llama.cpp's layout for its
+    architecture): logits and greedy tokens against the safetensors model.
+    Llama 3.1's rope_freqs.weight and Phi-3's rope_factors hold the RoPE
+    rescaling as f32 tensors (config.json: float64 numbers or equations), so
+    there the logits are compared within 1e-5 instead of bit for bit."""
+    model = os.path.join(tmp, f"fam-{fam}")
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(src, model)
+    cfgp = os.path.join(model, "config.json")
+    c = json.load(open(cfgp))
+    for k, v in GGUF_EXPRESSIBLE.get(fam, {}).items():
+        c[k] = c[v] if v == "head_dim" else v
+    json.dump(c, open(cfgp, "w"), indent=1)
+    path = os.path.join(tmp, f"fam-{fam}.gguf")
+    G.from_hf(model, path, "F32", "F32")
+    tokens = "1,7,3,12,9,4,30,2,11,5,40,41,42,43,44,45,46,47,48,49,50,51,52,53"
+    a, b = logits(build, tmp, model, tokens, fam + "-st"), logits(build, tmp, path, tokens, fam + "-gguf")
+    exact = a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    diff = float(np.abs(a - b).max() / np.abs(a).max()) if a.shape == b.shape else float("inf")
+    ga, gb = greedy(build, model, tokens, model), greedy(build, path, tokens, model)
+    rs = c.get("rope_scaling") or {}
+    rope_freqs = rs.get("rope_type", rs.get("type")) in ("llama3", "longrope")
+    if not (exact or (rope_freqs and diff < 1e-5)):
+        failures.append(f"fam-{fam} as GGUF: logits differ from the safetensors model's ({diff:.1e})")
+    if ga != gb:
+        failures.append(f"fam-{fam} as GGUF: greedy tokens differ")
+    print(f"  {'fam-' + fam + ' as GGUF (' + G.ARCH[c['architectures'][0]] + ')':36s} logits "
+          f"{'bit-identical' if exact else f'within {diff:.1e}'}, greedy {len(gb)} tokens "
+          f"{'equal' if ga == gb else 'DIFFER'} to the safetensors model")
+
 
 def corrupt_cases(good):
     """(label, bytes, what the message must say) for a valid file good."""
@@ -290,6 +330,8 @@ def main():
     mix = {f"blk.{i}.{n}.weight": "Q6_K" for i in range(2) for n in ("attn_v", "ffn_down")}
     mix["token_embd.weight"] = "Q8_0"
     check_quantized(a.build, tmp, "k256", k256, "mix", failures, mix)
+    for fam in ("llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
+        check_family(a.build, tmp, fam, os.path.join(fx, f"fam-{fam}"), failures)
     check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)
     if failures:
         print("FAILED:")

@@ -275,51 +275,125 @@ def permute(w, heads):
     return w.reshape(heads, 2, r // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+ARCH = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+        "Qwen3ForCausalLM": "qwen3", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3",
+        "Phi3ForCausalLM": "phi3"}
+# Hugging Face's per-layer names -> llama.cpp's (GGUF's tensor naming)
+PER = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+       "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.qkv_proj": "attn_qkv",
+       "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+       "post_attention_layernorm": "ffn_norm", "pre_feedforward_layernorm": "ffn_norm",
+       "post_feedforward_layernorm": "post_ffw_norm", "mlp.gate_proj": "ffn_gate",
+       "mlp.up_proj": "ffn_up", "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def llama3_rope_factors(c, rot):
+    """Llama 3.1's per-pair divisors of the angle (the published rescaling:
+    long wavelengths / factor, short ones kept, a smooth blend between)."""
+    rs = c["rope_scaling"]
+    f, lo, hi, orig = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
+        rs["original_max_position_embeddings"]
+    out = []
+    for i in range(rot // 2):
+        wl = 2 * np.pi / c.get("rope_theta", 10000.0) ** (-2 * i / rot)
+        if wl < orig / hi:
+            out.append(1.0)
+        elif wl > orig / lo:
+            out.append(f)
+        else:
+            sm = (orig / wl - lo) / (hi - lo)
+            out.append(1 / ((1 - sm) / f + sm))
+    return np.asarray(out, np.float32)
+
+
+def arch_kvs(c, arch, hd):
+    """{arch}.* keys for config c; extra tensors (rope factors)."""
+    H = c["num_attention_heads"]
+    rot = int(hd * c.get("partial_rotary_factor", 1.0))
+    k = [("general.architecture", V_STRING, arch),
+         ("general.alignment", V_U32, ALIGN),
+         (f"{arch}.context_length", V_U32, c.get("max_position_embeddings", 2048)),
+         (f"{arch}.embedding_length", V_U32, c["hidden_size"]),
+         (f"{arch}.block_count", V_U32, c["num_hidden_layers"]),
+         (f"{arch}.feed_forward_length", V_U32, c["intermediate_size"]),
+         (f"{arch}.attention.head_count", V_U32, H),
+         (f"{arch}.attention.head_count_kv", V_U32, c.get("num_key_value_heads", H)),
+         (f"{arch}.rope.freq_base", V_F32, c.get("rope_theta", 10000.0)),
+         (f"{arch}.attention.layer_norm_rms_epsilon", V_F32, c.get("rms_norm_eps", 1e-6)),
+         (f"{arch}.rope.dimension_count", V_U32, rot),
+         (f"{arch}.vocab_size", V_U32, c["vocab_size"])]
+    if hd * H != c["hidden_size"] or "head_dim" in c:
+        k.append((f"{arch}.attention.key_length", V_U32, hd))
+    extra = []
+    rs = c.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind in ("linear", "yarn"):
+        k += [(f"{arch}.rope.scaling.type", V_STRING, kind),
+              (f"{arch}.rope.scaling.factor", V_F32, rs["factor"])]
+        if kind == "yarn":
+            k.append((f"{arch}.rope.scaling.original_context_length", V_U32,
+                      rs["original_max_position_embeddings"]))
+    elif kind == "llama3":
+        extra.append(("rope_freqs.weight", llama3_rope_factors(c, rot)))
+    elif kind == "longrope":
+        orig = c.get("original_max_position_embeddings", rs.get("original_max_position_embeddings"))
+        k.append((f"{arch}.rope.scaling.original_context_length", V_U32, orig))
+        extra += [("rope_factors_short.weight", np.asarray(rs["short_factor"], np.float32)),
+                  ("rope_factors_long.weight", np.asarray(rs["long_factor"], np.float32))]
+    elif kind is not None:
+        raise ValueError(f"rope_scaling {kind} has no GGUF form here")
+    if arch.startswith("gemma"):
+        for hf, g in (("attn_logit_softcapping", "attn_logit_softcapping"),
+                      ("final_logit_softcapping", "final_logit_softcapping"),
+                      ("sliding_window", "attention.sliding_window"),
+                      ("sliding_window_pattern", "attention.sliding_window_pattern"),
+                      ("rope_local_base_freq", "rope.freq_base_swa")):
+            if c.get(hf) is not None:
+                k.append((f"{arch}.{g}", V_F32 if isinstance(c[hf], float) else V_U32, c[hf]))
+    return k, extra
+
+
 def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_kvs=()):
-    """model_dir's Llama as a GGUF at out: matrices in tname (norms in
-    norm_type; override maps a GGUF tensor name to another type). Returns
-    {gguf name: (type, float32 values as the file holds them, HF shape)}."""
+    """model_dir's model as a GGUF at out, as llama.cpp's converter lays it
+    out: {arch}.* metadata, token_embd / blk.N.* names, attn_q / attn_k rows
+    permuted for llama, Gemma's norm gains stored as 1 + w (f32), Llama
+    3.1's rope_freqs and Phi-3's rope_factors tensors; matrices in tname
+    (norms in norm_type; override maps a GGUF tensor name to another type).
+    Returns {gguf name: (type, float32 values as the file holds them, HF
+    shape)}."""
     c, w = load_hf(model_dir)
+    arch = ARCH[c["architectures"][0]]
     H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
-    hd = c.get("head_dim", c["hidden_size"] // H)
-    kvs = [("general.architecture", V_STRING, "llama"),
-           ("general.alignment", V_U32, ALIGN),
-           ("llama.context_length", V_U32, c.get("max_position_embeddings", 2048)),
-           ("llama.embedding_length", V_U32, c["hidden_size"]),
-           ("llama.block_count", V_U32, c["num_hidden_layers"]),
-           ("llama.feed_forward_length", V_U32, c["intermediate_size"]),
-           ("llama.attention.head_count", V_U32, H),
-           ("llama.attention.head_count_kv", V_U32, KV),
-           ("llama.rope.freq_base", V_F32, c.get("rope_theta", 10000.0)),
-           ("llama.attention.layer_norm_rms_epsilon", V_F32, c.get("rms_norm_eps", 1e-6)),
-           ("llama.rope.dimension_count", V_U32, hd),
-           ("llama.vocab_size", V_U32, c["vocab_size"])] + list(extra_kvs)
-    if hd * H != c["hidden_size"]:
-        kvs.append(("llama.attention.key_length", V_U32, hd))
+    hd = c.get("head_dim") or c["hidden_size"] // H
+    kvs, extra = arch_kvs(c, arch, hd)
+    kvs += list(extra_kvs)
     for key, name in (("bos_token_id", "tokenizer.ggml.bos_token_id"),
                       ("eos_token_id", "tokenizer.ggml.eos_token_id")):
         if isinstance(c.get(key), int):
             kvs.append((name, V_U32, c[key]))
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
-    per = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-           "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-           "post_attention_layernorm": "ffn_norm", "mlp.gate_proj": "ffn_gate",
-           "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    per = dict(PER)
+    if arch.startswith("gemma"):
+        per["post_attention_layernorm"] = "post_attention_norm"
     tensors, held = [], {}
     for hf, v in w.items():
         if hf in names:
             g = names[hf]
         else:
-            parts = hf.split(".")  # model.layers.N.<sub>.weight
-            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
-        if g.endswith("attn_q.weight"):
+            parts = hf.split(".")  # model.layers.N.<sub>.weight|bias
+            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.{parts[-1]}"
+        if arch == "llama" and g.endswith("attn_q.weight"):
             v = permute(v, H)
-        elif g.endswith("attn_k.weight"):
+        elif arch == "llama" and g.endswith("attn_k.weight"):
             v = permute(v, KV)
+        if arch.startswith("gemma") and g.endswith("norm.weight"):
+            v = (v.astype(np.float32) + np.float32(1)).astype(np.float32)
         t = (override or {}).get(g, norm_type if v.ndim == 1 else tname)
         raw = quantize(t, v)
         tensors.append((g, t, list(v.shape[::-1]), raw))
         held[g] = (t, dequant(t, raw, v.size).reshape(v.shape), v.shape)
+    for g, v in extra:
+        tensors.append((g, "F32", [v.size], v.astype("<f4").tobytes()))
     write_gguf(out, kvs, tensors)
     return held
