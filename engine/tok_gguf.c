@@ -402,7 +402,10 @@ static int bpe_create(const gmeta *m, tok **out, inf_err *err)
     int rc = h && stages ? INF_OK : inf_fail(err, INF_ERR_NOMEM, "tok: out of memory");
     if (!rc)
         rc = hf_load_stages(&L, stages, h);
-    if (!rc && hf_vocab_create((size_t)m->n, &h->vocab))
+    size_t key_bytes = 0;
+    for (int i = 0; i < m->n; i++)
+        key_bytes += m->len[i];
+    if (!rc && hf_vocab_create((size_t)m->n, key_bytes, &h->vocab))
         rc = inf_fail(err, INF_ERR_NOMEM, "tok: out of memory");
     for (int i = 0; i < m->n && !rc; i++)
         if (hf_vocab_put(h->vocab, m->str[i], m->len[i], i) < 0)
