@@ -173,7 +173,13 @@ static int fmt_float(jctx *c, jbuf *b, double v, const fspec *f, char type)
         char g[ROOM + ROOM / 2];
         group_digits(g, sizeof g, body, ip, f->group, 3);
         strncat(g, body + ip, sizeof g - strlen(g) - 1);
-        snprintf(body, sizeof body, "%s", g);
+        /* fits: a float has at most 309 integer digits and 300 decimals,
+         * so the separators leave it far below ROOM; cut, never overrun */
+        size_t n = strlen(g);
+        if (n >= sizeof body)
+            n = sizeof body - 1;
+        memcpy(body, g, n);
+        body[n] = '\0';
     }
     fspec l = *f;
     if (l.zero && !l.align) {
