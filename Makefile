@@ -68,7 +68,7 @@ TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
-MODEL_OBJ := engine/model.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
+MODEL_OBJ := engine/model.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o \
              engine/gguf_model.o engine/hfq.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
@@ -282,7 +282,7 @@ F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o
 F_fuzz_tok   := $(TOK_OBJ)
 F_fuzz_st_index := engine/st.o
-F_fuzz_gen_config := engine/model.o engine/mdesc.o engine/st.o
+F_fuzz_gen_config := $(MODEL_OBJ)
 F_fuzz_cfg   := app/cfg.o app/args.o
 F_fuzz_tokenize := $(OAI_OBJ)
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the

@@ -198,7 +198,7 @@ static void *keep(gguf_weights *w, size_t bytes)
 static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads,
                 model_tensor *out, inf_err *err)
 {
-    gguf_weights *w = m->gguf;
+    gguf_weights *w = m->src.self;
     const char *path = gguf_path(w->f);
     const gguf_tensor *t = gguf_find_tensor(w->f, name);
     if (!t)
@@ -299,17 +299,30 @@ int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const cha
     return INF_OK;
 }
 
+static void weights_free(void *w)
+{
+    gguf_weights_free(w);
+}
+
+static void weights_prefetch(const void *w, void (*progress)(void *user, size_t done, size_t total),
+                             void *user)
+{
+    gguf_weights_prefetch(w, progress, user);
+}
+
 int gguf_model_load(const char *path, model **out, inf_err *err)
 {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
     cJSON *cfg = NULL;
     int rc;
-    if (!m || !(m->dir = strdup(path)) || !(m->gguf = calloc(1, sizeof *m->gguf))) {
+    gguf_weights *w = NULL;
+    if (!m || !(m->dir = strdup(path)) || !(w = calloc(1, sizeof *w))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    if ((rc = gguf_open(path, &m->gguf->f, err)) || (rc = config_json(m->gguf->f, &cfg, err)) ||
+    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
+    if ((rc = gguf_open(path, &w->f, err)) || (rc = config_json(w->f, &cfg, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
         goto fail;
     if (strcmp(m->cfg.desc.family, "llama") || m->cfg.desc.embed_scale != 1.0) {

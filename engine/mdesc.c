@@ -31,7 +31,7 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
                   inf_err *err)
 {
     const md_family *f = NULL;
-    const cJSON *a = model__item(root, "architectures");
+    const cJSON *a = cfgj_item(root, "architectures");
     if (a) {
         const cJSON *a0 = cJSON_GetArrayItem(a, 0);
         if (!cJSON_IsArray(a) || !cJSON_IsString(a0))
@@ -45,7 +45,7 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
                             "%s: architecture '%s' is not supported (" SUPPORTED_LIST ")", path,
                             a0->valuestring);
     } else {
-        const cJSON *t = model__item(root, "model_type");
+        const cJSON *t = cfgj_item(root, "model_type");
         if (!t)
             return inf_fail(err, INF_ERR_FORMAT,
                             "%s: neither 'architectures' nor 'model_type' is set", path);
@@ -68,7 +68,7 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
 
 static int md_str(const cJSON *o, const char *key, const char **out, const char *path, inf_err *err)
 {
-    const cJSON *v = model__item(o, key);
+    const cJSON *v = cfgj_item(o, key);
     if (!v)
         return INF_OK;
     if (!cJSON_IsString(v))
@@ -84,7 +84,7 @@ static int parse_act(const cJSON *root, mdesc *d, const char *path, inf_err *err
     const char *act = d->norm == MD_NORM_RMS_1P ? "gelu_pytorch_tanh" : "silu";
     const char *key = "hidden_act";
     int rc = md_str(root, "hidden_act", &act, path, err);
-    if (!rc && model__item(root, "hidden_activation")) { /* Gemma's key wins */
+    if (!rc && cfgj_item(root, "hidden_activation")) { /* Gemma's key wins */
         key = "hidden_activation";
         rc = md_str(root, key, &act, path, err);
     }
@@ -105,8 +105,8 @@ static int parse_act(const cJSON *root, mdesc *d, const char *path, inf_err *err
 static int parse_bias(const cJSON *root, mdesc *d, const char *path, inf_err *err)
 {
     int attn = 0, mlp = 0, rc;
-    if ((rc = model__bool(root, "attention_bias", &attn, path, err)) ||
-        (rc = model__bool(root, "mlp_bias", &mlp, path, err)))
+    if ((rc = cfgj_bool(root, "attention_bias", &attn, path, err)) ||
+        (rc = cfgj_bool(root, "mlp_bias", &mlp, path, err)))
         return rc;
     if (mlp)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: mlp_bias true is not supported", path);
@@ -120,7 +120,7 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
 {
     mdesc *d = &c->desc;
     int W = is(d, "gemma2") || is(d, "gemma3") ? 4096 : 0, rc;
-    if ((rc = model__int(root, "sliding_window", 0, &W, path, err)))
+    if ((rc = cfgj_int(root, "sliding_window", 0, &W, path, err)))
         return rc;
     if (W < 0)
         return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window' must not be negative (is %d)",
@@ -128,11 +128,11 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
     c->sliding_window = W;
     memset(d->local, 0, sizeof d->local);
     d->window[0] = d->window[1] = 0;
-    const cJSON *types = model__item(root, "layer_types");
+    const cJSON *types = cfgj_item(root, "layer_types");
     if (is(d, "qwen2") || is(d, "qwen3")) {
         int use = 0, mwl = 28;
-        if ((rc = model__bool(root, "use_sliding_window", &use, path, err)) ||
-            (rc = model__int(root, "max_window_layers", 0, &mwl, path, err)))
+        if ((rc = cfgj_bool(root, "use_sliding_window", &use, path, err)) ||
+            (rc = cfgj_int(root, "max_window_layers", 0, &mwl, path, err)))
             return rc;
         if (!use) /* HF drops the window then, layer_types included */
             return INF_OK;
@@ -141,7 +141,7 @@ static int parse_layers(const cJSON *root, model_config *c, const char *path, in
                 d->local[l] = 1;
     } else if (is(d, "gemma2") || is(d, "gemma3")) {
         int pattern = is(d, "gemma2") ? 2 : 6;
-        if ((rc = model__int(root, "sliding_window_pattern", 0, &pattern, path, err)))
+        if ((rc = cfgj_int(root, "sliding_window_pattern", 0, &pattern, path, err)))
             return rc;
         if (pattern < 1)
             return inf_fail(err, INF_ERR_FORMAT, "%s: 'sliding_window_pattern' must be positive",
@@ -182,7 +182,7 @@ static int parse_rope(const cJSON *root, model_config *c, const char *path, inf_
 {
     mdesc *d = &c->desc;
     double prf = 1.0;
-    int rc = model__num(root, "partial_rotary_factor", &prf, path, err);
+    int rc = cfgj_num(root, "partial_rotary_factor", &prf, path, err);
     if (rc)
         return rc;
     d->rot_dim = prf > 0 && prf <= 1 ? (int)(c->head_dim * prf) : 0; /* no cast of junk */
@@ -192,13 +192,13 @@ static int parse_rope(const cJSON *root, model_config *c, const char *path, inf_
                         "dimensions (need an even number, 2 to %d)",
                         path, prf, d->rot_dim, 2 * MD_MAX_FREQ);
     d->rope[0].theta = c->rope_theta;
-    if ((rc = mdesc__rope(root, model__item(root, "rope_scaling"), &d->rope[0], d->rot_dim, c, path,
+    if ((rc = mdesc__rope(root, cfgj_item(root, "rope_scaling"), &d->rope[0], d->rot_dim, c, path,
                          err)))
         return rc;
     d->rope[1] = d->rope[0];
     double local = 10000.0;
     if (is(d, "gemma3")) { /* local layers: their own base, never scaled */
-        if ((rc = model__num(root, "rope_local_base_freq", &local, path, err)))
+        if ((rc = cfgj_num(root, "rope_local_base_freq", &local, path, err)))
             return rc;
         if (!(local > 0))
             return inf_fail(err, INF_ERR_FORMAT, "%s: 'rope_local_base_freq' must be positive",
@@ -231,11 +231,11 @@ int mdesc__parse(const cJSON *root, model_config *c, const char *path, inf_err *
         double qpas = 256.0;
         d->attn_softcap = is(d, "gemma2") ? 50.0 : 0.0;
         d->logit_softcap = is(d, "gemma2") ? 30.0 : 0.0;
-        if ((rc = model__num(root, "query_pre_attn_scalar", &qpas, path, err)) ||
-            (rc = model__num(root, "attn_logit_softcapping", &d->attn_softcap, path, err)) ||
-            (rc = model__num(root, "final_logit_softcapping", &d->logit_softcap, path, err)))
+        if ((rc = cfgj_num(root, "query_pre_attn_scalar", &qpas, path, err)) ||
+            (rc = cfgj_num(root, "attn_logit_softcapping", &d->attn_softcap, path, err)) ||
+            (rc = cfgj_num(root, "final_logit_softcapping", &d->logit_softcap, path, err)))
             return rc;
-        /* "key": null means none (model__num leaves the default otherwise) */
+        /* "key": null means none (cfgj_num leaves the default otherwise) */
         if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "attn_logit_softcapping")))
             d->attn_softcap = 0.0;
         if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "final_logit_softcapping")))

@@ -66,7 +66,7 @@ static void rope_yarn(md_rope *r, int rot, double beta_fast, double beta_slow, i
 static int rope_factors(const cJSON *rs, const char *key, int n, double *out, const char *path,
                         inf_err *err)
 {
-    const cJSON *v = model__item(rs, key);
+    const cJSON *v = cfgj_item(rs, key);
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != n)
         return inf_fail(err, INF_ERR_FORMAT,
                         "%s: rope_scaling '%s' must be a list of %d numbers "
@@ -91,11 +91,11 @@ static int rope_longrope(const cJSON *root, const cJSON *rs, md_rope *r, int rot
     int rc, orig = 0, n = rot / 2;
     if ((rc = rope_factors(rs, "short_factor", n, sf, path, err)) ||
         (rc = rope_factors(rs, "long_factor", n, lf, path, err)) ||
-        (rc = model__int(rs, "original_max_position_embeddings", 0, &orig, path, err)) ||
-        (rc = model__int(root, "original_max_position_embeddings", 0, &orig, path, err)))
+        (rc = cfgj_int(rs, "original_max_position_embeddings", 0, &orig, path, err)) ||
+        (rc = cfgj_int(root, "original_max_position_embeddings", 0, &orig, path, err)))
         return rc;
     double factor = r->factor;
-    if (model__item(root, "original_max_position_embeddings")) /* HF: the ratio wins */
+    if (cfgj_item(root, "original_max_position_embeddings")) /* HF: the ratio wins */
         factor = (double)c->max_position_embeddings / orig;
     if (orig <= 0)
         return inf_fail(err, INF_ERR_FORMAT,
@@ -103,7 +103,7 @@ static int rope_longrope(const cJSON *root, const cJSON *rs, md_rope *r, int rot
                         "original_max_position_embeddings",
                         path);
     double af = factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log((double)orig));
-    if ((rc = model__num(rs, "attention_factor", &af, path, err)))
+    if ((rc = cfgj_num(rs, "attention_factor", &af, path, err)))
         return rc;
     for (int i = 0; i < n; i++) {
         double p = pow(r->theta, 2.0 * i / rot);
@@ -128,14 +128,14 @@ int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot,
     if (rs) {
         if (!cJSON_IsObject(rs))
             return inf_fail(err, INF_ERR_FORMAT, "%s: 'rope_scaling' must be an object", path);
-        const cJSON *t = model__item(rs, "rope_type");
+        const cJSON *t = cfgj_item(rs, "rope_type");
         if (!t)
-            t = model__item(rs, "type");
+            t = cfgj_item(rs, "type");
         if (!cJSON_IsString(t))
             return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling has no 'rope_type' string",
                             path);
         type = t->valuestring;
-        if ((rc = model__num(rs, "factor", &r->factor, path, err)))
+        if ((rc = cfgj_num(rs, "factor", &r->factor, path, err)))
             return rc;
         if (!(r->factor > 0))
             return inf_fail(err, INF_ERR_FORMAT, "%s: rope_scaling 'factor' must be positive",
@@ -154,9 +154,9 @@ int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot,
     } else if (!strcmp(type, "llama3")) {
         double low = 1.0, high = 4.0;
         int orig = 0;
-        if ((rc = model__num(rs, "low_freq_factor", &low, path, err)) ||
-            (rc = model__num(rs, "high_freq_factor", &high, path, err)) ||
-            (rc = model__int(rs, "original_max_position_embeddings", 1, &orig, path, err)))
+        if ((rc = cfgj_num(rs, "low_freq_factor", &low, path, err)) ||
+            (rc = cfgj_num(rs, "high_freq_factor", &high, path, err)) ||
+            (rc = cfgj_int(rs, "original_max_position_embeddings", 1, &orig, path, err)))
             return rc;
         if (!(low > 0 && high > low && orig > 0))
             return inf_fail(err, INF_ERR_FORMAT,
@@ -168,13 +168,13 @@ int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot,
     } else if (!strcmp(type, "yarn")) {
         double bf = 32, bs = 1, ms = 0, msa = 0, af = 0;
         int orig = c->max_position_embeddings, trunc = 1;
-        if ((rc = model__num(rs, "beta_fast", &bf, path, err)) ||
-            (rc = model__num(rs, "beta_slow", &bs, path, err)) ||
-            (rc = model__num(rs, "mscale", &ms, path, err)) ||
-            (rc = model__num(rs, "mscale_all_dim", &msa, path, err)) ||
-            (rc = model__num(rs, "attention_factor", &af, path, err)) ||
-            (rc = model__bool(rs, "truncate", &trunc, path, err)) ||
-            (rc = model__int(rs, "original_max_position_embeddings", 0, &orig, path, err)))
+        if ((rc = cfgj_num(rs, "beta_fast", &bf, path, err)) ||
+            (rc = cfgj_num(rs, "beta_slow", &bs, path, err)) ||
+            (rc = cfgj_num(rs, "mscale", &ms, path, err)) ||
+            (rc = cfgj_num(rs, "mscale_all_dim", &msa, path, err)) ||
+            (rc = cfgj_num(rs, "attention_factor", &af, path, err)) ||
+            (rc = cfgj_bool(rs, "truncate", &trunc, path, err)) ||
+            (rc = cfgj_int(rs, "original_max_position_embeddings", 0, &orig, path, err)))
             return rc;
         if (orig <= 0 || !(bf > 0 && bs > 0))
             return inf_fail(err, INF_ERR_FORMAT,

@@ -4,7 +4,6 @@
  * error naming its key. */
 #include "model_int.h"
 
-#include "gguf_model.h"
 #include "hfq.h"
 
 #include <math.h>
@@ -16,91 +15,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* Config files are a few KB; anything huge is not one. */
-#define MODEL_MAX_JSON ((long)16 << 20)
-
-
-/* Reads and parses a JSON object file. */
-static int model__read_json(const char *path, cJSON **out, inf_err *err)
-{
-    *out = NULL;
-    char *buf;
-    int rc = inf_read_file(path, MODEL_MAX_JSON, &buf, NULL, NULL, err);
-    if (rc)
-        return rc;
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    if (!root)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: not valid JSON", path);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
-    }
-    *out = root;
-    return INF_OK;
-}
-
-/* key's value, or NULL when absent or null (both mean "use the default"). */
-const cJSON *model__item(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNull(v) ? NULL : v;
-}
-
-static int model__is_int(const cJSON *v, int *out)
-{
-    if (!cJSON_IsNumber(v))
-        return 0;
-    double d = v->valuedouble;
-    if (!(d >= (double)INT_MIN && d <= (double)INT_MAX) || d != (double)(int)d)
-        return 0;
-    *out = (int)d;
-    return 1;
-}
-
-/* An integer key; when absent *out keeps its default, or it is an error if
- * required. */
-int model__int(const cJSON *o, const char *key, int required, int *out,
-                      const char *path, inf_err *err)
-{
-    const cJSON *v = model__item(o, key);
-    if (!v) {
-        if (required)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: missing required key '%s'", path, key);
-        return INF_OK;
-    }
-    if (!model__is_int(v, out))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be an integer", path, key);
-    return INF_OK;
-}
-
-int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err)
-{
-    const cJSON *v = model__item(o, key);
-    if (!v)
-        return INF_OK;
-    if (!cJSON_IsNumber(v))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be a number", path, key);
-    *out = v->valuedouble;
-    return INF_OK;
-}
-
-int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err)
-{
-    const cJSON *v = model__item(o, key);
-    if (!v)
-        return INF_OK;
-    if (!cJSON_IsBool(v))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be true or false", path, key);
-    *out = cJSON_IsTrue(v);
-    return INF_OK;
-}
-
 /* Adds key's id (one integer or a list) to the eos set, once each. */
 static int model__add_eos(model_config *c, const cJSON *o, const char *key,
                           const char *path, inf_err *err)
 {
-    const cJSON *v = model__item(o, key);
+    const cJSON *v = cfgj_item(o, key);
     if (!v)
         return INF_OK;
     const cJSON *one = v;
@@ -109,7 +28,7 @@ static int model__add_eos(model_config *c, const cJSON *o, const char *key,
         one = v->child;
     for (; one; one = is_list ? one->next : NULL) {
         int id;
-        if (!model__is_int(one, &id))
+        if (!cfgj_is_int(one, &id))
             return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be an integer or a list of integers",
                             path, key);
         if (id < 0 || id >= c->vocab_size)
@@ -130,7 +49,7 @@ static int model__add_eos(model_config *c, const cJSON *o, const char *key,
 
 static int model__bos(model_config *c, const cJSON *o, const char *path, inf_err *err)
 {
-    int rc = model__int(o, "bos_token_id", 0, &c->bos_token_id, path, err);
+    int rc = cfgj_int(o, "bos_token_id", 0, &c->bos_token_id, path, err);
     if (rc)
         return rc;
     if (c->bos_token_id < -1 || c->bos_token_id >= c->vocab_size)
@@ -152,13 +71,13 @@ static int model__sizes(const cJSON *root, model_config *c, int default_hd, cons
     int rc;
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         int *v = (int *)((char *)c + req[i].off);
-        if ((rc = model__int(root, req[i].key, 1, v, path, err)))
+        if ((rc = cfgj_int(root, req[i].key, 1, v, path, err)))
             return rc;
         if (*v <= 0)
             return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be positive (is %d)", path, req[i].key, *v);
     }
     c->n_kv_heads = c->n_heads;
-    if ((rc = model__int(root, "num_key_value_heads", 0, &c->n_kv_heads, path, err)))
+    if ((rc = cfgj_int(root, "num_key_value_heads", 0, &c->n_kv_heads, path, err)))
         return rc;
     if (c->n_kv_heads <= 0)
         return inf_fail(err, INF_ERR_FORMAT, "%s: 'num_key_value_heads' must be positive (is %d)",
@@ -168,11 +87,11 @@ static int model__sizes(const cJSON *root, model_config *c, int default_hd, cons
                         "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
                         path, c->n_heads, c->n_kv_heads);
     c->head_dim = 0;
-    if ((rc = model__int(root, "head_dim", 0, &c->head_dim, path, err)))
+    if ((rc = cfgj_int(root, "head_dim", 0, &c->head_dim, path, err)))
         return rc;
-    if (!model__item(root, "head_dim") && default_hd > 0) {
+    if (!cfgj_item(root, "head_dim") && default_hd > 0) {
         c->head_dim = default_hd;
-    } else if (!model__item(root, "head_dim")) {
+    } else if (!cfgj_item(root, "head_dim")) {
         if (c->hidden_size % c->n_heads != 0)
             return inf_fail(err, INF_ERR_FORMAT,
                             "%s: hidden_size (%d) is not a multiple of num_attention_heads (%d) and head_dim is not set",
@@ -190,7 +109,7 @@ static int model__sizes(const cJSON *root, model_config *c, int default_hd, cons
 int model_config_load(const char *path, model_config *cfg, inf_err *err)
 {
     cJSON *root = NULL;
-    int rc = model__read_json(path, &root, err);
+    int rc = cfgj_read(path, &root, err);
     if (rc)
         return rc;
     rc = model__config_parse(root, path, cfg, err);
@@ -212,10 +131,10 @@ int model__config_parse(const cJSON *root, const char *path, model_config *cfg, 
         goto done;
     if (strcmp(c.desc.family, "gemma3") == 0)
         c.rope_theta = 1000000.0; /* Gemma3TextConfig's default */
-    if ((rc = model__int(root, "max_position_embeddings", 0, &c.max_position_embeddings, path, err)) ||
-        (rc = model__num(root, "rope_theta", &c.rope_theta, path, err)) ||
-        (rc = model__num(root, "rms_norm_eps", &c.rms_norm_eps, path, err)) ||
-        (rc = model__bool(root, "tie_word_embeddings", &c.tie_word_embeddings, path, err)) ||
+    if ((rc = cfgj_int(root, "max_position_embeddings", 0, &c.max_position_embeddings, path, err)) ||
+        (rc = cfgj_num(root, "rope_theta", &c.rope_theta, path, err)) ||
+        (rc = cfgj_num(root, "rms_norm_eps", &c.rms_norm_eps, path, err)) ||
+        (rc = cfgj_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, path, err)) ||
         (rc = model__bos(&c, root, path, err)) ||
         (rc = model__add_eos(&c, root, "eos_token_id", path, err)))
         goto done;
@@ -240,7 +159,7 @@ done:
 static int model__gen_config(const char *path, model_config *c, inf_err *err)
 {
     cJSON *root = NULL;
-    int rc = model__read_json(path, &root, err);
+    int rc = cfgj_read(path, &root, err);
     if (rc)
         return rc;
     int bos = c->bos_token_id;
@@ -491,11 +410,9 @@ static int model__bind_all(model *m, inf_err *err)
     return INF_OK;
 }
 
-int model_load(const char *dir, model **out, inf_err *err)
+int model_load_dir(const char *dir, model **out, inf_err *err)
 {
     *out = NULL;
-    if (gguf_model_path(dir)) /* one file: GGUF */
-        return gguf_model_load(dir, out, err);
     char *path = NULL;
     model *m = calloc(1, sizeof *m);
     int rc;
@@ -535,7 +452,8 @@ void model_destroy(model *m)
     if (!m)
         return;
     st_destroy(m->st);
-    gguf_weights_free(m->gguf);
+    if (m->src.free)
+        m->src.free(m->src.self);
     hfq_free(m->hfq);
     free(m->layers);
     free(m->dir);
@@ -569,8 +487,8 @@ size_t model_weight_bytes(const model *m)
 void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
                     void *user)
 {
-    if (m->gguf) {
-        gguf_weights_prefetch(m->gguf, progress, user);
+    if (m->src.prefetch) {
+        m->src.prefetch(m->src.self, progress, user);
         return;
     }
     size_t total = st_data_bytes(m->st), done = 0, next_report = 0;

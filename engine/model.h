@@ -71,6 +71,17 @@ typedef struct model_layer {
     model_tensor post_ffn_norm;        /* [D] on the MLP output           */
 } model_layer;
 
+/* Who owns a model's tensors when they are not safetensors mappings (a
+ * GGUF file's mapping and the tensors converted at load): model_destroy and
+ * model_prefetch call through it, so model.c knows no file format but its
+ * own. */
+typedef struct model_source {
+    void *self;
+    void (*free)(void *self);
+    void (*prefetch)(const void *self, void (*progress)(void *user, size_t done, size_t total),
+                     void *user);
+} model_source;
+
 typedef struct model {
     model_config cfg;
     model_tensor embed;        /* [V, D]                                  */
@@ -80,19 +91,21 @@ typedef struct model {
                                   as HF multiplies (1: none)             */
     model_layer *layers;       /* [n_layers]                              */
     st_set *st;                /* owns the mappings                       */
-    struct gguf_weights *gguf; /* or, for a GGUF file, its mapping and the
-                                  tensors converted at load (gguf_model.h) */
+    model_source src;          /* or another owner of the tensors (a GGUF
+                                  file: gguf_model.h)                     */
     struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load
                                   (hfq.h), or NULL                        */
     char *dir;
 } model;
 
 /* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
- * when DIR is a file, loads it as GGUF (gguf_model_load). 
+ * when DIR is a file, loads it as GGUF (gguf_model_load; model_open.c
+ * chooses). model_load_dir is the safetensors half alone.
  * Errors (one line naming the file and tensor): missing file, corrupt header,
  * missing tensor, shape not matching the config, unsupported dtype or
  * architecture. */
 int model_load(const char *dir, model **out, inf_err *err);
+int model_load_dir(const char *dir, model **out, inf_err *err);
 
 /* Unmaps and frees; NULL-safe. */
 void model_destroy(model *m);

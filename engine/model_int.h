@@ -1,21 +1,13 @@
-/* model_ internals shared by model.c (config sizes, weights) and mdesc.c
- * (the forward recipe of each family): the strict config.json getters. */
+/* model_ internals shared by model.c (config sizes, weights), mdesc.c (the
+ * forward recipe of each family) and gguf_model.c. */
 #ifndef INFERD_MODEL_INT_H
 #define INFERD_MODEL_INT_H
 
 #include <cJSON.h>
 
+#include "cfgjson.h"
+
 #include "model.h"
-
-/* key's value, or NULL when absent or null (both mean "use the default"). */
-const cJSON *model__item(const cJSON *o, const char *key);
-
-/* A number / integer / boolean key: absent keeps *out; the wrong JSON type
- * is INF_ERR_FORMAT naming path and key (an absent required int too). */
-int model__int(const cJSON *o, const char *key, int required, int *out, const char *path,
-               inf_err *err);
-int model__num(const cJSON *o, const char *key, double *out, const char *path, inf_err *err);
-int model__bool(const cJSON *o, const char *key, int *out, const char *path, inf_err *err);
 
 /* model_config_load's work on a parsed config.json (or one a GGUF file's
  * metadata was mapped onto: gguf_model.c); path labels messages. */
