@@ -384,7 +384,7 @@ bench-peer: deps
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps
-	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
 
 # The grammar engine: mask cost per token over Llama 3's vocabulary

@@ -10,17 +10,22 @@
 #include "app/args.h"
 #include "app/backend.h"
 #include "app/hub.h"
+#include "app/spec.h"
 #include "engine/eng.h"
 #include "engine/model.h"
 #include "engine/gguf_model.h"
+#include "engine/metrics.h"
 #include "engine/tok.h"
 
 typedef struct gen_opts {
-    const char *model, *prompt, *prompt_ids, *kernels, *device, *quantization, *tokenizer;
+    const char *model, *prompt, *prompt_ids, *quantization, *tokenizer;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h) */
     const char *tokenizer_revision;      /* a tokenizer by Hub id         */
-    int quant; /* cpu_quant, parsed from quantization */
-    int max_tokens, threads, seed, top_k, max_model_len, batched, block_size;
+    /* the backend as the flags choose it (device, threads, kernels, quant,
+     * block_size, max_tokens); run() fills in the rest */
+    app_backend_config bc;
+    app_spec_args spec;                  /* the speculative decoding flags */
+    int max_tokens, seed, top_k, max_model_len;
     int ignore_eos, output_ids, quiet, chunk;
     float temperature, top_p, min_p, presence, frequency, repetition;
 } gen_opts;
@@ -56,6 +61,24 @@ static void print_new(const eng_out *out, int ids, int *n)
         fwrite(out->text, 1, out->len, stdout);
     }
     fflush(stdout);
+}
+
+/* The speculation summary on stderr: drafts verified, acceptance, and the
+ * share of drafts accepted at each position (vLLM's counters). */
+static void print_spec(const app_spec *spec, const met_registry *met)
+{
+    met_snap s;
+    met_snapshot(met, &s);
+    uint64_t drafts = s.counters[MET_SPEC_DRAFTS], dt = s.counters[MET_SPEC_DRAFT_TOKENS],
+             acc = s.counters[MET_SPEC_ACCEPTED_TOKENS];
+    fprintf(stderr, "inferd: speculation (%s, k=%d): %llu drafts of %llu tokens, %llu accepted "
+            "(%.3f), mean acceptance length %.2f, acceptance per position",
+            app_spec_name(spec), spec->k, (unsigned long long)drafts, (unsigned long long)dt,
+            (unsigned long long)acc, dt ? (double)acc / (double)dt : 0.0,
+            drafts ? 1.0 + (double)acc / (double)drafts : 1.0);
+    for (int i = 0; i < spec->k && i < MET_SPEC_POS_MAX; i++)
+        fprintf(stderr, " %.3f", drafts ? (double)s.spec_accepted_per_pos[i] / (double)drafts : 0.0);
+    fputc('\n', stderr);
 }
 
 /* "1,2,3" or "1 2 3" into a malloc'd array. */
@@ -104,12 +127,14 @@ static void usage(FILE *f, const arg_spec *specs, int n)
  * offline and served output are one path. */
 /* *bad_file is set when a tokenizer file is malformed or asks for what
  * inferd does not implement (exit 2, as a usage problem). */
-static int run(const gen_opts *o, int *bad_file, inf_err *err)
+/* spec: parsed by the caller; what it opens here is closed here. */
+static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
 {
     model *m = NULL;
     tok *tk = NULL;
     be_backend *be = NULL;
     eng *e = NULL;
+    met_registry *met = NULL; /* with speculation: its counters, for the summary */
     eng_req *r = NULL;
     eng_out out = {0};
     int32_t *prompt = NULL;
@@ -174,20 +199,20 @@ static int run(const gen_opts *o, int *bad_file, inf_err *err)
                       n_prompt, max_ctx);
         goto done;
     }
-    app_backend_config bc = app_backend_config_default();
-    bc.device = o->device;
-    bc.threads = o->threads;
-    bc.kernels = o->kernels;
-    bc.quant = o->quant;
-    bc.block_size = o->block_size;
-    bc.max_tokens = o->batched;
+    if ((rc = app_spec_load_draft(spec, err)))
+        goto done;
+    app_backend_config bc = o->bc;
     bc.max_context = max_ctx;
     bc.max_seqs = 1;
+    bc.spec_k = app_spec_k(spec);
+    bc.draft = spec->dm;
     bc.kv_bytes = SIZE_MAX; /* the pool holds the one sequence at full length */
     app_backend ab;
     if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;
     be = ab.be;
+    if ((rc = app_spec_open(spec, m, tk, &bc, ab.num_blocks, max_ctx, NULL, err)))
+        goto done;
 
     eng_params p = {.sampling = smp_params_default(), .has_seed = 1,
                     .max_tokens = o->max_tokens, .ignore_eos = o->ignore_eos, .logprobs = -1};
@@ -203,10 +228,22 @@ static int run(const gen_opts *o, int *bad_file, inf_err *err)
     if ((rc = smp_params_check(sp, err)))
         goto done;
     /* --prefill-chunk: with one sequence the step budget is its chunk */
-    int step = o->chunk > 0 && o->chunk < o->batched ? o->chunk : o->batched;
+    if (spec->proposer) {
+        met_config mc = met_config_default();
+        mc.model_name = o->model;
+        mc.max_model_len = max_ctx;
+        mc.spec_k = spec->k;
+        if ((rc = met_create(&mc, &met, err)))
+            goto done;
+    }
+    int batched = o->bc.max_tokens;
+    int step = o->chunk > 0 && o->chunk < batched ? o->chunk : batched;
     eng_config ec = {.max_num_seqs = 1, .max_num_batched_tokens = step,
-                     .max_model_len = max_ctx, .block_size = o->block_size,
+                     .max_model_len = max_ctx, .block_size = o->bc.block_size,
                      .num_blocks = ab.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
+                     .spec = spec->proposer, .spec_k = spec->k,
+                     .spec_disable_batch = spec->disable_by_batch_size,
+                     .spec_min_accept = spec->min_acceptance, .met = met,
                      .notify = on_output, .notify_user = &w};
     if ((rc = eng_create(&ec, m, tk, be, &e, err)))
         goto done;
@@ -244,12 +281,16 @@ static int run(const gen_opts *o, int *bad_file, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
                 out.t_first > 0 ? (out.t_first - t1) * 1e3 : 0.0,
                 n > 1 ? (w.t_last - out.t_first) * 1e3 / (n - 1) : 0.0,
-                ab.kernels, o->quant == APP_QUANT_NONE ? ""
+                ab.kernels, o->bc.quant == APP_QUANT_NONE ? ""
                 : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
-                o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+                o->bc.threads > 0 ? o->bc.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    if (met && !o->quiet)
+        print_spec(spec, met);
 done:
     eng_destroy(e); /* before r: it may still hold its reference */
     eng_req_unref(r);
+    app_spec_close(spec); /* after the engine, before the target's backend */
+    met_destroy(met);
     eng_out_free(&out);
     free(prompt);
     free(model_dir);
@@ -264,8 +305,8 @@ done:
 
 int generate_main(int argc, char **argv)
 {
-    gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f, .batched = 512,
-                  .block_size = 16, .kernels = "auto", .device = "cpu"};
+    gen_opts o = {.max_tokens = 128, .top_p = 1.0f, .repetition = 1.0f,
+                  .bc = app_backend_config_default()};
     const arg_spec specs[] = {
         {"model", ARG_STR, &o.model, "DIR", "Hugging Face Llama directory, a GGUF file, or a "
                                             "Hub id ORG/NAME (required)"},
@@ -293,15 +334,16 @@ int generate_main(int argc, char **argv)
         {"seed", ARG_INT, &o.seed, "S", "sampling seed (default 0)"},
         {"ignore-eos", ARG_FLAG, &o.ignore_eos, NULL, "keep generating past end-of-sequence"},
         {"output-ids", ARG_FLAG, &o.output_ids, NULL, "print generated token ids instead of text"},
-        {"threads", ARG_INT, &o.threads, "N", "CPU threads (default: all cores)"},
-        {"kernels", ARG_STR, &o.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
-        {"device", ARG_STR, &o.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
+        {"threads", ARG_INT, &o.bc.threads, "N", "CPU threads (default: all cores)"},
+        {"kernels", ARG_STR, &o.bc.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
+        {"device", ARG_STR, &o.bc.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
         {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 or int4 (CPU only)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
-        {"max-num-batched-tokens", ARG_INT, &o.batched, "N", "tokens per forward step (default 512)"},
+        {"max-num-batched-tokens", ARG_INT, &o.bc.max_tokens, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
-        {"block-size", ARG_INT, &o.block_size, "N", "KV cache block size in tokens (default 16)"},
+        {"block-size", ARG_INT, &o.bc.block_size, "N", "KV cache block size in tokens (default 16)"},
         {"quiet", ARG_FLAG, &o.quiet, NULL, "no summary line on stderr"},
+        APP_SPEC_ARG_SPECS(&o.spec),
     };
     int n_specs = (int)(sizeof specs / sizeof *specs), help = 0;
     inf_err err = {0};
@@ -318,23 +360,30 @@ int generate_main(int argc, char **argv)
                         "(see --help)\n");
         return 2;
     }
-    if (strcmp(o.device, "cpu") && strcmp(o.device, "cuda")) {
+    app_backend_config *bc = &o.bc;
+    if (strcmp(bc->device, "cpu") && strcmp(bc->device, "cuda")) {
         fprintf(stderr, "inferd generate: --device is cpu or cuda\n");
         return 2;
     }
-    o.quant = app_backend_quant(o.quantization);
-    if (o.quant < 0 || (o.quant != APP_QUANT_NONE && strcmp(o.device, "cpu"))) {
+    bc->quant = app_backend_quant(o.quantization);
+    if (bc->quant < 0 || (bc->quant != APP_QUANT_NONE && strcmp(bc->device, "cpu"))) {
         fprintf(stderr, "inferd generate: --quantization is none, int8 or int4, and the "
                         "quantized ones run on the CPU only\n");
         return 2;
     }
-    if (o.batched < 1 || o.block_size < 1 || o.max_tokens < 0) {
+    if (bc->max_tokens < 1 || bc->block_size < 1 || o.max_tokens < 0) {
         fprintf(stderr, "inferd generate: --max-num-batched-tokens and --block-size must be "
                         "positive, --max-tokens not negative\n");
         return 2;
     }
+    /* the speculative options mean what they mean to the server */
+    app_spec spec;
+    if (app_spec_parse(&o.spec, &spec, &err)) {
+        fprintf(stderr, "inferd generate: %s\n", err.msg);
+        return 2;
+    }
     int bad_file = 0;
-    if (run(&o, &bad_file, &err)) {
+    if (run(&o, &spec, &bad_file, &err)) {
         fflush(stdout);
         fprintf(stderr, "inferd: error: %s\n", err.msg);
         return bad_file ? 2 : 1;

@@ -4,7 +4,6 @@
  * loader thread has the model ready. */
 #include "app/serve.h"
 
-#include <cJSON.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,15 +17,13 @@
 #include "app/cfg.h"
 #include "app/hub.h"
 #include "app/sdn.h"
+#include "app/spec.h"
 #include "app/vargs.h"
 #include "engine/be_fault.h"
 #include "engine/eng.h"
 #include "engine/gguf_model.h"
 #include "engine/kv.h"
 #include "engine/metrics.h"
-#include "engine/spec.h"
-#include "engine/spec_draft.h"
-#include "engine/spec_mlp.h"
 #include "engine/version.h"
 #include "server/api.h"
 #include "server/gcall.h"
@@ -35,19 +32,21 @@
 #include "server/srv.h"
 
 typedef struct serve_opts {
-    const char *model, *host, *served_name, *device, *kernels, *kv_mem;
+    const char *model, *host, *served_name, *kv_mem;
     const char *quantization, *tokenizer;
-    int quant;                /* cpu_quant, parsed from quantization       */
-    const char *spec_config, *spec_model, *chat_template, *config;
+    /* the target's backend as the flags choose it (device, threads,
+     * kernels, quant, block_size, max_tokens, gpu_mem, tp); the rest of it
+     * is filled in by backend_config */
+    app_backend_config bc;
+    app_spec_args spec;       /* the speculative decoding flags            */
+    const char *chat_template, *config;
     const char *revision, *download_dir; /* a model by Hub id (app/hub.h)   */
     const char *tokenizer_revision;      /* a tokenizer by Hub id          */
-    float gpu_mem;
-    int port, max_num_seqs, max_model_len, batched, block_size, threads, tp, seed;
+    int port, max_num_seqs, max_model_len, seed;
     int prefill_decoding; /* -1: by device */
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int request_timeout_s;
-    int disable_log_stats, num_spec_tokens, ngram_max, ngram_min, prefix_caching,
-        disable_access_log;
+    int disable_log_stats, prefix_caching, disable_access_log;
     const char *log_format, *log_level;
     /* TLS, keys and CORS (server/tls.h, keys.h, cors.h) */
     arg_strs api_keys;
@@ -61,19 +60,6 @@ typedef struct serve_opts {
     int tool_kind, reasoning_kind; /* parsed from the two names; -1: none */
 } serve_opts;
 
-/* Speculative decoding as configured (vLLM's --speculative-config keys, or
- * the older flags). */
-typedef struct spec_opts {
-    enum { SPEC_OFF, SPEC_NGRAM, SPEC_DRAFT, SPEC_MLP } method;
-    const char *model;        /* draft model or MLP speculator directory   */
-    int k;                    /* num_speculative_tokens                    */
-    int k_given;              /* k came from the options                   */
-    int lookup_max, lookup_min;
-    int disable_by_batch_size;
-    double min_acceptance;
-    char model_buf[4096];
-} spec_opts;
-
 /* Everything the loader builds, torn down in reverse. */
 typedef struct app {
     serve_opts o;
@@ -84,11 +70,7 @@ typedef struct app {
     tmpl *t;
     be_backend *be;
     be_backend *fault;        /* --fault-token-id: wraps be for the engine */
-    spec_opts so;
-    model *dm;                /* draft model, its tokenizer and backend    */
-    tok *dtk;
-    be_backend *dbe;
-    spec_proposer *spec;
+    app_spec spec;            /* the proposer and what it owns             */
     met_registry *met;
     eng *e;
     int max_len;
@@ -131,170 +113,18 @@ static size_t parse_size(const char *s)
     return (size_t)(v * mul);
 }
 
-static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v))
-        return INF_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble)
-        return inf_fail(err, INF_ERR_INVALID, "--speculative-config: \"%s\" must be an integer",
-                        key);
-    *out = (int)v->valuedouble;
-    return INF_OK;
-}
-
-/* --speculative-config JSON, or --speculative-model "[ngram]"|DIR with
- * --num-speculative-tokens K and --ngram-prompt-lookup-max/min N. */
-static int spec_parse(const serve_opts *o, spec_opts *so, inf_err *err)
-{
-    memset(so, 0, sizeof *so);
-    so->k = o->num_spec_tokens > 0 ? o->num_spec_tokens : 4;
-    so->k_given = o->num_spec_tokens > 0;
-    so->lookup_max = o->ngram_max > 0 ? o->ngram_max : 4;
-    so->lookup_min = o->ngram_min > 0 ? o->ngram_min : 1;
-    so->disable_by_batch_size = 8;
-    so->min_acceptance = 0.3;
-    if (o->spec_model) {
-        if (!strcmp(o->spec_model, "[ngram]")) {
-            so->method = SPEC_NGRAM;
-        } else {
-            so->method = spec_mlp_detect(o->spec_model) ? SPEC_MLP : SPEC_DRAFT;
-            so->model = o->spec_model;
-        }
-    }
-    if (o->spec_config) {
-        cJSON *j = cJSON_Parse(o->spec_config);
-        if (!cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            return inf_fail(err, INF_ERR_INVALID, "--speculative-config is not a JSON object");
-        }
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "method");
-        const cJSON *dir = cJSON_GetObjectItemCaseSensitive(j, "model");
-        const cJSON *floor = cJSON_GetObjectItemCaseSensitive(j, "min_acceptance");
-        int rc = INF_OK;
-        if (cJSON_IsString(dir) && strcmp(dir->valuestring, "[ngram]") != 0) {
-            /* a directory: a draft model, or an MLP speculator (by its config,
-             * or "method": "mlp_speculator") */
-            so->method = (cJSON_IsString(m) && !strcmp(m->valuestring, "mlp_speculator")) ||
-                                 spec_mlp_detect(dir->valuestring)
-                             ? SPEC_MLP
-                             : SPEC_DRAFT;
-            snprintf(so->model_buf, sizeof so->model_buf, "%s", dir->valuestring);
-            so->model = so->model_buf;
-        } else if ((cJSON_IsString(m) && !strcmp(m->valuestring, "ngram")) ||
-                   (cJSON_IsString(dir) && !strcmp(dir->valuestring, "[ngram]"))) {
-            so->method = SPEC_NGRAM;
-        } else if (cJSON_IsString(m) && !strcmp(m->valuestring, "draft_model")) {
-            rc = inf_fail(err, INF_ERR_INVALID, "--speculative-config: method draft_model needs "
-                                                "\"model\": the draft's directory");
-        } else {
-            rc = inf_fail(err, INF_ERR_INVALID,
-                          "--speculative-config: say \"method\": \"ngram\" or give a draft "
-                          "\"model\" directory (got method %s)",
-                          cJSON_IsString(m) ? m->valuestring : "none");
-        }
-        so->k_given = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "num_speculative_tokens"));
-        if (!rc)
-            rc = json_int(j, "num_speculative_tokens", &so->k, err);
-        if (!rc)
-            rc = json_int(j, "prompt_lookup_max", &so->lookup_max, err);
-        if (!rc)
-            rc = json_int(j, "prompt_lookup_min", &so->lookup_min, err);
-        if (!rc)
-            rc = json_int(j, "disable_by_batch_size", &so->disable_by_batch_size, err);
-        if (!rc && floor) {
-            if (!cJSON_IsNumber(floor) || floor->valuedouble < 0 || floor->valuedouble > 1)
-                rc = inf_fail(err, INF_ERR_INVALID,
-                              "--speculative-config: \"min_acceptance\" must be in [0, 1]");
-            else
-                so->min_acceptance = floor->valuedouble;
-        }
-        cJSON_Delete(j);
-        if (rc)
-            return rc;
-    }
-    if (so->method != SPEC_OFF && (so->k < 1 || so->k > 32))
-        return inf_fail(err, INF_ERR_INVALID, "num_speculative_tokens must be 1..32, got %d",
-                        so->k);
-    if (so->method == SPEC_NGRAM && (so->lookup_min < 1 || so->lookup_max < so->lookup_min))
-        return inf_fail(err, INF_ERR_INVALID,
-                        "prompt_lookup_min %d / prompt_lookup_max %d: need 1 <= min <= max",
-                        so->lookup_min, so->lookup_max);
-    return INF_OK;
-}
-
 /* The backend settings a target of these options gets (the draft's are
  * derived from them). */
 static app_backend_config backend_config(const app *a, int max_len)
 {
     const serve_opts *o = &a->o;
-    app_backend_config bc = app_backend_config_default();
-    bc.device = o->device;
-    bc.threads = o->threads;
-    bc.kernels = o->kernels;
-    bc.quant = o->quant;
-    bc.block_size = o->block_size;
-    bc.max_tokens = o->batched;
+    app_backend_config bc = o->bc;
     bc.max_context = max_len;
     bc.max_seqs = o->max_num_seqs;
-    bc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
+    bc.spec_k = app_spec_k(&a->spec);
     bc.kv_bytes = o->kv_mem ? parse_size(o->kv_mem) : 0;
-    bc.gpu_mem = o->gpu_mem;
-    bc.tp = o->tp;
-    bc.draft = a->so.method == SPEC_DRAFT ? a->dm : NULL;
+    bc.draft = a->spec.dm;
     return bc;
-}
-
-/* The proposer: the n-gram lookup, or the draft model (loaded by load(),
- * before the target's backend, which on CUDA budgets for it) and its
- * backend, which shares the target's KV block count. */
-static int spec_load(app *a, int max_len, int num_blocks, inf_err *err)
-{
-    spec_opts *so = &a->so;
-    if (so->method == SPEC_NGRAM) {
-        spec_ngram_config nc = {.lookup_max = so->lookup_max, .lookup_min = so->lookup_min};
-        return spec_ngram_create(&nc, &a->spec, err);
-    }
-    if (so->method == SPEC_MLP) { /* fed the target's hidden states: no model, no KV */
-        spec_mlp_config mc = {.dir = so->model, .target_vocab = a->m->cfg.vocab_size,
-                              .target_hidden = a->m->cfg.hidden_size};
-        int rc = spec_mlp_create(&mc, &a->spec, err);
-        int np = rc ? 0 : spec_mlp_n_predict(a->spec);
-        if (!rc && so->k_given && so->k > np)
-            rc = inf_fail(err, INF_ERR_INVALID, "%s: num_speculative_tokens %d is more than the "
-                          "speculator's n_predict %d", so->model, so->k, np);
-        if (!rc && !so->k_given && np < so->k) /* the backend is sized for the default */
-            so->k = np;
-        return rc;
-    }
-    int rc = tok_create(so->model, &a->dtk, err);
-    if (!rc)
-        rc = spec_draft_check_tokenizers(a->tk, a->dtk, so->model, err);
-    if (!rc && a->dm->cfg.vocab_size != a->m->cfg.vocab_size)
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: the draft's vocabulary (%d) differs from "
-                      "the target's (%d)", so->model, a->dm->cfg.vocab_size, a->m->cfg.vocab_size);
-    int draft_len = model_context(&a->dm->cfg);
-    if (!rc && draft_len < max_len)
-        log_msg(a->log, LOG_INFO, "loader", NULL,
-                "%s: the draft's context (%d) is shorter than the served context (%d): "
-                "sequences past %d tokens are not speculated",
-                so->model, draft_len, max_len, draft_len);
-    app_backend_config dc = backend_config(a, max_len);
-    dc.is_draft = 1;
-    dc.draft = NULL;
-    dc.num_blocks = num_blocks;
-    app_backend db = {0};
-    if (!rc)
-        rc = app_backend_open(a->dm, &dc, &db, err);
-    a->dbe = db.be;
-    if (!rc) {
-        spec_draft_config sc = {.draft = a->dm, .backend = a->dbe, .num_blocks = num_blocks,
-                                .block_size = a->o.block_size, .max_tokens = a->o.batched,
-                                .max_seqs = a->o.max_num_seqs, .max_len = max_len,
-                                .draft_len = draft_len, .vocab = a->m->cfg.vocab_size};
-        rc = spec_draft_create(&sc, &a->spec, err);
-    }
-    return rc;
 }
 
 static void on_ready(void *user)
@@ -468,41 +298,41 @@ static void *load(void *arg)
     if (!rc && tok_vocab_size(a->tk) > c->vocab_size)
         rc = inf_fail(&a->err, INF_ERR_FORMAT, "%s: the tokenizer has %d pieces, the model %d",
                       o->model, tok_vocab_size(a->tk), c->vocab_size);
-    if (!rc && a->so.method == SPEC_DRAFT)
-        rc = model_load(a->so.model, &a->dm, &a->err);
+    if (!rc)
+        rc = app_spec_load_draft(&a->spec, &a->err);
     app_backend tb = {0};
+    app_backend_config bc = backend_config(a, max_len);
     if (!rc) {
-        app_backend_config bc = backend_config(a, max_len);
         rc = app_backend_open(a->m, &bc, &tb, &a->err);
         a->be = tb.be;
         if (!rc && tb.note[0])
             log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);
-        if (!rc && (size_t)(tb.num_blocks - 1) * (size_t)o->block_size < (size_t)max_len)
+        if (!rc && (size_t)(tb.num_blocks - 1) * (size_t)o->bc.block_size < (size_t)max_len)
             log_msg(a->log, LOG_WARN, "loader", NULL,
                     "the KV pool (%d blocks) cannot hold one sequence of %d tokens; long "
                     "requests will be refused",
                     tb.num_blocks - 1, max_len);
     }
-    if (!rc && a->so.method != SPEC_OFF)
-        rc = spec_load(a, max_len, tb.num_blocks, &a->err);
+    if (!rc)
+        rc = app_spec_open(&a->spec, a->m, a->tk, &bc, tb.num_blocks, max_len, a->log, &a->err);
     if (!rc) {
         met_config mc = met_config_default();
         mc.model_name = o->served_name ? o->served_name : o->model;
         mc.max_model_len = max_len;
-        mc.spec_k = a->so.method != SPEC_OFF ? a->so.k : 0;
+        mc.spec_k = app_spec_k(&a->spec);
         rc = met_create(&mc, &a->met, &a->err);
     }
     if (!rc) {
-        eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->batched,
+        eng_config ec = {.max_num_seqs = o->max_num_seqs, .max_num_batched_tokens = o->bc.max_tokens,
                          .max_prefill_while_decoding = o->prefill_decoding,
-                         .max_model_len = max_len, .block_size = o->block_size,
+                         .max_model_len = max_len, .block_size = o->bc.block_size,
                          .num_blocks = tb.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = o->prefix_caching,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
                          .notify = gcall_on_engine_output,
-                         .spec = a->spec, .spec_k = a->so.k,
-                         .spec_disable_batch = a->so.disable_by_batch_size,
-                         .spec_min_accept = a->so.min_acceptance, .log = a->log};
+                         .spec = a->spec.proposer, .spec_k = a->spec.k,
+                         .spec_disable_batch = a->spec.disable_by_batch_size,
+                         .spec_min_accept = a->spec.min_acceptance, .log = a->log};
         eng *e = NULL;
         if (o->fault_token >= 0 &&
             !(rc = be_fault_create(a->be, &(be_fault_config){o->fault_token}, &a->fault,
@@ -525,16 +355,16 @@ static void *load(void *arg)
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             inf_dtype_name(a->m->layers[0].wq.dtype),
-            o->quant == APP_QUANT_NONE ? ""
+            o->bc.quant == APP_QUANT_NONE ? ""
             : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
                                               : " (layers quantized to int4)", max_len,
-            tb.num_blocks - 1, o->block_size, o->device, tb.kernels);
-    if (a->spec)
+            tb.num_blocks - 1, o->bc.block_size, o->bc.device, tb.kernels);
+    if (a->spec.proposer)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "speculative decoding: %s, %d tokens per step, off at %d or more running, "
                 "acceptance floor %.2f",
-                a->so.method == SPEC_NGRAM ? "n-gram prompt lookup" : a->so.model, a->so.k,
-                a->so.disable_by_batch_size, a->so.min_acceptance);
+                app_spec_name(&a->spec), a->spec.k, a->spec.disable_by_batch_size,
+                a->spec.min_acceptance);
     a->max_len = max_len;
     loaded(a, on_ready);
     return NULL;
@@ -560,14 +390,14 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
     if (!a)
         return 1;
     serve_opts *o = &a->o;
-    *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64, .batched = 512,
-                      .prefill_decoding = -1, .prefix_caching = 1,
-                      .block_size = 16, .device = NULL, .kernels = "auto", .tp = 1,
-                      .gpu_mem = 0.9f,
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64,
+                      .bc = app_backend_config_default(), .prefill_decoding = -1,
+                      .prefix_caching = 1,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16,
                       .fault_token = -1};
+    o->bc.device = NULL; /* none named: chosen after parsing */
     const arg_spec specs[] = {
         {"model", ARG_STR, &o->model, "DIR", "Hugging Face Llama model directory, a GGUF file, "
                                              "or a Hub id ORG/NAME (required; may come first, "
@@ -609,26 +439,26 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
         {"max-model-len", ARG_INT, &o->max_model_len, "N", "context length (default: the "
                                                            "model's)"},
         {"max-num-seqs", ARG_INT, &o->max_num_seqs, "N", "sequences running at once (default 64)"},
-        {"max-num-batched-tokens", ARG_INT, &o->batched, "N", "tokens per engine step "
+        {"max-num-batched-tokens", ARG_INT, &o->bc.max_tokens, "N", "tokens per engine step "
                                                               "(default 512)"},
         {"max-prefill-tokens-while-decoding", ARG_INT, &o->prefill_decoding, "N",
          "tokens per step of prompts longer than 8N while other requests decode, or one "
          "per decoding request if more (default 8 on the CPU; 0, the step budget alone, "
          "on CUDA)"},
-        {"block-size", ARG_INT, &o->block_size, "N", "KV cache block size in tokens (default 16)"},
+        {"block-size", ARG_INT, &o->bc.block_size, "N", "KV cache block size in tokens (default 16)"},
         {"kv-cache-memory", ARG_STR, &o->kv_mem, "BYTES", "KV cache size, e.g. 4GiB (default "
                                                           "4GiB or what the sequences need; on "
                                                           "CUDA: from --gpu-memory-utilization)"},
-        {"device", ARG_STR, &o->device, "DEV", "cpu or cuda (default: cuda when a CUDA build "
+        {"device", ARG_STR, &o->bc.device, "DEV", "cpu or cuda (default: cuda when a CUDA build "
                                                 "finds a GPU, else cpu)"},
-        {"gpu-memory-utilization", ARG_FLOAT, &o->gpu_mem, "F", "share of each GPU's memory "
+        {"gpu-memory-utilization", ARG_FLOAT, &o->bc.gpu_mem, "F", "share of each GPU's memory "
                                                                 "to use (default 0.9)"},
-        {"threads", ARG_INT, &o->threads, "N", "CPU threads (default: all cores)"},
-        {"kernels", ARG_STR, &o->kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
+        {"threads", ARG_INT, &o->bc.threads, "N", "CPU threads (default: all cores)"},
+        {"kernels", ARG_STR, &o->bc.kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
         {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
                                                             "or int4 (W4A8, groups of 32): "
                                                             "the layers' weights, CPU only"},
-        {"tensor-parallel-size", ARG_INT, &o->tp, "N", "1 on the CPU"},
+        {"tensor-parallel-size", ARG_INT, &o->bc.tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
          "a Jinja file, an inline Jinja template, or llama-2, mistral, chatml, zephyr, "
@@ -663,14 +493,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
                                                                      "shared prefixes (default)"},
         {"no-enable-prefix-caching", ARG_FLAG_OFF, &o->prefix_caching, NULL, "turn prefix "
                                                                             "caching off"},
-        {"speculative-config", ARG_STR, &o->spec_config, "JSON", "speculative decoding, as vLLM: "
-         "{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4} or "
-         "{\"model\":\"DRAFT_DIR\",\"num_speculative_tokens\":4}"},
-        {"speculative-model", ARG_STR, &o->spec_model, "DIR", "older spelling: \"[ngram]\" or a "
-                                                              "draft model directory"},
-        {"num-speculative-tokens", ARG_INT, &o->num_spec_tokens, "K", "older spelling (default 4)"},
-        {"ngram-prompt-lookup-max", ARG_INT, &o->ngram_max, "N", "older spelling (default 4)"},
-        {"ngram-prompt-lookup-min", ARG_INT, &o->ngram_min, "N", "older spelling (default 1)"},
+        APP_SPEC_ARG_SPECS(&o->spec),
         {"fault-token-id", ARG_INT, &o->fault_token, "N", "testing: a step whose batch holds "
                                                           "token N fails (the fault path)"},
         {"config", ARG_STR, &o->config, "FILE", "YAML config file: keys are these option names; "
@@ -702,20 +525,21 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
         free(a);
         return 0;
     }
-    if (!o->device)
-        o->device = app_backend_default_device();
-    o->quant = app_backend_quant(o->quantization);
+    app_backend_config *bc = &o->bc;
+    if (!bc->device) /* cuda when a CUDA build finds a GPU, else cpu */
+        bc->device = app_backend_default_device();
+    bc->quant = app_backend_quant(o->quantization);
     const char *bad = !o->model ? "--model is required (see --help)"
-                      : (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+                      : (strcmp(bc->device, "cpu") && strcmp(bc->device, "cuda"))
                           ? "--device is cpu or cuda"
-                      : (o->tp != 1 && !strcmp(o->device, "cpu"))
+                      : (bc->tp != 1 && !strcmp(bc->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
-                      : o->quant < 0 ? "--quantization is none, int8 or int4"
-                      : (o->quant != APP_QUANT_NONE && strcmp(o->device, "cpu"))
+                      : bc->quant < 0 ? "--quantization is none, int8 or int4"
+                      : (bc->quant != APP_QUANT_NONE && strcmp(bc->device, "cpu"))
                           ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
-                      : (o->gpu_mem <= 0 || o->gpu_mem > 1)
+                      : (bc->gpu_mem <= 0 || bc->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
-                      : (o->max_num_seqs < 1 || o->batched < 1 || o->block_size < 1 ||
+                      : (o->max_num_seqs < 1 || bc->max_tokens < 1 || bc->block_size < 1 ||
                          o->max_body_mb < 1 || o->port < 0 || o->port > 65535 ||
                          o->prefill_decoding < -1)
                           ? "sizes and limits must be positive"
@@ -740,10 +564,10 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
     }
     o->tool_kind = o->tool_parser ? (int)tk : -1;
     o->reasoning_kind = o->reasoning_parser ? (int)rk : -1;
-    if (o->batched < o->max_num_seqs)
-        o->max_num_seqs = o->batched; /* every running sequence needs a token per step */
+    if (bc->max_tokens < o->max_num_seqs)
+        o->max_num_seqs = bc->max_tokens; /* every running sequence needs a token per step */
     if (o->prefill_decoding < 0) /* a CPU pays per token; a GPU hardly does until it is full */
-        o->prefill_decoding = !strcmp(o->device, "cpu") ? 8 : 0;
+        o->prefill_decoding = !strcmp(bc->device, "cpu") ? 8 : 0;
     log_config lc = log_config_default();
     static const char *levels[] = {"debug", "info", "warn", "error"};
     int lv = -1;
@@ -761,7 +585,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
     lc.format = o->log_format && !strcmp(o->log_format, "json") ? LOG_JSON : LOG_TEXT;
     lc.min_level = lv >= 0 ? (log_level)lv : LOG_INFO;
     a->tty = isatty(STDERR_FILENO);
-    if (spec_parse(o, &a->so, &err) || log_create(&lc, &a->log, &err) ||
+    if (app_spec_parse(&o->spec, &a->spec, &err) || log_create(&lc, &a->log, &err) ||
         sdn_create(&a->notify, &err)) {
         fprintf(stderr, "inferd: %s\n", err.msg);
         log_destroy(a->log);
@@ -849,11 +673,7 @@ teardown:
     pthread_mutex_destroy(&a->wd_mu);
     eng_destroy(a->e);
     srv_destroy(a->srv);
-    if (a->spec)
-        a->spec->ops->destroy(a->spec);
-    be_destroy(a->dbe);
-    tok_destroy(a->dtk);
-    model_destroy(a->dm);
+    app_spec_close(&a->spec);
     be_destroy(a->fault);
     be_destroy(a->be);
     met_destroy(a->met);

@@ -1,7 +1,11 @@
 /* The MLP speculator as a proposer: fed the target's hidden states through
  * the seam (the CPU backend's want_hidden), it drafts, and greedy output
  * with it equals output without it (lossless), for concurrent requests
- * prefilled in chunks. The speculator is a random one the test writes in
+ * prefilled in chunks; the engine's adaptive disabling (no drafts at
+ * disable_by_batch_size running, drafting paused while acceptance is below
+ * the floor) holds for it; and at temperature 1 its sampled drafts and
+ * proposal probabilities, verified, give exactly the target's distribution
+ * (chi-square). The speculator is a random one the test writes in
  * the real checkpoint format (tied), sized for the fixture model
  * $INFERD_TEST_FIXTURES/tiny (skipped, saying so, when absent). Its
  * computation against the numpy reference is tests/ref/check_mlp_spec.py. */
@@ -71,8 +75,9 @@ static float gauss(unsigned *s)
     return (float)(u - 6.0);
 }
 
-/* A tied speculator for vocab V, hidden D: emb/head/ln 0, proj 0 and 1. */
-static void make_speculator(const char *dir, int V, int D, int I, int n_predict)
+/* A tied speculator for vocab V, hidden D: emb/head/ln 0, proj 0 and 1;
+ * head weights of standard deviation head_sd (larger: sharper proposals). */
+static void make_speculator(const char *dir, int V, int D, int I, int n_predict, float head_sd)
 {
     mkdir(dir, 0755);
     char path[800];
@@ -95,7 +100,8 @@ static void make_speculator(const char *dir, int V, int D, int I, int n_predict)
         size_t n = (size_t)(t[i].rows * (t[i].cols > 0 ? t[i].cols : 1));
         t[i].data = malloc(n * 4);
         for (size_t j = 0; j < n; j++)
-            t[i].data[j] = i == 2 ? 1.0f + 0.1f * gauss(&seed) : gauss(&seed) * (i == 0 ? 1.0f : 0.2f);
+            t[i].data[j] = i == 2   ? 1.0f + 0.1f * gauss(&seed)
+                               : gauss(&seed) * (i == 0 ? 1.0f : i == 1 ? head_sd : 0.2f);
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_st(path, t, 6);
@@ -119,9 +125,15 @@ static void on_notify(void *user, eng_req *r)
 
 enum { NREQ = 3, OUT = 30 };
 
+/* The engine's adaptive policy: 0 and 0 leave drafting always on. */
+typedef struct policy {
+    int disable_batch;   /* eng_config.spec_disable_batch   */
+    double min_accept;   /* eng_config.spec_min_accept      */
+} policy;
+
 /* Greedy text of NREQ concurrent requests, with the speculator or without. */
 static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
-                char texts[NREQ][4096])
+                policy pol, char texts[NREQ][4096])
 {
     cpu_config cc = cpu_config_default();
     cc.n_threads = 2;
@@ -136,7 +148,8 @@ static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *
     pthread_cond_init(&w.cv, NULL);
     eng_config ec = {.max_num_seqs = 8, .max_num_batched_tokens = 16, .max_model_len = 128,
                      .block_size = 16, .num_blocks = 64, .met = met, .spec = sp,
-                     .spec_k = sp ? 3 : 0, .notify = on_notify, .notify_user = &w};
+                     .spec_k = sp ? 3 : 0, .spec_disable_batch = pol.disable_batch,
+                     .spec_min_accept = pol.min_accept, .notify = on_notify, .notify_user = &w};
     eng *e = NULL;
     if (eng_create(&ec, m, tk, be, &e, &err))
         fail_msg("eng_create: %s", err.msg);
@@ -190,7 +203,7 @@ static void test_spec_mlp_lossless_and_drafting(void **state)
     inf_err err = {0};
     assert_int_equal(model_load(dir, &m, &err), INF_OK);
     assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3);
+    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 0.2f);
     spec_proposer *sp = NULL;
     spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
                           .target_hidden = m->cfg.hidden_size};
@@ -201,8 +214,8 @@ static void test_spec_mlp_lossless_and_drafting(void **state)
     met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
     assert_int_equal(met_create(&mc, &met, &err), INF_OK);
     static char off[NREQ][4096], on[NREQ][4096];
-    run(m, tk, NULL, NULL, off);
-    run(m, tk, sp, met, on);
+    run(m, tk, NULL, NULL, (policy){0, 0}, off);
+    run(m, tk, sp, met, (policy){0, 0}, on);
     for (int i = 0; i < NREQ; i++)
         assert_string_equal(on[i], off[i]);
     met_snap s;
@@ -222,10 +235,180 @@ static void test_spec_mlp_lossless_and_drafting(void **state)
     model_destroy(m);
 }
 
+/* Drafted tokens verified in a run of NREQ requests under policy pol; the
+ * greedy text must still be off's. */
+static uint64_t drafted(const model *m, const tok *tk, spec_proposer *sp, policy pol,
+                        char off[NREQ][4096])
+{
+    met_registry *met = NULL;
+    inf_err err = {0};
+    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
+    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
+    static char on[NREQ][4096];
+    run(m, tk, sp, met, pol, on);
+    for (int i = 0; i < NREQ; i++)
+        assert_string_equal(on[i], off[i]);
+    met_snap s;
+    met_snapshot(met, &s);
+    met_destroy(met);
+    return s.counters[MET_SPEC_DRAFT_TOKENS];
+}
+
+/* Adaptive disabling, as for the other proposers: with disable_by_batch_size
+ * 1 (every step has a sequence running) nothing is drafted, with NREQ + 1
+ * drafting goes on; with an acceptance floor a random speculator, whose
+ * drafts are nearly always rejected, pauses (4, 8, 16 steps), so it drafts
+ * well under a third of what it drafts without the floor. Text unchanged. */
+static void test_spec_mlp_adaptive_disabling(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[600], sdir[700], cfgp[700];
+    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (!fx || access(cfgp, R_OK)) {
+        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
+        skip();
+    }
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny_policy", tmp ? tmp : "/tmp");
+    model *m = NULL;
+    tok *tk = NULL;
+    inf_err err = {0};
+    assert_int_equal(model_load(dir, &m, &err), INF_OK);
+    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
+    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 0.2f);
+    spec_proposer *sp = NULL;
+    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
+                          .target_hidden = m->cfg.hidden_size};
+    if (spec_mlp_create(&sc, &sp, &err))
+        fail_msg("spec_mlp_create: %s", err.msg);
+    static char off[NREQ][4096];
+    run(m, tk, NULL, NULL, (policy){0, 0}, off);
+    uint64_t always = drafted(m, tk, sp, (policy){0, 0}, off);
+    uint64_t by_batch_off = drafted(m, tk, sp, (policy){1, 0}, off);
+    uint64_t by_batch_on = drafted(m, tk, sp, (policy){NREQ + 1, 0}, off);
+    uint64_t floored = drafted(m, tk, sp, (policy){0, 0.99}, off);
+    print_message("drafted tokens: always %llu; disable_by_batch_size 1: %llu, %d: %llu; "
+                  "acceptance floor 0.99: %llu\n", (unsigned long long)always,
+                  (unsigned long long)by_batch_off, NREQ + 1, (unsigned long long)by_batch_on,
+                  (unsigned long long)floored);
+    assert_true(always > 0);
+    assert_int_equal(by_batch_off, 0);
+    assert_true(by_batch_on > 0);
+    assert_true(floored > 0);           /* it probes again after each pause */
+    assert_true(floored * 3 < always);
+    sp->ops->destroy(sp);
+    tok_destroy(tk);
+    model_destroy(m);
+}
+
+/* 0.999 quantiles of chi-square (standard tables), by degrees of freedom. */
+static double chi2_999(int df)
+{
+    switch (df) {
+    case 8: return 26.124;
+    case 15: return 37.697;
+    case 35: return 66.619;
+    default: fail_msg("no chi-square quantile for %d degrees of freedom", df);
+    }
+    return 0;
+}
+
+/* Speculative sampling with the MLP speculator's own sampled drafts and
+ * proposal probabilities: the first two tokens the verifier emits are
+ * distributed as the target's (rows p0, p1: a target whose row depends only
+ * on the position), checked by chi-square over the V x V joint, at
+ * temperature 1 and at temperature 0.7 with top-k 4 (the request's
+ * processing applied to both sides). A round that emits one token proposes
+ * again from the new position, as the engine does. */
+static void test_spec_mlp_verify_preserves_target_distribution(void **state)
+{
+    (void)state;
+    enum { V = 6, D = 8, I = 8, K = 3, N = 100000 };
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    char sdir[700];
+    snprintf(sdir, sizeof sdir, "%s/mlp_spec_chi2", tmp ? tmp : "/tmp");
+    make_speculator(sdir, V, D, I, K, 1.5f);
+    spec_proposer *sp = NULL;
+    inf_err err = {0};
+    spec_mlp_config sc = {.dir = sdir, .target_vocab = V, .target_hidden = D};
+    if (spec_mlp_create(&sc, &sp, &err))
+        fail_msg("spec_mlp_create: %s", err.msg);
+    smp_ctx *smp = NULL;
+    assert_int_equal(smp_create(V, &smp, &err), INF_OK);
+    const float logits[K + 1][V] = {{0.2f, 1.1f, -0.4f, 0.9f, 0.5f, -0.2f},
+                                    {0.6f, -0.3f, 0.8f, 0.1f, 1.0f, 0.0f},
+                                    {-0.5f, 0.4f, 0.3f, 1.2f, 0.2f, 0.7f},
+                                    {0.0f, 0.0f, 0.5f, -0.5f, 0.3f, 0.9f}};
+    float hidden[D];
+    unsigned hs = 5;
+    for (int i = 0; i < D; i++)
+        hidden[i] = gauss(&hs);
+    for (int mode = 0; mode < 2; mode++) {
+        smp_params par = smp_params_default();
+        par.temperature = mode ? 0.7f : 1.0f;
+        par.top_k = mode ? 4 : 0;
+        par.seed = 3 + (uint64_t)mode;
+        float p[K + 1][V], q[K * V], scratch[V];
+        for (int j = 0; j <= K; j++)
+            smp_probs(smp, &par, logits[j], p[j]);
+        smp_rng rng;
+        smp_rng_seed(&rng, 41 + (uint64_t)mode);
+        int32_t toks[8] = {1};
+        spec_seq seq = {.tokens = toks, .n_tokens = 1, .n_prompt = 1, .hidden = hidden};
+        spec_seq *seqs = &seq;
+        static int count[V][V];
+        memset(count, 0, sizeof count);
+        int accepted_any = 0;
+        for (int n = 0; n < N; n++) {
+            int32_t emitted[2];
+            int n_em = 0;
+            while (n_em < 2) { /* a round proposes from the position reached */
+                int k = K - n_em, kk = k;
+                int32_t d[K];
+                assert_int_equal(sp->ops->propose(sp, &seqs, 1, &par, K, &kk, d, q, &err),
+                                 INF_OK);
+                assert_int_equal(kk, k);
+                spec_result r = spec_verify(k, d, &p[n_em][0], q, V, &rng, scratch);
+                accepted_any += r.accepted > 0;
+                for (int i = 0; i < r.accepted && n_em < 2; i++)
+                    emitted[n_em++] = d[i];
+                if (n_em < 2)
+                    emitted[n_em++] = r.next;
+                toks[0] = emitted[n_em - 1];
+            }
+            count[emitted[0]][emitted[1]]++;
+        }
+        double x = 0;
+        int cells = 0;
+        for (int a = 0; a < V; a++)
+            for (int b = 0; b < V; b++) {
+                double e = (double)N * p[0][a] * p[1][b];
+                if (e == 0) { /* outside top-k: never emitted */
+                    assert_int_equal(count[a][b], 0);
+                    continue;
+                }
+                x += (count[a][b] - e) * (count[a][b] - e) / e;
+                cells++;
+            }
+        print_message("mode %d: chi-square %.1f over %d cells (0.999 quantile %.1f), %d rounds "
+                      "accepted a draft\n", mode, x, cells, chi2_999(cells - 1), accepted_any);
+        assert_true(accepted_any > N / 10); /* the drafts were really used */
+        if (x > chi2_999(cells - 1))
+            fail_msg("mode %d: chi-square %.1f > %.1f", mode, x, chi2_999(cells - 1));
+        sp->ops->release(sp, &seq);
+    }
+    smp_destroy(smp);
+    sp->ops->destroy(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_mlp_lossless_and_drafting),
+        cmocka_unit_test(test_spec_mlp_adaptive_disabling),
+        cmocka_unit_test(test_spec_mlp_verify_preserves_target_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

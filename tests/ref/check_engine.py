@@ -10,7 +10,8 @@ untied form made with scripts/make_model.py --from):
   * logits of every prompt position from build/dump_logits are within 1e-4
     (max |c - ref| / max |ref| per position) of tests/ref/llama_ref.py;
   * the logits are bit-identical across every kernel table this CPU supports;
-  * 100 greedy tokens from `inferd generate` equal the reference's;
+  * 100 greedy tokens from `inferd generate` equal the reference's, and are
+    the same with n-gram speculation (`--speculative-model [ngram]`);
   * the same with --quantization int8 and int4 against the reference's own
     W8A8 / W4A8 (1e-5 before the first position where an activation lies near a
     rounding boundary, 5e-2 from there on), bit-identical
@@ -144,9 +145,15 @@ def check_model(build, tmp, label, model, kernels, failures):
         failures.append(f"{name}: logits differ from the reference by {rel:.2e} (> {TOL})")
     check_identical(dumps, name, "logits", failures)
     gen = greedy_vs_ref(build, model, tokens, ref, [], name, failures)
+    # `inferd generate` with n-gram speculation: the same greedy ids as without
+    spec = run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
+                "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet",
+                "--speculative-model", "[ngram]", "--num-speculative-tokens", "3"])
+    if [int(t) for t in spec.split()] != gen:
+        failures.append(f"{name}: generate's greedy ids with n-gram speculation differ from without")
     print(f"  {label:34s} logits rel err {rel:.1e}  kernels {'/'.join(kernels)} identical  "
           f"greedy {len(gen)} tokens {'equal' if gen == ref['ids'] else 'DIFFER'}  "
-          f"(min margin {ref['min_margin']:.3f})")
+          f"(min margin {ref['min_margin']:.3f}), the same with n-gram speculation")
     return want
 
 

@@ -4,6 +4,12 @@ generates the data, a few training steps make the loss fall, and the
 checkpoint it writes loads in inferd (build/mlp_spec_dump, with the target's
 vocabulary and hidden size checked) and proposes what the float64 numpy
 version of the equations (mlp_spec_ref.py) computes from the same weights.
+`inferd generate`'s greedy output is the same with speculation off and on
+(this speculator, n-gram, the draft model llama2xs-260K when present), and
+the MLP speculator drafts. --data-model: a padded copy of the target
+(../shared/tools/pad_model.py, a small shape) gets a speculator trained on
+the source's data that reads its hidden states, and greedy output on it is
+the same with that speculator on and off.
 
   check_mlp_train.py [--build build] [--model DIR]
 
@@ -12,6 +18,7 @@ Skips (saying so) when PyTorch is not importable: the trainer needs it.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,9 +91,69 @@ def main():
         print(f"  checkpoint loads in inferd; logits rel err vs numpy {worst:.1e}")
         if not worst < 1e-5:
             failures.append(f"logits differ from the reference (rel err {worst:.2e})")
+        draft = os.path.join(os.path.dirname(a.model), "llama2xs-260K")
+        spec = [("mlp", ["--speculative-config", json.dumps({"model": out, "num_speculative_tokens": 3})]),
+                ("ngram", ["--speculative-model", "[ngram]", "--num-speculative-tokens", "3"])]
+        if os.path.exists(os.path.join(draft, "config.json")):
+            spec.append(("draft", ["--speculative-model", draft, "--num-speculative-tokens", "3"]))
+        failures += same_on_and_off(a.build, a.model, spec)
+        failures += padded(a, tmp)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
+
+
+def generate(build, model, extra):
+    """Greedy ids of `inferd generate` and the drafts it reports verifying."""
+    r = subprocess.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt",
+                        "Once upon a time", "--max-tokens", "96", "--output-ids", "--threads", "1"]
+                       + extra, capture_output=True, text=True)
+    if r.returncode:
+        return None, r.stderr.strip()
+    m = re.search(r"speculation \(.*\): (\d+) drafts", r.stderr)
+    return r.stdout.split(), int(m.group(1)) if m else 0
+
+
+def same_on_and_off(build, model, spec):
+    """Greedy `inferd generate` output is the same with each proposer as without."""
+    fails = []
+    off, _ = generate(build, model, [])
+    for name, extra in spec:
+        on, drafts = generate(build, model, extra)
+        if on is None:
+            fails.append(f"generate with {name} failed: {drafts}")
+        elif on != off:
+            fails.append(f"generate with {name}: greedy output differs from speculation off")
+        elif name == "mlp" and drafts == 0:
+            fails.append("generate with the MLP speculator verified no drafts")
+        else:
+            print(f"  inferd generate on {os.path.basename(model)}: {len(on)} greedy tokens "
+                  f"identical with {name} on ({drafts} drafts) and off")
+    return fails
+
+
+def padded(a, tmp):
+    """--data-model: a speculator for a padded copy of the target."""
+    big, out = os.path.join(tmp, "padded"), os.path.join(tmp, "spec-padded")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "..", "shared", "tools", "pad_model.py"),
+                        a.model, big, "--hidden", "128", "--intermediate", "256", "--layers", "6",
+                        "--heads", "8", "--kv-heads", "4", "--head-dim", "16", "--dtype", "f32"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        print(f"  SKIP --data-model: no padded copy ({r.stderr.strip()[-200:]})")
+        return []
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
+                        "--target", big, "--data-model", a.model, "--out", out, "--build", a.build,
+                        "--seqs", "4", "--gen-tokens", "48", "--steps", "60", "--steps2", "20",
+                        "--batch", "64", "--n-predict", "3"], capture_output=True, text=True)
+    if r.returncode:
+        return [f"train_mlp_speculator --data-model failed: {r.stderr.strip()[-400:]}"]
+    c = json.load(open(os.path.join(out, "config.json")))
+    if c["emb_dim"] != 128 or c["inner_dim"] != 64:
+        return [f"--data-model: emb_dim {c['emb_dim']} / inner_dim {c['inner_dim']}, want 128 / 64"]
+    print("  --data-model: a speculator for the padded copy (emb_dim 128, inner_dim 64)")
+    return same_on_and_off(a.build, big, [("mlp", ["--speculative-config", json.dumps(
+        {"model": out, "num_speculative_tokens": 3})])])
 
 
 if __name__ == "__main__":
