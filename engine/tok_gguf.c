@@ -441,10 +441,7 @@ static int bpe_create(const gmeta *m, tok **out, inf_err *err)
         hf_impl_destroy(h);
         return rc;
     }
-    t->ops = &hf_ops;
-    t->impl = h;
-    t->kind = "tokenizer.json";
-    t->special_splits_bytes = 0;
+    hf_tok_attach(t, h);
     t->bos = m->bos;
     t->eos = m->eos;
     t->add_bos = m->add_bos < 0 ? pd->ignore_merges && strstr(pd->names, "llama") : m->add_bos;

@@ -537,3 +537,11 @@ void hf_impl_destroy(void *impl)
 }
 
 const tok_ops hf_ops = {hf_encode, hf_decode, hf_post, hf_impl_destroy};
+
+void hf_tok_attach(tok *t, hf_impl *h)
+{
+    t->ops = &hf_ops;
+    t->impl = h;
+    t->kind = "tokenizer.json";
+    t->special_splits_bytes = 0;
+}

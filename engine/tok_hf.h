@@ -304,6 +304,10 @@ int hf_load_stages(const hf_load *L, const struct cJSON *root, hf_impl *h);
 
 /* tok_hf.c: the encode/decode/post operations over an hf_impl. */
 extern const struct tok_ops hf_ops;
+/* Hands h to t as its implementation (ops, impl, kind): the one ending of
+ * every tokenizer built on this engine (tokenizer.json, a GGUF "gpt2"). */
+struct tok;
+void hf_tok_attach(struct tok *t, hf_impl *h);
 void hf_impl_destroy(void *impl);
 
 #endif

@@ -343,11 +343,8 @@ int tok_hf_open(const char *json, size_t len, const char *path, const cJSON *con
         hf_impl_destroy(h);
         return rc;
     }
-    t->ops = &hf_ops;
-    t->impl = h;
-    t->kind = "tokenizer.json";
+    hf_tok_attach(t, h);
     t->add_bos = t->add_eos = 0; /* the post-processor's, unless the config says */
-    t->special_splits_bytes = 0;
     t->bos = config_token(h, config, "bos_token");
     t->eos = config_token(h, config, "eos_token");
     if (t->bos < 0 && h->n_pre_ids)
