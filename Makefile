@@ -294,6 +294,7 @@ F_fuzz_st_index := engine/st.o
 F_fuzz_gen_config := $(MODEL_OBJ)
 F_fuzz_cfg   := app/cfg.o app/args.o
 F_fuzz_tokenize := $(OAI_OBJ)
+F_fuzz_mlp_spec := engine/spec_mlp.o engine/cfgjson.o engine/spec.o engine/smp.o engine/st.o
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).
 FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \

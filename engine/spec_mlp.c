@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cfgjson.h"
 #include "st.h"
 
 #define MLP_EPS 1e-6
@@ -49,10 +50,11 @@ static int json_int(const cJSON *o, const char *key, int dflt, const char *path,
         *out = cJSON_IsTrue(v);
         return INF_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0)
+    int i = 0;
+    if (!cfgj_is_int(v, &i) || i < 0)
         return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be a non-negative integer", path,
                         key);
-    *out = (int)v->valuedouble;
+    *out = i;
     return INF_OK;
 }
 
@@ -119,7 +121,8 @@ static int read_config(mlp *m, const char *dir, inf_err *err)
     return rc;
 }
 
-/* Tensor "[speculator.]kind.i.suffix" of rows x cols, widened into dst. */
+/* Tensor "[speculator.]kind.i.suffix" of rows x cols, widened into dst;
+ * with dst NULL only found and its shape and dtype checked. */
 static int load_tensor(const st_set *st, const char *dir, const char *kind, int i,
                        const char *suffix, int64_t rows, int64_t cols, float *dst, inf_err *err)
 {
@@ -139,14 +142,54 @@ static int load_tensor(const st_set *st, const char *dir, const char *kind, int 
     if (t->dtype == INF_DTYPE_NONE)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (f32, f16 or "
                         "bf16)", dir, t->name, t->dtype_name);
+    if (!dst)
+        return INF_OK;
+    /* safetensors does not promise aligned data: read each value by memcpy */
     size_t n = (size_t)(rows * cols);
+    const unsigned char *d = t->data;
     for (size_t k = 0; k < n; k++) {
-        const void *d = t->data;
-        dst[k] = t->dtype == INF_F32 ? ((const float *)d)[k]
-                 : t->dtype == INF_F16 ? inf_f16_to_f32(((const uint16_t *)d)[k])
-                                       : inf_bf16_to_f32(((const uint16_t *)d)[k]);
+        if (t->dtype == INF_F32) {
+            memcpy(&dst[k], d + 4 * k, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, d + 2 * k, 2);
+            dst[k] = t->dtype == INF_F16 ? inf_f16_to_f32(h) : inf_bf16_to_f32(h);
+        }
     }
     return INF_OK;
+}
+
+/* Walks every tensor the config calls for, in the arena's order: with p
+ * NULL it only checks them (so a config's sizes are never allocated before
+ * the file is known to hold them), else it loads them and points the
+ * stages into p. */
+static int walk_weights(mlp *m, const st_set *st, const char *dir, float *p, inf_err *err)
+{
+    int n_sets = m->tie ? 1 : m->n_predict, n_proj = m->tie ? 2 : m->n_predict;
+    size_t V = (size_t)m->vocab, I = (size_t)m->inner;
+    int rc = INF_OK;
+    for (int i = 0; i < n_sets && !rc; i++) {
+        mlp_stage *s = &m->stage[i];
+        float *emb = p, *head = p ? p + V * I : NULL, *ln_w = p ? head + V * I : NULL,
+              *ln_b = p ? ln_w + I : NULL;
+        if (p) {
+            s->emb = emb, s->head = head, s->ln_w = ln_w, s->ln_b = ln_b;
+            p = ln_b + I;
+        }
+        if (!(rc = load_tensor(st, dir, "emb", i, "weight", m->vocab, m->inner, emb, err)) &&
+            !(rc = load_tensor(st, dir, "head", i, "weight", m->vocab, m->inner, head, err)) &&
+            !(rc = load_tensor(st, dir, "ln", i, "weight", m->inner, 1, ln_w, err)))
+            rc = load_tensor(st, dir, "ln", i, "bias", m->inner, 1, ln_b, err);
+    }
+    for (int i = 0; i < n_proj && !rc; i++) {
+        int in = i == 0 ? m->emb_dim : m->inner;
+        if (p)
+            m->stage[i].proj = p;
+        rc = load_tensor(st, dir, "proj", i, "weight", m->inner, in, p, err);
+        if (p)
+            p += (size_t)in * I;
+    }
+    return rc;
 }
 
 static int load_weights(mlp *m, const char *dir, inf_err *err)
@@ -155,37 +198,21 @@ static int load_weights(mlp *m, const char *dir, inf_err *err)
     int rc = st_open_dir(dir, &st, err);
     if (rc)
         return rc;
-    /* distinct weight sets: untied, one per stage; tied, one (proj: two) */
+    m->stage = calloc((size_t)m->n_predict, sizeof *m->stage);
+    if (!m->stage)
+        rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    if (!rc)
+        rc = walk_weights(m, st, dir, NULL, err);
+    /* distinct weight sets: untied, one per stage; tied, one (proj: two);
+     * every size is now one the file holds, so none of this overflows */
     int n_sets = m->tie ? 1 : m->n_predict, n_proj = m->tie ? 2 : m->n_predict;
     size_t V = (size_t)m->vocab, I = (size_t)m->inner, E = (size_t)m->emb_dim;
-    size_t per = 2 * V * I + 2 * I, total = per * n_sets + E * I + (size_t)(n_proj - 1) * I * I;
-    m->arena = malloc(sizeof(float) * total);
-    m->stage = calloc((size_t)m->n_predict, sizeof *m->stage);
-    if (!m->arena || !m->stage) {
-        st_destroy(st);
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the speculator's %zu weights",
-                        dir, total);
-    }
-    float *p = m->arena;
-    for (int i = 0; i < n_sets && !rc; i++) {
-        mlp_stage *s = &m->stage[i];
-        s->emb = p, p += V * I;
-        s->head = p, p += V * I;
-        s->ln_w = p, p += I;
-        s->ln_b = p, p += I;
-        if (!(rc = load_tensor(st, dir, "emb", i, "weight", m->vocab, m->inner,
-                               (float *)s->emb, err)) &&
-            !(rc = load_tensor(st, dir, "head", i, "weight", m->vocab, m->inner,
-                               (float *)s->head, err)) &&
-            !(rc = load_tensor(st, dir, "ln", i, "weight", m->inner, 1, (float *)s->ln_w, err)))
-            rc = load_tensor(st, dir, "ln", i, "bias", m->inner, 1, (float *)s->ln_b, err);
-    }
-    for (int i = 0; i < n_proj && !rc; i++) {
-        int in = i == 0 ? m->emb_dim : m->inner;
-        m->stage[i].proj = p;
-        rc = load_tensor(st, dir, "proj", i, "weight", m->inner, in, p, err);
-        p += (size_t)in * I;
-    }
+    size_t total = (2 * V * I + 2 * I) * n_sets + E * I + (size_t)(n_proj - 1) * I * I;
+    if (!rc && !(m->arena = malloc(sizeof(float) * total)))
+        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the speculator's %zu weights",
+                      dir, total);
+    if (!rc)
+        rc = walk_weights(m, st, dir, m->arena, err);
     const float *proj1 = m->tie && !rc ? m->stage[1].proj : NULL;
     for (int i = 1; i < m->n_predict && proj1; i++) {
         m->stage[i] = m->stage[0];

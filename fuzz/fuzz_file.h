@@ -75,4 +75,12 @@ static inline int fuzz_write(const char *name, const void *data, size_t size)
     return fclose(f) || w != size ? -1 : 0;
 }
 
+/* Removes fuzz_dir()/name if it is there. */
+static inline void fuzz_unlink(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", fuzz_dir(), name);
+    unlink(path);
+}
+
 #endif
