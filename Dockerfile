@@ -54,10 +54,11 @@ COPY --from=build /src/build/inferd /usr/local/bin/inferd
 
 # HTTPS: mount the key and certificate read-only (readable by uid 10001) and
 # set INFERD_SSL_KEYFILE / INFERD_SSL_CERTFILE (docs/security.md); the
-# HEALTHCHECK below speaks http, so then override it:
+# HEALTHCHECK below then speaks https (to itself on loopback, so without
+# checking the certificate's name). With --ssl-cert-reqs 2 it needs a client
+# certificate too: HEALTHCHECK_CERT / HEALTHCHECK_KEY (mounted like the rest):
 #   docker run ... -v /etc/inferd/tls:/tls:ro -e INFERD_SSL_KEYFILE=/tls/server.key \
-#     -e INFERD_SSL_CERTFILE=/tls/server.pem \
-#     --health-cmd 'curl -fsSk https://127.0.0.1:8000/health' inferd
+#     -e INFERD_SSL_CERTFILE=/tls/server.pem inferd
 # Listen on all the container's interfaces; the model at /models/model.
 # Shutdown grace 8 s: `docker stop` sends SIGKILL 10 s after SIGTERM by default
 # (Kubernetes: 30 s), so the drain finishes first. For a longer drain raise both:
@@ -73,7 +74,9 @@ STOPSIGNAL SIGTERM
 # /health is 503 while the model loads, 200 once it serves; a large model gets
 # 10 minutes to load before failures count.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10m --retries=3 \
-    CMD curl -fsS "http://127.0.0.1:${INFERD_PORT:-8000}/health" >/dev/null || exit 1
+    CMD s=http; [ -z "$INFERD_SSL_CERTFILE" ] || s=https; \
+        curl -fsSk ${HEALTHCHECK_CERT:+--cert "$HEALTHCHECK_CERT" --key "$HEALTHCHECK_KEY"} \
+            "$s://127.0.0.1:${INFERD_PORT:-8000}/health" >/dev/null || exit 1
 # Exec form: inferd is PID 1 and gets docker stop's SIGTERM itself. `serve`
 # takes its options from the INFERD_* variables above; arguments given to
 # `docker run IMAGE ...` replace it (`inferd --port 9000` serves too, and

@@ -54,3 +54,5 @@ INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurr
 BUILD="$BUILD" ./tests/check-manpage.sh
 BUILD="$BUILD" ./tests/check-install.sh
 BUILD="$BUILD" ./scripts/check-dockerfile
+# The images' HEALTHCHECK, run as Docker runs it, over http, TLS and mutual TLS.
+"$PYTHON" tests/service/check_healthcheck.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
