@@ -22,15 +22,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_service import ROOT, check, free_port  # noqa: E402 - the shared helpers
 
 
 def health_cmd(path):
@@ -108,12 +101,6 @@ def healthy(cmd, env, tries=40):
             return True
         time.sleep(0.25)
     return False
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
-    print(f"  ok: {what}")
 
 
 def main():
