@@ -15,6 +15,10 @@
 #include "gram_int.h"
 
 #define MAX_NODES (1 << 22) /* an automaton past this refuses to grow */
+/* Parse positions one state may hold: a nullable item repeated n times
+ * ("x?{100000}") puts all n in every state, and each new state would cost
+ * that much; real grammars hold a few hundred. */
+#define MAX_WIDTH (1 << 16)
 
 /* u64 -> i32 open-addressed map; keys are stored + 1 so 0 marks empty. */
 typedef struct imap {
@@ -124,6 +128,7 @@ struct gram_auto {
     ivec work, out;   /* scratch for one expansion                           */
     int32_t start;
     int overflow;
+    int too_wide;     /* the overflow was a state over MAX_WIDTH positions   */
 };
 
 static int32_t n_states(const gram_auto *a)
@@ -268,7 +273,7 @@ static int32_t intern_state(gram_auto *a, int acc)
 static int32_t expand(gram_auto *a)
 {
     const gram_elem *e = a->g->e;
-    int acc = 0;
+    int acc = 0, width = 0;
     a->out.n = 0;
     if (++a->gen == 0) {
         memset(a->seen, 0, a->seen_cap * sizeof *a->seen);
@@ -296,6 +301,10 @@ static int32_t expand(gram_auto *a)
         if (a->seen[n] == a->gen)
             continue;
         a->seen[n] = a->gen;
+        if (++width > MAX_WIDTH) {
+            a->overflow = a->too_wide = 1;
+            break;
+        }
         int32_t pos = a->npos.p[n], par = a->npar.p[n];
         if (gram__is_char(e + pos)) {
             if (ivec_push(&a->out, n))
@@ -471,6 +480,11 @@ int gram_auto_create(const gram *g, const gram_vocab *v, const int32_t *eos, int
     if (ivec_push(&a->off, 0) || push_rule(a, (uint32_t)g->root, -1))
         goto nomem;
     a->start = expand(a);
+    if (a->too_wide) {
+        gram_auto_destroy(a);
+        return inf_fail(err, INF_ERR_INVALID, "grammar: over %d parse positions at once (an "
+                        "optional item repeated that often?)", MAX_WIDTH);
+    }
     if (a->overflow)
         goto nomem;
     *out = a;

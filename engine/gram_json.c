@@ -112,7 +112,10 @@ const char *gj__rule(gj *c, const char *hint, const char *body)
     if (!k)
         strcpy(base, "r");
     snprintf(name, sizeof name, "%s", base);
-    for (int n = 1; taken(c, name); n++)
+    /* numbered from the rule count, not from 1: a schema that makes
+     * thousands of rules from one hint (a long key's trie) would otherwise
+     * try every taken number for each new rule */
+    for (int n = c->n_rules + 1; taken(c, name); n++)
         snprintf(name, sizeof name, "%s-%d", base, n);
     if (c->n_rules == c->cap_rules) {
         int cap = c->cap_rules ? 2 * c->cap_rules : 32;

@@ -286,6 +286,27 @@ static void test_gram_eos_and_must_end(void **state)
 
 /* A token may end inside a character: the matcher carries the partial
  * character, allows only its possible continuations, and no eos there. */
+/* A nullable item repeated n times puts n parse positions in every state;
+ * past the automaton's bound that is a clear error, not minutes of work. */
+static void test_gram_too_wide_is_refused(void **state)
+{
+    (void)state;
+    const char *wide = "root ::= [a]?{70000}", *fine = "root ::= [a]?{1000}";
+    gram *g = NULL;
+    gram_auto *a = NULL;
+    inf_err err;
+    assert_int_equal(gram_parse(wide, strlen(wide), &g, &err), INF_OK);
+    assert_int_equal(gram_auto_create(g, NULL, NULL, 0, &a, &err), INF_ERR_INVALID);
+    assert_null(a);
+    assert_non_null(strstr(err.msg, "parse positions at once"));
+    gram_destroy(g);
+    assert_int_equal(gram_parse(fine, strlen(fine), &g, &err), INF_OK);
+    assert_int_equal(gram_auto_create(g, NULL, NULL, 0, &a, &err), INF_OK);
+    assert_true(gram_accepts(g, "aaa", 3));
+    gram_auto_destroy(a);
+    gram_destroy(g);
+}
+
 static void test_gram_split_characters(void **state)
 {
     (void)state;
@@ -426,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_gram_parse_errors_name_the_part),
         cmocka_unit_test(test_gram_eos_and_must_end),
         cmocka_unit_test(test_gram_split_characters),
+        cmocka_unit_test(test_gram_too_wide_is_refused),
         cmocka_unit_test(test_gram_mask_matches_brute_force_random_vocab),
         cmocka_unit_test(test_gram_mask_matches_brute_force_llama3_vocab),
     };
