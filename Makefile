@@ -249,6 +249,11 @@ SEED_qwen3 := 6
 $(FIXTURES)/fam-%/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/fam-$* --family $* --seed $(or $(SEED_$*),5) \
 	  --layers 3 >/dev/null
+# compressed-tensors W8A8 int8 copies of tiny and wide (tests/ref/ct_ref.py),
+# for the batch-invariance test.
+FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
+$(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
+	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
 $(FIXTURES)/wide/config.json: scripts/make_model.py
