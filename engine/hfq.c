@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define jstr hfq__jstr
-#define jint hfq__jint
-
 const char *hfq__jstr(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -39,10 +36,10 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
         cJSON_Delete(root); /* not JSON at all is model_config_load's to say */
         return INF_OK;
     }
-    const char *method = jstr(qc, "quant_method");
-    int bits = jint(qc, "bits", jint(qc, "w_bit", 4));
-    int group = jint(qc, "group_size", jint(qc, "q_group_size", 128));
-    const char *fmt = jstr(qc, "checkpoint_format"), *ver = jstr(qc, "version");
+    const char *method = hfq__jstr(qc, "quant_method");
+    int bits = hfq__jint(qc, "bits", hfq__jint(qc, "w_bit", 4));
+    int group = hfq__jint(qc, "group_size", hfq__jint(qc, "q_group_size", 128));
+    const char *fmt = hfq__jstr(qc, "checkpoint_format"), *ver = hfq__jstr(qc, "version");
     hfq *q = NULL;
     int ct = method && !strcmp(method, "compressed-tensors");
     if (!cJSON_IsObject(qc) || !method)
