@@ -72,9 +72,10 @@ TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_open.o engine/tok_hf_load.o engine/tok_hf_norm.o engine/tok_hf_pre.o \
            engine/tok_hf_bpe.o engine/tok_hf_dec.o engine/tok_hf_json.o \
            engine/tok_hf_model.o engine/tok_gguf.o engine/gguf.o
-# The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ).
+# The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ,
+# compressed-tensors).
 MODEL_OBJ := engine/model.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_meta.o \
-             engine/gguf_model.o engine/hfq.o
+             engine/gguf_model.o engine/hfq.o engine/hfq_ct.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -248,6 +249,11 @@ SEED_qwen3 := 6
 $(FIXTURES)/fam-%/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/fam-$* --family $* --seed $(or $(SEED_$*),5) \
 	  --layers 3 >/dev/null
+# compressed-tensors W8A8 int8 copies of tiny and wide (tests/ref/ct_ref.py),
+# for the batch-invariance test.
+FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
+$(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
+	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
 $(FIXTURES)/wide/config.json: scripts/make_model.py
@@ -284,7 +290,7 @@ F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_gguf_tok := $(TOK_OBJ)
-F_fuzz_hfq   := engine/hfq.o engine/st.o
+F_fuzz_hfq   := engine/hfq.o engine/hfq_ct.o engine/st.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o

@@ -138,6 +138,9 @@ int app_backend_open(const model *m, const app_backend_config *c, app_backend *o
     out->max_context = context_for(m, c);
     if (!c->device || !strcmp(c->device, "cpu"))
         return open_cpu(m, c, out, err);
+    if (model_is_w8a8(m)) /* the int8 kernels are the CPU's */
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: compressed-tensors int8 checkpoints run "
+                        "on the CPU only (--device cpu)", m->dir ? m->dir : "model");
 #ifdef INFERD_CUDA
     if (!strcmp(c->device, "cuda"))
         return open_cuda(m, c, out, err);

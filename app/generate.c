@@ -281,7 +281,8 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
                 out.t_first > 0 ? (out.t_first - t1) * 1e3 : 0.0,
                 n > 1 ? (w.t_last - out.t_first) * 1e3 / (n - 1) : 0.0,
-                ab.kernels, o->bc.quant == APP_QUANT_NONE ? ""
+                ab.kernels, model_is_w8a8(m) ? " (compressed-tensors int8 weights)"
+                : o->bc.quant == APP_QUANT_NONE ? ""
                 : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
                 o->bc.threads > 0 ? o->bc.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     if (met && !o->quiet)

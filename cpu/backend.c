@@ -662,7 +662,8 @@ size_t cpu_backend_weight_bytes(const be_backend *base)
             for (int i = 0; i < QW_N; i++) {
                 const model_tensor *t = layer_matrix(&be->m->layers[l], i);
                 n += cpu_qw_bytes(be->qw[(size_t)l * QW_N + i]);
-                n -= (size_t)t->rows * t->cols * inf_dtype_size(t->dtype);
+                n -= (size_t)t->rows * t->cols * (t->q8 ? 1 : inf_dtype_size(t->dtype)) +
+                     (t->q8 ? (size_t)t->rows * sizeof(float) : 0);
             }
     if (be->q4)
         for (int l = 0; l < be->L; l++)
@@ -742,6 +743,11 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8 &&
         cfg->quant != CPU_QUANT_INT4)
         return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);
+    /* a W8A8 checkpoint's own scheme is int8: none means it as stored */
+    int quant = model_is_w8a8(m) && cfg->quant == CPU_QUANT_NONE ? CPU_QUANT_INT8 : cfg->quant;
+    if (model_is_w8a8(m) && quant != CPU_QUANT_INT8)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cpu: a compressed-tensors int8 checkpoint "
+                        "runs with --quantization int8 (or none), not int4");
     int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
     int rc; /* every setting of the description is computed here */
     if ((rc = mdesc_require(&c->desc, MD_F_ALL, "cpu", err)))
@@ -844,7 +850,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         }
     }
     gain_f32(be, &m->norm, be->norms + (size_t)be->L * NORM_N * D, 1);
-    if (cfg->quant != CPU_QUANT_NONE && (rc = quantize_layers(be, cfg->quant, err))) {
+    if (quant != CPU_QUANT_NONE && (rc = quantize_layers(be, quant, err))) {
         cpu_destroy(&be->base);
         return rc;
     }

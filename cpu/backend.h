@@ -25,7 +25,9 @@ typedef struct cpu_config {
     int max_tokens;       /* most tokens one forward may carry                */
     int max_context;      /* longest sequence; <= 0: model_context()          */
     const char *kernels;  /* "auto" (default), "avx512", "avx2", "generic"     */
-    int quant;            /* cpu_quant; embeddings and lm_head stay as stored */
+    int quant;            /* cpu_quant; embeddings and lm_head stay as stored;
+                           * a W8A8 checkpoint (model_is_w8a8) runs int8 with
+                           * NONE too, and refuses INT4                       */
 } cpu_config;
 
 cpu_config cpu_config_default(void);

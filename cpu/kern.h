@@ -80,9 +80,14 @@ typedef struct cpu_mm {
  *
  *   y[m][n] = ((float)sum_k qx[m][k] * qw[n][k] * sx[m]) * sw[n]
  *
- * The sum is exact in int32 (K * 127 * 255 < 2^31 for K below 66,000), so
- * every table and every split of the work gives the same bits with no
- * reduction order to keep.
+ * Weights may also come pre-quantized (compressed-tensors W8A8) with their
+ * own scales and hold -128: every table is exact for qw in [-128, 127] as
+ * long as qx stays in [-127, 127] (VNNI multiplies u8 by s8; vpmaddubsw's
+ * |qw| of -128 is 0x80 = 128 as its unsigned operand, and a pair of
+ * products, 2 * 128 * 127, is below 2^15 so never saturates).
+ * The sum is exact in int32 (K * 128 * 255 < 2^31 for K below 65,700, the
+ * offset form's worst case), so every table and every split of the work
+ * gives the same bits with no reduction order to keep.
  *
  * Packed weights: rows padded with zeros to a multiple of CPU_QN and put in
  * groups of CPU_QG, K padded to a multiple of 4 with zeros; group g holds,

@@ -31,10 +31,15 @@ static void qw_run(void *ctx, int t, int nt)
             break;
         for (int r = 0; r < CPU_QG && g * CPU_QG + r < q->N; r++) {
             int n = g * CPU_QG + r;
-            j->k->to_f32((const char *)j->t->data + (size_t)n * q->K * es, j->t->dtype, row,
-                         q->K);
             memset(qr, 0, (size_t)q->K4 * 4);
-            q->scale[n] = j->k->quant(row, q->K, qr, 0);
+            if (j->t->q8) { /* pre-quantized (compressed-tensors): packed as stored */
+                memcpy(qr, j->t->q8 + (size_t)n * q->K, (size_t)q->K);
+                q->scale[n] = j->t->q8_scale[n];
+            } else {
+                j->k->to_f32((const char *)j->t->data + (size_t)n * q->K * es, j->t->dtype, row,
+                             q->K);
+                q->scale[n] = j->k->quant(row, q->K, qr, 0);
+            }
             int32_t sum = 0;
             int8_t *dst = q->w + (size_t)g * q->K4 * 64 + (size_t)r * 4;
             for (int k4 = 0; k4 < q->K4; k4++)

@@ -1,7 +1,8 @@
 /* cpu_qw: a weight matrix quantized to int8 for cpu_kern.mmq (W8A8,
  * `--quantization int8`): one scale per output row, packed as kern.h lays
  * out. Made once when the backend is created, from the checkpoint's f32,
- * f16 or bf16 weights. */
+ * f16 or bf16 weights, or packed as stored from a pre-quantized int8
+ * checkpoint's (model_tensor.q8, its scales kept as they are). */
 #ifndef INFERD_CPU_QW_H
 #define INFERD_CPU_QW_H
 

@@ -1,30 +1,18 @@
-/* hfq_: GPTQ and AWQ 4-bit linears dequantized at load (hfq.h). */
-#include "hfq.h"
+/* hfq_: GPTQ and AWQ 4-bit linears dequantized at load, and the method
+ * dispatch (hfq.h); compressed-tensors is in hfq_ct.c. */
+#include "hfq_int.h"
 
-#include <cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { HFQ_GPTQ, HFQ_AWQ } hfq_kind;
-
-struct hfq {
-    hfq_kind kind;
-    int group;       /* group_size; <= 0: one group per row */
-    int zero_plus1;  /* GPTQ v1 stores zero - 1                */
-    char path[512];  /* config.json, for messages              */
-    void **bufs;
-    int n_bufs, cap;
-};
-
-static const char *jstr(const cJSON *o, const char *k)
+const char *hfq__jstr(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* An integer key, or def when absent; -1000 when not an integer. */
-static int jint(const cJSON *o, const char *k, int def)
+int hfq__jint(const cJSON *o, const char *k, int def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!v || cJSON_IsNull(v))
@@ -48,17 +36,20 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
         cJSON_Delete(root); /* not JSON at all is model_config_load's to say */
         return INF_OK;
     }
-    const char *method = jstr(qc, "quant_method");
-    int bits = jint(qc, "bits", jint(qc, "w_bit", 4));
-    int group = jint(qc, "group_size", jint(qc, "q_group_size", 128));
-    const char *fmt = jstr(qc, "checkpoint_format"), *ver = jstr(qc, "version");
+    const char *method = hfq__jstr(qc, "quant_method");
+    int bits = hfq__jint(qc, "bits", hfq__jint(qc, "w_bit", 4));
+    int group = hfq__jint(qc, "group_size", hfq__jint(qc, "q_group_size", 128));
+    const char *fmt = hfq__jstr(qc, "checkpoint_format"), *ver = hfq__jstr(qc, "version");
     hfq *q = NULL;
+    int ct = method && !strcmp(method, "compressed-tensors");
     if (!cJSON_IsObject(qc) || !method)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
                       config_path);
+    else if (ct)
+        rc = hfq__ct_open(qc, config_path, err);
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
-                      "not supported (gptq, awq)", config_path, method);
+                      "not supported (gptq, awq, compressed-tensors)", config_path, method);
     else if (bits != 4)
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s with %d bits is not supported (4)",
                       config_path, method, bits);
@@ -71,10 +62,10 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     else if (!strcmp(method, "gptq") && fmt && strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: gptq checkpoint_format '%s' is not "
                       "supported (gptq, gptq_v2)", config_path, fmt);
-    else if (!(q = calloc(1, sizeof *q)))
+    if (!rc && !(q = calloc(1, sizeof *q)))
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", config_path);
     if (q) {
-        q->kind = strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
+        q->kind = ct ? HFQ_CT_INT8 : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
         q->group = group;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
         snprintf(q->path, sizeof q->path, "%s", config_path);
@@ -96,10 +87,15 @@ void hfq_free(hfq *q)
 
 const char *hfq_method(const hfq *q)
 {
-    return q->kind == HFQ_GPTQ ? "gptq" : "awq";
+    return q->kind == HFQ_GPTQ ? "gptq" : q->kind == HFQ_AWQ ? "awq" : "compressed-tensors";
 }
 
-static float *keep(hfq *q, size_t n)
+int hfq_is_int8(const hfq *q)
+{
+    return q && q->kind == HFQ_CT_INT8;
+}
+
+float *hfq__keep(hfq *q, size_t n)
 {
     if (q->n_bufs == q->cap) {
         int cap = q->cap ? 2 * q->cap : 64;
@@ -152,6 +148,13 @@ static float f16_at(const st_tensor *t, size_t i)
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err)
 {
+    if (q->kind == HFQ_CT_INT8)
+        return hfq__ct_bind(q, st, name, rows, cols, out, err);
+    const st_tensor *stored = st_find(st, name);
+    if (stored)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be "
+                        "F32, F16 or BF16 (or packed %s parts)", stored->file, name,
+                        stored->dtype_name, hfq_method(q));
     size_t len = strlen(name);
     char prefix[256];
     if (len < 7 || len - 7 >= sizeof prefix || strcmp(name + len - 7, ".weight"))
@@ -170,7 +173,7 @@ int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t c
         (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
         (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
         return rc;
-    float *w = keep(q, (size_t)N * (size_t)K);
+    float *w = hfq__keep(q, (size_t)N * (size_t)K);
     if (!w)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
     static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};

@@ -17,8 +17,19 @@
  * inferd dequantizes it once at load to f32 (the product of an f16 scale and
  * a small integer is exact in f32), so the checkpoint's function is computed
  * as written; `--quantization int8|int4` then requantizes it like any
- * checkpoint. Other methods (compressed-tensors, fp8, bitsandbytes, ...),
- * other bit widths and AWQ's gemv layouts are refused by name. */
+ * checkpoint.
+ *
+ *   compressed-tensors W8A8 int8 (llm-compressor; format int-quantized or
+ *   naive-quantized, weights symmetric int8 per channel or per tensor,
+ *   input_activations symmetric int8 dynamic per token):
+ *         P.weight I8 [N, K]; P.weight_scale F32/BF16/F16 [N, 1] (channel)
+ *         or one value (tensor); W[n][k] = weight[n][k] * scale[n]
+ *
+ * is bound as it is (model_tensor.q8, scales widened to f32) for the CPU's
+ * int8 kernels, which quantize activations per token as the scheme does.
+ * Other methods (fp8, bitsandbytes, ...), other bit widths, AWQ's gemv
+ * layouts and other compressed-tensors schemes (FP8, zero points, groups,
+ * static input scales, weight-only) are refused by name. */
 #ifndef INFERD_HFQ_H
 #define INFERD_HFQ_H
 
@@ -33,12 +44,17 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err);
 
 void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
 
-/* The method's name ("gptq", "awq"). */
+/* The method's name ("gptq", "awq", "compressed-tensors"). */
 const char *hfq_method(const hfq *q);
 
-/* Binds name (a linear's "P.weight", absent from st) as [rows, cols] from
- * P.qweight / qzeros / scales (/ g_idx), dequantized to f32 owned by q.
- * Errors name the tensor and what is wrong with it. */
+/* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */
+int hfq_is_int8(const hfq *q);
+
+/* Binds name (a linear's "P.weight", absent from st or of a dtype inferd
+ * does not compute in) as [rows, cols]: from P.qweight / qzeros / scales
+ * (/ g_idx), dequantized to f32 owned by q; or compressed-tensors' I8
+ * P.weight in place with P.weight_scale as f32 owned by q. Errors name the
+ * tensor and what is wrong with it. */
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err);
 

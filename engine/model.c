@@ -225,7 +225,7 @@ static int model__bind(const model__binder *b, const char *name, model__dim rows
 {
     const model_config *c = &b->m->cfg;
     const st_tensor *t = st_find(b->m->st, name);
-    if (!t && b->m->hfq && rows != DIM_1) /* a GPTQ / AWQ linear */
+    if ((!t || t->dtype == INF_DTYPE_NONE) && b->m->hfq && rows != DIM_1) /* GPTQ, AWQ, int8 */
         return hfq_bind(b->m->hfq, b->m->st, name, model__dim_value(c, rows),
                         model__dim_value(c, cols), out, err);
     if (!t)
@@ -291,7 +291,12 @@ done:
 static model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n)
 {
     model_tensor v = *t;
-    v.data = (const char *)t->data + (size_t)(r0 * t->cols) * inf_dtype_size(t->dtype);
+    if (t->data)
+        v.data = (const char *)t->data + (size_t)(r0 * t->cols) * inf_dtype_size(t->dtype);
+    if (t->q8) {
+        v.q8 = t->q8 + (size_t)(r0 * t->cols);
+        v.q8_scale = t->q8_scale + r0;
+    }
     v.rows = n;
     return v;
 }
@@ -384,6 +389,29 @@ static float model__embed_scale(const model *m)
     return s;
 }
 
+/* A W8A8 checkpoint runs every layer matrix on the int8 path as stored: one
+ * left in bf16 (listed in `ignore`) would be requantized, which is not the
+ * checkpoint's function; the embedding and lm_head stay as stored. */
+static int model__check_w8a8(const model *m, inf_err *err)
+{
+    if (m->embed.q8 || m->lm_head.q8)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: '%s' is int8; inferd runs the embedding "
+                        "and lm_head as stored in F32, F16 or BF16 (list it in ignore)", m->dir,
+                        m->embed.q8 ? m->embed.name : m->lm_head.name);
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        const model_layer *l = &m->layers[i];
+        const model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
+                                    &l->w_down};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            if (!ts[j]->q8)
+                return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: '%s' is %s in a compressed-"
+                                "tensors int8 checkpoint; inferd runs one with every layer "
+                                "matrix int8 (not in ignore)", m->dir, ts[j]->name,
+                                inf_dtype_name(ts[j]->dtype));
+    }
+    return INF_OK;
+}
+
 static int model__bind_all(model *m, inf_err *err)
 {
     model__binder b = {.m = m};
@@ -407,7 +435,7 @@ static int model__bind_all(model *m, inf_err *err)
     for (int i = 0; i < m->cfg.n_layers; i++)
         if ((rc = model__bind_layer(&b, i, &m->layers[i], err)))
             return rc;
-    return INF_OK;
+    return hfq_is_int8(m->hfq) ? model__check_w8a8(m, err) : INF_OK;
 }
 
 int model_load_dir(const char *dir, model **out, inf_err *err)
@@ -462,6 +490,8 @@ void model_destroy(model *m)
 
 static size_t model__bytes(const model_tensor *t)
 {
+    if (t->q8)
+        return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
     return (size_t)t->rows * (size_t)t->cols * inf_dtype_size(t->dtype);
 }
 
@@ -514,4 +544,9 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
 int model_context(const model_config *cfg)
 {
     return cfg->max_position_embeddings;
+}
+
+int model_is_w8a8(const model *m)
+{
+    return m && m->cfg.n_layers > 0 && m->layers && m->layers[0].wq.q8 != NULL;
 }

@@ -51,6 +51,11 @@ typedef struct model_tensor {
     const void *data;
     int64_t rows, cols;
     const char *name;          /* checkpoint name, for messages           */
+    /* A compressed-tensors W8A8 linear (hfq.h): dtype INF_DTYPE_NONE, data
+     * NULL, and W[n][k] = q8[n * cols + k] * q8_scale[n]; only the int8
+     * path (--quantization int8) reads it. */
+    const int8_t *q8;          /* [rows, cols] in [-128, 127], mapped     */
+    const float *q8_scale;     /* [rows]                                  */
 } model_tensor;
 
 typedef struct model_layer {
@@ -93,8 +98,9 @@ typedef struct model {
     st_set *st;                /* owns the mappings                       */
     model_source src;          /* or another owner of the tensors (a GGUF
                                   file: gguf_model.h)                     */
-    struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load
-                                  (hfq.h), or NULL                        */
+    struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load,
+                                  compressed-tensors int8 ones (hfq.h), or
+                                  NULL                                    */
     char *dir;
 } model;
 
@@ -118,5 +124,9 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
 
 /* Bytes of weights the forward pass reads per token (all matrices once). */
 size_t model_weight_bytes(const model *m);
+
+/* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
+ * (model_tensor.q8): they run on the CPU's int8 path only. */
+int model_is_w8a8(const model *m);
 
 #endif

@@ -1,9 +1,12 @@
 /* A quantization_config and a safetensors file through hfq_open and
- * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values). Input:
+ * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
+ * compressed-tensors: the scheme's fields, I8 weights, scales, zero
+ * points). A bound tensor must be readable whole. Input:
  * u8 rows selector, u8 cols selector, u16 JSON length, the config.json,
  * then the safetensors bytes; both go through memfds. The linear bound is
  * "l.weight", rows and cols multiples of 8 up to 64. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -39,8 +42,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     inf_err err;
     if (cfd >= 0 && sfd >= 0 && hfq_open(cpath, &q, &err) == INF_OK && q &&
         st_open_file(spath, &st, &err) == INF_OK) {
-        model_tensor t;
-        (void)hfq_bind(q, st, "l.weight", rows, cols, &t, &err);
+        model_tensor t = {0};
+        if (hfq_bind(q, st, "l.weight", rows, cols, &t, &err) == INF_OK) {
+            if (t.rows != rows || t.cols != cols || (!t.data && !(t.q8 && t.q8_scale)))
+                abort();
+            volatile float acc = 0; /* ASan sees a read past what was bound */
+            for (int64_t i = 0; i < rows * cols; i++)
+                acc += t.q8 ? (float)t.q8[i] * t.q8_scale[i / cols] : ((const float *)t.data)[i];
+            (void)acc;
+        }
     }
     st_destroy(st);
     hfq_free(q);

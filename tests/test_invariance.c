@@ -3,7 +3,8 @@
  * alone, in a batch of 64 mixing prefill chunks and decode tokens, with its
  * prompt fed in chunks of 1, 7 or 64 tokens, on 1 or 3 threads, and with any
  * kernel table; the same for int8 and int4 weights (--quantization int8,
- * int4) among themselves. Runs on the project's own tiny model and, when present, the
+ * int4) among themselves, and for compressed-tensors W8A8 checkpoints (their
+ * stored int8 weights). Runs on the project's own tiny model and, when present, the
  * real ones in ../shared/models. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -151,7 +152,9 @@ static void free_out(run_out *o)
         free(o->logits[s]);
 }
 
-static void check_model(const char *dir)
+/* groups: 3 (as stored, int8, int4), or 2 for a W8A8 checkpoint, whose
+ * int8 weights run the int8 path both "as stored" and with int8. */
+static void check_model_groups(const char *dir, int n_groups)
 {
     model *m = NULL;
     inf_err err = {0};
@@ -188,7 +191,7 @@ static void check_model(const char *dir)
         {"int4, 64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", CPU_QUANT_INT4},
     }};
     run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
-    for (int g = 0; g < 3; g++) {
+    for (int g = 0; g < n_groups; g++) {
         const variant *base = &groups[g][0];
         run_variant(m, p, base, ref);
         for (int i = 1; i < 9 && groups[g][i].name; i++) {
@@ -214,6 +217,11 @@ static void check_model(const char *dir)
     }
     free(ref), free(got), free(p);
     model_destroy(m);
+}
+
+static void check_model(const char *dir)
+{
+    check_model_groups(dir, 3);
 }
 
 static int have_dir(const char *d)
@@ -244,6 +252,21 @@ static void test_invariance_fixture_wide_model(void **state)
 {
     (void)state;
     fixture_model("wide");
+}
+
+/* compressed-tensors W8A8 checkpoints of tiny and wide (tests/ref/ct_ref.py:
+ * int8 weights with -128s, bf16 per-channel scales), bound as stored. */
+static void test_invariance_w8a8(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"tiny-w8a8", "wide-w8a8"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *fx = getenv("INFERD_TEST_FIXTURES");
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", names[i]);
+        assert_true(have_dir(dir));
+        check_model_groups(dir, 2);
+    }
 }
 
 /* Every architecture family's fixture (scripts/make_model.py --family):
@@ -291,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_invariance_fixture_model),
         cmocka_unit_test(test_invariance_fixture_wide_model),
         cmocka_unit_test(test_invariance_families),
+        cmocka_unit_test(test_invariance_w8a8),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };

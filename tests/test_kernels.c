@@ -412,6 +412,73 @@ static void test_kernels_mmq_matches_oracle(void **state)
     free(scratch);
 }
 
+/* Pre-quantized int8 weights (a compressed-tensors W8A8 checkpoint's, bound
+ * as model_tensor.q8) are packed as stored with their own scales, and every
+ * table computes exactly (float)(integer dot) * sx * sw with weights at -128
+ * and 127 against activations at -127 and 127, the largest products, up to
+ * the longest K the int32 sums allow. */
+static void test_kernels_mmq_prequant_extremes(void **state)
+{
+    (void)state;
+    const int Ks[] = {5, 257, 1030, CPU_QK_MAX - 4};
+    const int M = 3, N = 17;
+    const cpu_kern *all[5];
+    int n_all = 0;
+    for (int t = 0; t < n_tables; t++) {
+        all[n_all++] = tables[t];
+        if (!strcmp(tables[t]->name, "avx512") && tables[t] != &cpu_kern_avx512_novnni)
+            all[n_all++] = &cpu_kern_avx512_novnni;
+    }
+    int32_t *scratch = aligned_alloc(64, CPU_MMQ_INTS * sizeof(int32_t));
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+        int K = Ks[ki], K4 = (K + 3) / 4;
+        int8_t *wq = malloc((size_t)N * K);
+        float sw[17];
+        for (int n = 0; n < N; n++) {
+            sw[n] = 0.001f * (float)(n + 1) + frand() * 1e-4f;
+            for (int k = 0; k < K; k++) /* row 0 all -128, row 1 all 127, the rest mixed */
+                wq[(size_t)n * K + k] = n == 0 ? -128 : n == 1 ? 127
+                                      : rand() % 4 == 0 ? -128 : (int8_t)(rand() % 256 - 128);
+        }
+        model_tensor t = {.dtype = INF_DTYPE_NONE, .q8 = wq, .q8_scale = sw, .rows = N, .cols = K,
+                          .name = "w"};
+        cpu_qw *qw = NULL;
+        inf_err err = {0};
+        assert_int_equal(cpu_qw_create(&t, tables[0], NULL, &qw, &err), INF_OK);
+        size_t ldx = (size_t)K4 * 4;
+        uint8_t *xq = malloc(ldx * M);
+        float sx[3] = {0.01f, 0.02f, 0.003f};
+        memset(xq, 128, ldx * M);
+        for (int k = 0; k < K; k++) { /* row 0 all -127, row 1 all 127, row 2 mixed */
+            xq[k] = 1;
+            xq[ldx + k] = 255;
+            xq[2 * ldx + k] = (uint8_t)(128 + (rand() % 255 - 127));
+        }
+        float ref[3 * 17], y[3 * 17];
+        for (int n = 0; n < N; n++) {
+            assert_true(qw->scale[n] == sw[n]);
+            for (int m = 0; m < M; m++) {
+                int64_t d = 0;
+                for (int k = 0; k < K; k++)
+                    d += (int64_t)((int)xq[(size_t)m * ldx + k] - 128) * wq[(size_t)n * K + k];
+                assert_true(d > INT32_MIN && d < INT32_MAX);
+                ref[m * N + n] = (float)d * sx[m] * sw[n];
+            }
+        }
+        for (int a = 0; a < n_all; a++) {
+            memset(y, 0xff, sizeof y);
+            cpu_mmq q = cpu_qw_args(qw, xq, ldx, sx, y, (size_t)N, M);
+            all[a]->mmq(&q, 0, N, scratch);
+            if (memcmp(y, ref, sizeof y))
+                fail_msg("%s%s mmq differs from the oracle with -128 weights: K=%d", all[a]->name,
+                         all[a] == &cpu_kern_avx512_novnni ? " (no VNNI)" : "", K);
+        }
+        cpu_qw_destroy(qw);
+        free(wq), free(xq);
+    }
+    free(scratch);
+}
+
 /* "auto" picks a table; unknown names are refused. */
 static void test_kernels_select_names(void **state)
 {
@@ -432,6 +499,7 @@ int main(void)
         cmocka_unit_test(test_kernels_exp_ops_match_oracle),
         cmocka_unit_test(test_kernels_quant_matches_oracle),
         cmocka_unit_test(test_kernels_mmq_matches_oracle),
+        cmocka_unit_test(test_kernels_mmq_prequant_extremes),
         cmocka_unit_test(test_kernels_select_names),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -50,7 +50,8 @@ import numpy as np
 # ---------------------------------------------------------------- model files
 
 def read_safetensors(path):
-    """{name: float64 array} from one safetensors file (F32, F16, BF16)."""
+    """{name: float64 array} from one safetensors file (F32, F16, BF16; I8, a
+    W8A8 checkpoint's weights)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n).decode("utf-8"))
@@ -60,7 +61,7 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         begin, end = h["data_offsets"]
-        raw = np.frombuffer(data[begin:end], dtype={"F32": "<f4", "F16": "<f2", "BF16": "<u2"}[h["dtype"]])
+        raw = np.frombuffer(data[begin:end], dtype={"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I8": "<i1"}[h["dtype"]])
         if h["dtype"] == "BF16":
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         out[name] = raw.astype(np.float64).reshape(h["shape"])
@@ -288,16 +289,23 @@ def softcap(x, cap):
 
 
 def split_fused(w, c):
-    """Phi-3's qkv_proj and gate_up_proj as the separate HF names (rows q|k|v, gate|up)."""
+    """Phi-3's qkv_proj and gate_up_proj as the separate HF names (rows q|k|v, gate|up);
+    a W8A8 checkpoint's weight_scale the same way (one value per tensor: to each part)."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     for i in range(c.layers):
         p = f"model.layers.{i}."
-        qkv = w.pop(p + "self_attn.qkv_proj.weight")
-        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        w[p + "self_attn.q_proj.weight"] = qkv[:q]
-        w[p + "self_attn.k_proj.weight"] = qkv[q:q + kv]
-        w[p + "self_attn.v_proj.weight"] = qkv[q + kv:]
-        gu = w.pop(p + "mlp.gate_up_proj.weight")
-        w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu[:c.inter], gu[c.inter:]
+        for suffix in ("weight", "weight_scale"):
+            if p + "self_attn.qkv_proj." + suffix not in w:
+                continue
+            qkv = w.pop(p + "self_attn.qkv_proj." + suffix)
+            gu = w.pop(p + "mlp.gate_up_proj." + suffix)
+            if qkv.size == 1:
+                qkv = np.broadcast_to(qkv.reshape(1, 1), (q + 2 * kv, 1))
+                gu = np.broadcast_to(gu.reshape(1, 1), (2 * c.inter, 1))
+            w[p + "self_attn.q_proj." + suffix] = qkv[:q]
+            w[p + "self_attn.k_proj." + suffix] = qkv[q:q + kv]
+            w[p + "self_attn.v_proj." + suffix] = qkv[q + kv:]
+            w[p + "mlp.gate_proj." + suffix], w[p + "mlp.up_proj." + suffix] = gu[:c.inter], gu[c.inter:]
 
 
 def embed_scale(model_dir, c):

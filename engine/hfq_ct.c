@@ -1,0 +1,212 @@
+/* hfq_: compressed-tensors W8A8 int8 checkpoints (llm-compressor, vLLM):
+ * the config's scheme checked field by field, each linear bound as its I8
+ * weights and per-row f32 scales for the int8 kernels (hfq.h). */
+#include "hfq_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CT "compressed-tensors"
+
+/* A boolean key: 1 true, 0 false, def when absent or null, -1 otherwise. */
+static int jbool(const cJSON *o, const char *k, int def)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!v || cJSON_IsNull(v))
+        return def;
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : -1;
+}
+
+static int is_null(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return !v || cJSON_IsNull(v);
+}
+
+/* A key's value as text for messages ("<absent>" when it is not a string). */
+static const char *shown(const cJSON *o, const char *k)
+{
+    const char *s = hfq__jstr(o, k);
+    return s ? s : "<absent or not a string>";
+}
+
+/* One 8-bit symmetric int quantization args object (weights or
+ * input_activations of group g): INF_OK or the first field out of line. */
+static int ct_args(const cJSON *a, const char *path, const char *g, const char *what,
+                   inf_err *err)
+{
+    if (!cJSON_IsObject(a))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.%s is not an object",
+                        path, g, what);
+    int bits = hfq__jint(a, "num_bits", -1000);
+    const char *type = hfq__jstr(a, "type");
+    if (bits != 8)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.num_bits %d "
+                        "is not supported (8)", path, g, what, bits);
+    if (!type || strcmp(type, "int"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
+                        "not supported (int; float is FP8, which needs CUDA)", path, g, what,
+                        shown(a, "type"));
+    if (jbool(a, "symmetric", 1) != 1)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.symmetric "
+                        "false is not supported (zero points; symmetric int8 only)", path, g,
+                        what);
+    return INF_OK;
+}
+
+static int ct_group(const cJSON *grp, const char *path, const char *g, const char *fmt,
+                    inf_err *err)
+{
+    if (!cJSON_IsObject(grp))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s is not an object",
+                        path, g);
+    const char *gf = hfq__jstr(grp, "format"); /* newer files: per group */
+    fmt = gf ? gf : fmt;
+    if (!fmt)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " quantization_config has no format",
+                        path);
+    if (!strcmp(fmt, "float-quantized"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format 'float-quantized' (FP8) is "
+                        "not supported: FP8 needs CUDA, and inferd's CUDA backend has no FP8 "
+                        "path", path);
+    if (strcmp(fmt, "int-quantized") && strcmp(fmt, "naive-quantized"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format '%s' is not supported "
+                        "(int-quantized, naive-quantized)", path, fmt);
+    const cJSON *tg = cJSON_GetObjectItemCaseSensitive(grp, "targets");
+    if (!cJSON_IsArray(tg) || !cJSON_GetArraySize(tg))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.targets must be a "
+                        "non-empty list", path, g);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
+    int rc;
+    if ((rc = ct_args(w, path, g, "weights", err)))
+        return rc;
+    const char *ws = hfq__jstr(w, "strategy");
+    if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
+                        "'%s' is not supported (channel, tensor)", path, g,
+                        shown(w, "strategy"));
+    if (jbool(w, "dynamic", 0) != 0)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
+                        "must be false", path, g);
+    if (!a || cJSON_IsNull(a))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
+                        "null (weight-only int8, W8A16) is not supported (W8A8: int8 "
+                        "activations per token)", path, g);
+    if ((rc = ct_args(a, path, g, "input_activations", err)))
+        return rc;
+    if (jbool(a, "dynamic", 0) != 1)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
+                        ".dynamic false (static input_scale) is not supported (dynamic per-token "
+                        "scales)", path, g);
+    const char *as = hfq__jstr(a, "strategy");
+    if (!as || strcmp(as, "token"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
+                        ".strategy '%s' is not supported (token)", path, g, shown(a, "strategy"));
+    if (!is_null(grp, "output_activations"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.output_activations "
+                        "are not supported (null)", path, g);
+    return INF_OK;
+}
+
+int hfq__ct_open(const cJSON *qc, const char *path, inf_err *err)
+{
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
+    if (!cJSON_IsObject(groups) || !groups->child)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " quantization_config has no "
+                        "config_groups", path);
+    if (!is_null(qc, "kv_cache_scheme"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " kv_cache_scheme is not supported "
+                        "(null: the KV cache stays f32)", path);
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(qc, "sparsity_config");
+    if (sp && !cJSON_IsNull(sp) && !(cJSON_IsObject(sp) && !sp->child)) { /* {}: none */
+        const char *f = cJSON_IsObject(sp) ? hfq__jstr(sp, "format") : NULL;
+        if (!f || strcmp(f, "dense"))
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " sparsity_config format '%s' is "
+                            "not supported (none, dense)", path, f ? f : "?");
+    }
+    const char *fmt = hfq__jstr(qc, "format");
+    for (const cJSON *g = groups->child; g; g = g->next) {
+        int rc = ct_group(g, path, g->string ? g->string : "?", fmt, err);
+        if (rc)
+            return rc;
+    }
+    return INF_OK;
+}
+
+/* Element i of a float tensor (F32, BF16, F16) as f32, exactly. */
+static float scale_at(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = t->data;
+    if (t->dtype == INF_F32) {
+        uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                     (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
+    return t->dtype == INF_BF16 ? inf_bf16_to_f32(h) : inf_f16_to_f32(h);
+}
+
+static int64_t numel(const st_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                 model_tensor *out, inf_err *err)
+{
+    const st_tensor *w = st_find(st, name);
+    size_t len = strlen(name);
+    char part[256];
+    if (!w || len < 6 || len - 6 + 16 >= sizeof part || strcmp(name + len - 6, "weight"))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    if (strcmp(w->dtype_name, "I8"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " int8 "
+                        "checkpoint's linears are I8 (others F32, F16 or BF16)", w->file, name,
+                        w->dtype_name);
+    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I8 [%lld, %lld]", w->file,
+                        name, (long long)rows, (long long)cols);
+    snprintf(part, sizeof part, "%.*sweight_zero_point", (int)(len - 6), name);
+    const st_tensor *zp = st_find(st, part);
+    if (zp) /* symmetric files may carry all-zero points: any dtype's zero is zero bits */
+        for (size_t i = 0; i < zp->nbytes; i++)
+            if (((const uint8_t *)zp->data)[i])
+                return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' holds a nonzero zero "
+                                "point; only symmetric int8 is supported", zp->file, part);
+    snprintf(part, sizeof part, "%.*sweight_scale", (int)(len - 6), name);
+    const st_tensor *s = st_find(st, part);
+    if (!s)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " checkpoint without tensor '%s'", q->path,
+                        part);
+    int64_t ns = numel(s);
+    if (s->dtype == INF_DTYPE_NONE || (ns != rows && ns != 1) ||
+        (ns == rows && ns != 1 && s->ndim != 1 && !(s->ndim == 2 && s->shape[1] == 1)))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be F32, BF16 or F16 of shape "
+                        "[%lld, 1] (channel) or one value (tensor)", s->file, part,
+                        (long long)rows);
+    float *sc = hfq__keep(q, (size_t)rows);
+    if (!sc)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, part);
+    for (int64_t n = 0; n < rows; n++) {
+        sc[n] = scale_at(s, ns == 1 ? 0 : (size_t)n);
+        if (!isfinite(sc[n]))
+            return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is not finite", s->file, part,
+                            (long long)n);
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_DTYPE_NONE;
+    out->q8 = w->data;
+    out->q8_scale = sc;
+    out->rows = rows;
+    out->cols = cols;
+    out->name = w->name;
+    return INF_OK;
+}
