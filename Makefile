@@ -103,7 +103,8 @@ CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
-               engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ)
+               engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
+               engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.

@@ -294,7 +294,9 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
         (rc = gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
                    d->D, T, err)))
         return rc;
-    if (!md->bias_o) /* o's bias: delta as rows of one "head" of width D */
+    /* o's bias (delta as rows of one "head" of width D): rank 0 only, so the
+     * all-reduce over the ranks' partial products adds it once */
+    if (!md->bias_o || r->sh.rank != 0)
         return INF_OK;
     return CUDA_RC(err, cuda_k_qkv_prep(b->delta, T, bias + d->qkv, NULL, 1, 0, d->D, be->eps,
                                         r->st));
@@ -445,12 +447,17 @@ static int cuda_submit(be_backend *base, const be_batch *b, const be_smp_row *sm
         bi = cuda_plan_bucket(be->buckets, be->nb, b->n_tokens);
     cuda_step *s = &be->step[k];
     cuda_plan_batch(&be->rk[0].d, &be->ml, b, bi >= 0 ? be->buckets[bi] : 0, smp,
-                    be->stage[k], s);
+                    be->rk[0].a + be->rk[0].al.meta, be->stage[k], s);
     for (int i = 0; i < be->tp && !rc; i++) {
         cuda_rank *r = &be->rk[i];
         if (!(rc = set_dev(be, r, err)))
             rc = CUDA_RC(err, cudaMemcpyAsync(r->a + r->al.meta, be->stage[k], s->meta_bytes,
                                               cudaMemcpyHostToDevice, r->st));
+        /* token masks: only rank 0 samples */
+        if (!rc && i == 0 && s->mask_bytes)
+            rc = CUDA_RC(err, cudaMemcpyAsync(r->a + r->al.meta + be->ml.masks,
+                                              (char *)be->stage[k] + be->ml.masks,
+                                              s->mask_bytes, cudaMemcpyHostToDevice, r->st));
     }
     if (!rc)
         rc = bi >= 0 ? graph_run(be, bi, s, err) : enqueue(be, s, err);
@@ -575,22 +582,24 @@ static int up_f32(uploader *u, unsigned char *dst, const model_tensor *t, const 
     return up_end(u, dst, n * sizeof(float), err);
 }
 
-/* Layer l's q|k|v and o biases as one f32 vector (zeros where absent). */
-static int up_bias(uploader *u, unsigned char *dst, const model_layer *ly, const cuda_dims *d,
-                   inf_err *err)
+/* Layer l's q|k|v and o biases as one f32 vector, this rank's slices
+ * (cuda_plan_bias_pieces; zeros where absent, and o's off rank 0). */
+static int up_bias(uploader *u, unsigned char *dst, const model_layer *ly, const model_config *c,
+                   const cuda_shard *sh, const cuda_dims *d, inf_err *err)
 {
     int rc = up_begin(u, err);
     if (rc)
         return rc;
     float *f = (float *)u->buf[u->k];
-    size_t n = (size_t)d->qkv + d->D, at = 0;
+    size_t n = (size_t)d->qkv + d->D;
     memset(f, 0, n * sizeof *f);
-    const model_tensor *ts[4] = {&ly->bq, &ly->bk, &ly->bv, &ly->bo};
-    const size_t len[4] = {(size_t)d->Hl * d->hd, (size_t)d->KVl * d->hd, (size_t)d->KVl * d->hd,
-                           (size_t)d->D};
-    for (int i = 0; i < 4; at += len[i], i++)
-        if (ts[i]->data)
-            cuda_plan_to_f32(ts[i]->data, ts[i]->dtype, len[i], f + at);
+    cuda_bias_piece p[4];
+    cuda_plan_bias_pieces(ly, c, sh, p);
+    for (int i = 0; i < 4; i++)
+        if (p[i].t)
+            cuda_plan_to_f32((const char *)p[i].t->data +
+                                 (size_t)p[i].src0 * inf_dtype_size(p[i].t->dtype),
+                             p[i].t->dtype, (size_t)p[i].n, f + p[i].dst0);
     return up_end(u, dst, n * sizeof(float), err);
 }
 
@@ -640,7 +649,7 @@ static int upload(cuda_be *be, cuda_rank *r, inf_err *err)
              ((rc = up_f32(&u, lw + r->wl.qk_gain, &ly->q_norm, md, 1, err)) ||
               (rc = up_f32(&u, lw + r->wl.qk_gain + (size_t)c->head_dim * sizeof(float),
                            &ly->k_norm, md, 1, err)))) ||
-            (r->d.bias && (rc = up_bias(&u, lw + r->wl.bias, ly, &r->d, err))))
+            (r->d.bias && (rc = up_bias(&u, lw + r->wl.bias, ly, c, &r->sh, &r->d, err))))
             break;
         for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
             int n = cuda_plan_pieces(&m->layers[l], c, &r->sh, w, p);
@@ -787,11 +796,8 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
                        .block_size = cfg->block_size, .max_logits = cfg->max_logits,
                        .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
     /* every setting of the description has its kernels here (docs/cuda.md says
-     * which have not run on a GPU); biases are not sharded across ranks yet */
+     * which have not run on a GPU) */
     int rc = mdesc_require(&c->desc, MD_F_ALL, "cuda", err);
-    if (!rc && cfg->tensor_parallel_size > 1 && (c->desc.bias_qkv || c->desc.bias_o))
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: %s setting 'q/k/v projection bias' is not "
-                      "implemented with tensor_parallel_size > 1", c->desc.family);
     if (!rc)
         rc = cuda_plan_shard(c, cfg->tensor_parallel_size, rank, sh, err);
     if (!rc)

@@ -12,6 +12,11 @@
 // then ties on that key are walked in id order. Masses are summed in 2^-40
 // fixed point, so every sum is exact and independent of summation order:
 // the kept sets do not change from run to run.
+//
+// A row's token mask (a grammar's) is applied first, in place: disallowed
+// logits become -inf, as the host's logits-processor chain makes them, so
+// everything after sees what smp_ sees there. The logits of a sampled step
+// never leave the device, so overwriting them costs nothing.
 #include <limits.h>
 #include <math.h>
 
@@ -166,12 +171,19 @@ static __device__ void rank_cut(const float *x, int V, WF wf, u64 target, uint32
 }
 
 static __global__ void __launch_bounds__(SB)
-    k_sample(const float *logits, int V, const cuda_smp_row *rows, int32_t *ids)
+    k_sample(float *logits, int V, const cuda_smp_row *rows, int32_t *ids)
 {
     __shared__ red_t red;
     int row = blockIdx.x;
-    const float *x = logits + (size_t)row * V;
     const cuda_smp_row p = rows[row];
+    if (p.mask) {
+        float *xm = logits + (size_t)row * V;
+        for (int i = threadIdx.x; i < V; i += SB)
+            if (!(p.mask[i >> 5] >> (i & 31) & 1u))
+                xm[i] = -INFINITY;
+        __syncthreads(); // the block's global writes are visible to it after this
+    }
+    const float *x = logits + (size_t)row * V;
 
     float bv = -INFINITY;
     int bi = INT_MAX;
@@ -270,7 +282,7 @@ static __global__ void __launch_bounds__(SB)
         ids[row] = pick;
 }
 
-extern "C" cudaError_t cuda_k_sample(const float *logits, int V, int n,
+extern "C" cudaError_t cuda_k_sample(float *logits, int V, int n,
                                      const cuda_smp_row *rows, int32_t *ids, cudaStream_t st)
 {
     if (n > 0)

@@ -155,8 +155,11 @@ cudaError_t cuda_k_gemm_setup(void);
 cudaError_t cuda_k_gemm_variants_setup(void);
 
 /* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with
- * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row. */
-cudaError_t cuda_k_sample(const float *logits, int V, int n, const cuda_smp_row *rows,
+ * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row.
+ * rows[r].mask, when not NULL, is a device pointer to (V + 31) / 32 words:
+ * the row's logits of tokens whose bit is clear are set to -inf in place
+ * first (the host chain's grammar mask), then the row is sampled. */
+cudaError_t cuda_k_sample(float *logits, int V, int n, const cuda_smp_row *rows,
                           int32_t *ids, cudaStream_t st);
 
 #ifdef __cplusplus

@@ -76,6 +76,22 @@ int cuda_plan_pieces(const model_layer *w, const model_config *c, const cuda_sha
     }
 }
 
+static cuda_bias_piece bias_piece(const model_tensor *t, int64_t src0, int64_t n, int64_t dst0)
+{
+    return (cuda_bias_piece){.t = t && t->data ? t : NULL, .src0 = src0, .n = n, .dst0 = dst0};
+}
+
+void cuda_plan_bias_pieces(const model_layer *w, const model_config *c, const cuda_shard *sh,
+                           cuda_bias_piece out[4])
+{
+    int64_t hd = c->head_dim, nq = sh->n_q_heads * hd, nkv = sh->n_kv_heads * hd;
+    out[0] = bias_piece(&w->bq, sh->q_head0 * hd, nq, 0);
+    out[1] = bias_piece(&w->bk, sh->kv_head0 * hd, nkv, nq);
+    out[2] = bias_piece(&w->bv, sh->kv_head0 * hd, nkv, nq + nkv);
+    /* row-parallel: added once, on rank 0, before the sum over ranks */
+    out[3] = bias_piece(sh->rank == 0 ? &w->bo : NULL, 0, c->hidden_size, nq + 2 * nkv);
+}
+
 /* ---- sizes --------------------------------------------------------------- */
 
 void cuda_plan_splitk(int max_ctx, int *chunk, int *max_splits)
@@ -196,7 +212,9 @@ void cuda_plan_meta(const cuda_dims *d, cuda_mlayout *m)
     m->dec = bump(&off, (size_t)d->n_dec_max * I);
     m->tiles = bump(&off, 3 * T * I);
     m->smp = bump(&off, R * sizeof(cuda_smp_row));
-    m->table = bump(&off, S * (size_t)d->MB * I); /* last: a step copies only its rows */
+    m->table = bump(&off, S * (size_t)d->MB * I); /* a step copies only its rows */
+    m->mask_words = ((size_t)d->V + 31) / 32;
+    m->masks = bump(&off, R * m->mask_words * sizeof(uint32_t)); /* copied apart */
     m->total = off;
 }
 
@@ -346,7 +364,7 @@ static int add_tiles(const cuda_dims *d, int32_t *tiles, int n, int s, int t0, i
 }
 
 void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *b, int bucket,
-                     const cuda_smp_row *smp, void *stage, cuda_step *st)
+                     const cuda_smp_row *smp, const void *dev_meta, void *stage, cuda_step *st)
 {
     char *base = stage;
     int32_t *tok = (int32_t *)(base + m->tokens), *pos = (int32_t *)(base + m->positions);
@@ -390,8 +408,18 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
             n_tiles = add_tiles(d, tiles, n_tiles, s, t, t + 1);
     }
     int n_rows = bucket > 0 ? T : b->n_logits;
-    if (smp)
-        memcpy(srow, smp, (size_t)b->n_logits * sizeof *srow);
+    int n_masks = 0;
+    size_t mw = m->mask_words, mb = mw * sizeof(uint32_t);
+    for (int r = 0; smp && r < b->n_logits; r++) {
+        srow[r] = smp[r];
+        if (!smp[r].mask)
+            continue;
+        /* the device reads the copy; the kernel's pointer is its address */
+        memcpy(base + m->masks + (size_t)n_masks * mb, smp[r].mask, mb);
+        srow[r].mask = (const uint32_t *)((uintptr_t)dev_meta + m->masks +
+                                          (size_t)n_masks * mb);
+        n_masks++;
+    }
     st->T = T;
     st->n_dec = n_dec;
     st->n_tiles = n_tiles;
@@ -401,6 +429,8 @@ void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *
     st->meta_bytes = m->table + (size_t)n_seqs * (size_t)d->MB * sizeof(int32_t);
     st->bucket = bucket;
     st->sample = smp != NULL;
+    st->n_masks = n_masks;
+    st->mask_bytes = (size_t)n_masks * mb;
 }
 
 /* ---- weight conversion ---------------------------------------------------- */

@@ -75,6 +75,23 @@ enum {
 int cuda_plan_pieces(const model_layer *w, const model_config *c, const cuda_shard *sh,
                      int which, cuda_piece *out);
 
+/* One slice of a 1-D bias: elements [src0, src0+n) of t go to elements
+ * [dst0, dst0+n) of the rank's bias vector. */
+typedef struct cuda_bias_piece {
+    const model_tensor *t; /* NULL: nothing (the vector keeps zeros there)  */
+    int64_t src0, n, dst0;
+} cuda_bias_piece;
+
+/* Layer l's biases for shard sh, in the rank's f32 vector [qkv + D] (q | k
+ * | v, then o). Column-parallel q, k and v biases are cut like their rows:
+ * this rank's query heads and KV heads. The row-parallel o bias goes whole
+ * to rank 0 and to no other (the all-reduce that sums the ranks' partial
+ * O products then adds it exactly once). Writes 4 pieces (q, k, v, o);
+ * a piece with t NULL (absent from the checkpoint, or o off rank 0) is
+ * left as zeros. */
+void cuda_plan_bias_pieces(const model_layer *w, const model_config *c, const cuda_shard *sh,
+                           cuda_bias_piece out[4]);
+
 /* ---- sizes --------------------------------------------------------------- */
 
 /* Everything the arenas are sized from, for one rank. */
@@ -157,7 +174,9 @@ void cuda_plan_weights(const cuda_dims *d, int tied, cuda_wlayout *w);
 
 /* Offsets (bytes) of the per-step metadata; the host's pinned staging and
  * the device copy share this layout, so one copy moves it all. The block
- * tables come last, so a step copies only the rows it uses. */
+ * tables come last but for the token masks, so a step copies only the rows
+ * it uses; the masks of its masked sampling rows, packed from the start of
+ * their region, go in a second copy (rank 0 only) when there are any. */
 typedef struct cuda_mlayout {
     size_t tokens, positions, slots, tok_seq; /* [T] int32                   */
     size_t rows;                              /* [R] int32 logit rows        */
@@ -166,6 +185,9 @@ typedef struct cuda_mlayout {
     size_t tiles;                             /* [T][3] int32 seq, t0, nq    */
     size_t smp;                               /* [R] cuda_smp_row            */
     size_t table;                             /* [S][MB] int32               */
+    size_t masks;                             /* [R][mask_words] uint32 token
+                                                 masks of sampling rows      */
+    size_t mask_words;                        /* (V + 31) / 32               */
     size_t total;
 } cuda_mlayout;
 
@@ -242,6 +264,9 @@ typedef struct cuda_step {
     int bucket;  /* > 0: a pure decode step padded to this many rows          */
     int sample;  /* 1: sampled on the device, ids come back                   */
     size_t meta_bytes; /* leading bytes of the metadata this step uses        */
+    int n_masks; /* sampling rows with a token mask: the first n_masks rows of
+                    the masks region hold them, in row order                  */
+    size_t mask_bytes; /* n_masks * mask_words * 4, copied from m->masks      */
 } cuda_step;
 
 /* 1 when b is a pure decode step: every sequence one token, logits for every
@@ -259,10 +284,14 @@ int cuda_plan_is_decode(const be_batch *b);
  * sequence on the null block (slot 0), so they read and write nothing real.
  * Padding gets no logit rows or sampling rows: a padded step's final norm
  * takes its rows in order, and only the batch's n_logits rows are sampled.
+ * A sampling row's host mask is copied into the masks region and its staged
+ * mask pointer rewritten to where that copy will be on the device: dev_meta
+ * is the device address of the metadata of the rank that samples (rank 0).
  * The batch must already have passed be_batch_check and the limits of d
  * (context, sequences, logit rows). */
 void cuda_plan_batch(const cuda_dims *d, const cuda_mlayout *m, const be_batch *b,
-                     int bucket, const cuda_smp_row *smp, void *stage, cuda_step *st);
+                     int bucket, const cuda_smp_row *smp, const void *dev_meta, void *stage,
+                     cuda_step *st);
 
 /* ---- weight conversion on upload --------------------------------------- */
 

@@ -37,14 +37,21 @@ typedef struct be_batch {
  * as smp_ does it (engine/smp.h): temperature 0 is the argmax (lowest id on
  * ties); else softmax(logits / T) restricted by top-k, then top-p (mass
  * within the top-k set), then min-p, renormalized, and one inverse-CDF draw
- * in token-id order at u. No logits processor (engine/lp.h) runs on the
- * device: rows whose request has any are sampled on the host. */
+ * in token-id order at u. A token mask (a grammar's: gram_match_mask) is
+ * applied first, as the host's chain applies it: a token whose bit is clear
+ * has logit -inf before the temperature and every filter, so greedy is the
+ * argmax over the allowed tokens. No other logits processor (engine/lp.h)
+ * runs on the device: rows whose request has any are sampled on the host. */
 typedef struct be_smp_row {
     float temperature; /* >= 0                                               */
     int32_t top_k;     /* <= 0 or >= vocab: off                              */
     float top_p;       /* (0, 1]; 1: off                                     */
     float min_p;       /* [0, 1]; 0: off                                     */
     double u;          /* the request's uniform in [0, 1) (smp_rng_uniform)  */
+    const uint32_t *mask; /* NULL: none; else (vocab_size + 31) / 32 words,
+                             bit t % 32 of word t / 32 set: token t allowed.
+                             Host memory at be_submit (a backend copies it
+                             before submit returns)                          */
 } be_smp_row;
 
 /* Where a waited-for step's results go; any pointer may be NULL to drop

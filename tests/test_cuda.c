@@ -34,6 +34,7 @@
 #include "cuda/kern.h"
 #include "cuda/plan.h"
 #include "engine/model.h"
+#include "engine/gram.h"
 #include "engine/smp.h"
 #include "engine/tok.h"
 
@@ -540,7 +541,7 @@ static void run_attn_case(const attn_case *c)
     cuda_plan_meta(&d, &ml);
     void *stage = calloc(1, ml.total);
     cuda_step st;
-    cuda_plan_batch(&d, &ml, &b, 0, NULL, stage, &st);
+    cuda_plan_batch(&d, &ml, &b, 0, NULL, NULL, stage, &st);
 
     size_t cache = (size_t)nb * c->KV * c->bs * hd;
     uint16_t *kc = malloc(cache * 2), *vc = malloc(cache * 2);
@@ -602,7 +603,7 @@ static void run_attn_case(const attn_case *c)
         cuda_plan_meta(&di, &mi);
         void *st2 = calloc(1, mi.total);
         cuda_step s2;
-        cuda_plan_batch(&di, &mi, &b, 0, NULL, st2, &s2);
+        cuda_plan_batch(&di, &mi, &b, 0, NULL, NULL, st2, &s2);
         assert_int_equal(s2.n_dec, T);
         unsigned char *dm2 = to_dev(st2, mi.total);
         float *dp2 = dmalloc((size_t)T * c->KV * di.max_splits * c->G * (hd + 2) * 4);
@@ -777,6 +778,97 @@ static void test_cuda_kern_sample_matches_smp(void **state)
         smp_destroy(sc);
         free(logits);
         free(probs);
+    }
+}
+
+/* The host path's mask, written here from its definition (engine/be.h):
+ * a token whose bit is clear gets logit -inf. */
+static void mask_logits(float *x, int V, const uint32_t *words)
+{
+    for (int i = 0; i < V; i++)
+        if (!(words[i >> 5] >> (i & 31) & 1u))
+            x[i] = -INFINITY;
+}
+
+/* Device sampling with token masks equals masking on the host (logit -inf)
+ * then smp_argmax / smp_probs + smp_draw: greedy and every filter, masks
+ * that keep one token, a few, most, or none of the unmasked argmax's
+ * neighbours, beside unmasked rows in the same launch. */
+static void test_cuda_kern_sample_masked(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int Vs[] = {70, 32000};
+    smp_params ps[6];
+    for (int i = 0; i < 6; i++)
+        ps[i] = smp_params_default();
+    ps[0].temperature = 0.0f;
+    ps[1].temperature = 1.0f;
+    ps[2].temperature = 0.7f, ps[2].top_k = 5;
+    ps[3].temperature = 1.3f, ps[3].top_p = 0.8f;
+    ps[4].temperature = 1.0f, ps[4].top_k = 40, ps[4].top_p = 0.9f, ps[4].min_p = 0.02f;
+    ps[5].temperature = 0.5f, ps[5].min_p = 0.1f;
+    for (size_t vi = 0; vi < 2; vi++) {
+        int V = Vs[vi], n = 6 * 5, W = (V + 31) / 32;
+        float *logits = malloc((size_t)n * V * 4), *x = malloc((size_t)V * 4);
+        float *probs = malloc((size_t)V * 4);
+        uint32_t *masks = calloc((size_t)n * W, 4);
+        cuda_smp_row rows[30];
+        int32_t want[30], got[30];
+        smp_ctx *sc = NULL;
+        assert_int_equal(smp_create(V, &sc, NULL), INF_OK);
+        for (int r = 0; r < n; r++) {
+            float *l = logits + (size_t)r * V;
+            for (int i = 0; i < V; i++)
+                l[i] = 4.0f * frand();
+            int kind = r / 6; /* 0 none, 1 the last token and about one more, 2 about
+                                 1/8, 3 all but about 1/8, 4 every third, tied */
+            uint32_t *w = masks + (size_t)r * W;
+            for (int i = 0; i < V; i++) {
+                int on = kind == 1 ? i == (int)(urand() % (unsigned)V) || i == V - 1
+                         : kind == 2 ? urand() % 8 == 0
+                         : kind == 3 ? urand() % 8 != 0
+                                     : i % 3 == 0;
+                if (on)
+                    w[i >> 5] |= 1u << (i & 31);
+            }
+            if (kind == 4) /* ties between allowed tokens */
+                for (int i = 0; i < V; i += 3)
+                    l[i] = 1.5f;
+            memcpy(x, l, (size_t)V * 4);
+            if (kind > 0)
+                mask_logits(x, V, w);
+            const smp_params *p = &ps[r % 6];
+            smp_probs(sc, p, x, probs);
+            double u = safe_u(probs, V, (double)(urand() >> 8) / 16777216.0);
+            want[r] = p->temperature > 0 ? smp_draw(probs, V, u) : smp_argmax(x, V);
+            rows[r] = (cuda_smp_row){.temperature = p->temperature, .top_k = p->top_k,
+                                     .top_p = p->top_p, .min_p = p->min_p, .u = u};
+            if (kind > 0 && !(w[want[r] >> 5] >> (want[r] & 31) & 1u))
+                fail_msg("V %d row %d: the host reference picked masked token %d", V, r,
+                         want[r]);
+        }
+        float *dl = to_dev(logits, (size_t)n * V * 4);
+        uint32_t *dm = to_dev(masks, (size_t)n * W * 4);
+        for (int r = 0; r < n; r++)
+            rows[r].mask = r / 6 > 0 ? dm + (size_t)r * W : NULL;
+        cuda_smp_row *dr = to_dev(rows, sizeof rows);
+        int32_t *di = dmalloc(sizeof got);
+        CK(cuda_k_sample(dl, V, n, dr, di, 0));
+        to_host(got, di, sizeof got);
+        for (int r = 0; r < n; r++)
+            if (got[r] != want[r])
+                fail_msg("masked sample V %d row %d (params %d, mask kind %d): gpu %d, host %d",
+                         V, r, r % 6, r / 6, got[r], want[r]);
+        cudaFree(dl);
+        cudaFree(dm);
+        cudaFree(dr);
+        cudaFree(di);
+        smp_destroy(sc);
+        free(logits);
+        free(x);
+        free(probs);
+        free(masks);
     }
 }
 
@@ -1416,6 +1508,118 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
+/* Constrained decoding: a grammar's mask on the device sampler (be_smp_row
+ * mask) gives the tokens the host path gives (the same step's logits, the
+ * mask applied on the host as -inf, then smp_argmax or smp_probs +
+ * smp_draw), greedy and sampled, and every token is one the grammar allows.
+ * The vocabulary's bytes are made up here (the grammar engine needs only
+ * bytes per token), so the fixture model needs no tokenizer. The two paths
+ * run as two sequences on one batch-invariant backend, whose logits for the
+ * same history are the same bits. */
+static void test_cuda_constrained_decode_matches_host(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    model *m = load_test_model(0, dir);
+    inf_err err = {0};
+    int V = m->cfg.vocab_size, W = (V + 31) / 32, eos = 2;
+    static const char *const pieces[] = {"a", "b", "ab", "{", "}", "0", "1", "ba", "x", "\"",
+                                         "aa", " ", "{a", "b}", "01", "q"};
+    const char **bytes = malloc((size_t)V * sizeof *bytes);
+    int *len = malloc((size_t)V * sizeof *len);
+    for (int i = 0; i < V; i++) {
+        bytes[i] = i < 3 ? "" : pieces[i % 16]; /* 0..2: control tokens */
+        len[i] = (int)strlen(bytes[i]);
+    }
+    const char *gbnf = "root ::= \"{\" ( [ab] | \"01\" )+ \"}\"\n";
+    gram *g = NULL;
+    gram_vocab *gv = NULL;
+    gram_auto *ga = NULL;
+    if (gram_parse(gbnf, strlen(gbnf), &g, &err) ||
+        gram_vocab_create(V, bytes, len, &gv, &err) ||
+        gram_auto_create(g, gv, (int32_t[]){eos}, 1, &ga, &err))
+        fail_msg("grammar: %s", err.msg);
+    enum { N = 40 };
+    const int32_t prompt[3] = {1, 7, 11};
+    int32_t blk_d[MAXB] = {0}, blk_h[MAXB] = {0};
+    for (int i = 0; i < 4; i++) {
+        blk_d[i] = 1 + i;
+        blk_h[i] = 5 + i;
+    }
+    be_backend *be = gpu_make(m, MAXT, MAXS, 256, 10, 1, 1);
+    float *lg = malloc((size_t)V * 4), *probs = malloc((size_t)V * 4);
+    uint32_t *words = malloc((size_t)W * 4);
+    smp_ctx *sc = NULL;
+    assert_int_equal(smp_create(V, &sc, NULL), INF_OK);
+    bb *b = malloc(sizeof *b);
+    for (int mode = 0; mode < 2; mode++) { /* greedy, then sampled */
+        smp_params sp = smp_params_default();
+        sp.temperature = 0.0f;
+        if (mode == 1) {
+            sp.temperature = 1.0f;
+            sp.top_k = 20;
+            sp.top_p = 0.95f;
+        }
+        gram_match *md = NULL, *mh = NULL;
+        assert_int_equal(gram_match_create(ga, &md, &err), INF_OK);
+        assert_int_equal(gram_match_create(ga, &mh, &err), INF_OK);
+        int32_t sd[3 + N], sh[3 + N];
+        memcpy(sd, prompt, sizeof prompt);
+        memcpy(sh, prompt, sizeof prompt);
+        int n = 3, overruled = 0, ended = 0;
+        for (; n < 3 + N && !ended; n++) {
+            int first = n == 3 ? 0 : n - 1, cnt = n - first;
+            /* host path: logits, mask as -inf, the host sampler */
+            memset(b, 0, sizeof *b);
+            bb_add(b, blk_h, sh + first, first, cnt, 0);
+            be_batch x = bb_batch(b);
+            forward_ok(be, &x, lg);
+            int free_pick = smp_argmax(lg, V);
+            gram_match_apply(mh, lg, V);
+            smp_probs(sc, &sp, lg, probs);
+            double u = mode ? safe_u(probs, V, (double)(urand() >> 8) / 16777216.0) : 0.0;
+            sh[n] = mode ? smp_draw(probs, V, u) : smp_argmax(lg, V);
+            overruled += sh[n] != free_pick;
+            /* device path: the mask goes with the sampling row */
+            assert_true(gram_match_mask(md, words) > 0);
+            cuda_smp_row row = {.temperature = sp.temperature, .top_k = sp.top_k,
+                                .top_p = sp.top_p, .min_p = sp.min_p, .u = u, .mask = words};
+            memset(b, 0, sizeof *b);
+            bb_add(b, blk_d, sd + first, first, cnt, 0);
+            x = bb_batch(b);
+            int32_t id = -1;
+            if (be_submit(be, &x, &row, &err) || be_wait(be, &(be_out){.ids = &id}, &err))
+                fail_msg("be_submit + be_wait: %s", err.msg);
+            sd[n] = id;
+            if (sd[n] != sh[n])
+                fail_msg("%s, token %d: device %d, host %d", mode ? "sampled" : "greedy",
+                         n - 3, sd[n], sh[n]);
+            if (gram_match_accept(md, sd[n]) || gram_match_accept(mh, sh[n]))
+                fail_msg("token %d (%d) is not allowed by the grammar", n - 3, sd[n]);
+            ended = sd[n] == eos;
+        }
+        print_message("%s: %d constrained tokens equal on device and host (%d differ from "
+                      "the unconstrained argmax)%s\n", mode ? "sampled" : "greedy", n - 3,
+                      overruled, ended ? ", ended by the grammar" : "");
+        assert_true(overruled > 0); /* the mask mattered */
+        gram_match_destroy(md);
+        gram_match_destroy(mh);
+    }
+    free(b);
+    smp_destroy(sc);
+    free(words);
+    free(probs);
+    free(lg);
+    be_destroy(be);
+    gram_auto_destroy(ga);
+    gram_vocab_destroy(gv);
+    gram_destroy(g);
+    free(bytes);
+    free(len);
+    model_destroy(m);
+}
+
 /* Bad input (token ids, placeholders, more logit rows than max_logits, a
  * third step in flight) fails the step with INF_ERR_INVALID and leaves the
  * backend usable; start-up without room says so with the sizes. */
@@ -1529,6 +1733,37 @@ static void test_cuda_small_shared_memory_refused(void **state)
 
 /* Tensor parallelism over two GPUs gives tp=1's logits (within tolerance:
  * the all-reduce sums partial products in another order). */
+/* tp = 2 against tp = 1 on one model's logits (chunks of 5 on tp = 2). */
+static void tp_matches(model *m, const char *what)
+{
+    int V = m->cfg.vocab_size, n = 30;
+    int32_t toks[30];
+    for (int i = 0; i < n; i++)
+        toks[i] = (int32_t)((i * 13 + 1) % V);
+    be_backend *one = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    be_backend *two = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 2);
+    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
+    seq_logits(one, toks, n, 0, a);
+    seq_logits(two, toks, n, 5, b);
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double tol, e = row_err(b + (size_t)i * V, a + (size_t)i * V, V, &tol);
+        worst = fmax(worst, e / tol);
+        if (e > tol)
+            fail_msg("%s position %d: |tp2 - tp1| %g > %g", what, i, e, tol);
+    }
+    print_message("%s: tp = 2 within %.2f of the tolerance of tp = 1\n", what, worst);
+    free(a);
+    free(b);
+    be_destroy(one);
+    be_destroy(two);
+}
+
+/* Tensor parallelism over 2 GPUs against one: the tiny fixture; Qwen2's
+ * (q, k and v biases, sliced with their heads); and the same with an o
+ * bias added here (no fixture has one), which rank 0 alone adds before the
+ * all-reduce; that bias is checked to move the logits, so adding it twice
+ * or never would show. */
 static void test_cuda_tensor_parallel_matches_tp1(void **state)
 {
     (void)state;
@@ -1541,24 +1776,44 @@ static void test_cuda_tensor_parallel_matches_tp1(void **state)
     }
     char dir[600];
     model *m = load_test_model(0, dir);
-    int V = m->cfg.vocab_size, n = 30;
-    int32_t toks[30];
-    for (int i = 0; i < n; i++)
-        toks[i] = (int32_t)((i * 13 + 1) % V);
-    be_backend *one = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
-    be_backend *two = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 2);
-    float *a = malloc((size_t)n * V * 4), *b = malloc((size_t)n * V * 4);
-    seq_logits(one, toks, n, 0, a);
-    seq_logits(two, toks, n, 5, b);
-    for (int i = 0; i < n; i++) {
-        double tol, e = row_err(b + (size_t)i * V, a + (size_t)i * V, V, &tol);
-        assert_true(e <= tol);
-    }
-    free(a);
-    free(b);
-    be_destroy(one);
-    be_destroy(two);
+    tp_matches(m, dir);
     model_destroy(m);
+
+    snprintf(dir, sizeof dir, "%s/fam-qwen2", fixtures());
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    assert_true(m->cfg.desc.bias_qkv && m->layers[0].bq.data);
+    tp_matches(m, "fam-qwen2 (q, k, v biases)");
+
+    int V = m->cfg.vocab_size, D = m->cfg.hidden_size, L = m->cfg.n_layers, n = 12;
+    int32_t toks[12];
+    for (int i = 0; i < n; i++)
+        toks[i] = (int32_t)((i * 29 + 3) % V);
+    float *before = malloc((size_t)n * V * 4), *after = malloc((size_t)n * V * 4);
+    be_backend *one = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    seq_logits(one, toks, n, 0, before);
+    be_destroy(one);
+    float *bo = malloc((size_t)L * D * 4);
+    for (int i = 0; i < L * D; i++)
+        bo[i] = 0.5f * frand();
+    for (int l = 0; l < L; l++)
+        m->layers[l].bo = (model_tensor){.dtype = INF_F32, .data = bo + (size_t)l * D,
+                                         .rows = D, .cols = 1, .name = "test o bias"};
+    m->cfg.desc.bias_o = 1;
+    one = gpu_make(m, MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    seq_logits(one, toks, n, 0, after);
+    be_destroy(one);
+    double moved = 0, tol = 0;
+    for (int i = 0; i < n; i++)
+        moved = fmax(moved, row_err(after + (size_t)i * V, before + (size_t)i * V, V, &tol) / tol);
+    print_message("the o bias moves tp = 1's logits by %.1f of the tolerance\n", moved);
+    assert_true(moved > 2.0);
+    tp_matches(m, "fam-qwen2 with an o bias");
+    free(before);
+    free(after);
+    model_destroy(m); /* the layers' bo point into bo, which outlives it */
+    free(bo);
 }
 
 int main(void)
@@ -1572,12 +1827,14 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_gemm_invariant),
         cmocka_unit_test(test_cuda_kern_attention_paged),
         cmocka_unit_test(test_cuda_kern_sample_matches_smp),
+        cmocka_unit_test(test_cuda_kern_sample_masked),
         cmocka_unit_test(test_cuda_model_logits_match_cpu),
         cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
+        cmocka_unit_test(test_cuda_constrained_decode_matches_host),
         cmocka_unit_test(test_cuda_hidden_matches_cpu),
         cmocka_unit_test(test_cuda_errors),
         cmocka_unit_test(test_cuda_small_shared_memory_refused),

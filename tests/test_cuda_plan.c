@@ -93,6 +93,92 @@ static void test_cuda_plan_shard_ranges_partition_and_keep_groups(void **state)
     }
 }
 
+/* Biases under tensor parallelism: each rank's vector [qkv + D] holds the
+ * q, k and v bias elements of its own heads (the rows of its QKV slice, in
+ * the same order), so over the ranks every q/k/v bias element lands exactly
+ * once; the o bias is whole on rank 0 and zero elsewhere, so the sum over
+ * ranks adds it once. An absent bias leaves zeros. */
+static void test_cuda_plan_bias_pieces_shard(void **state)
+{
+    (void)state;
+    enum { D = 64, H = 8, KV = 4, HD = 16 };
+    model_config c = shape(D, 96, 1, H, KV, HD, 100);
+    static float bq[H * HD], bk[KV * HD], bv[KV * HD], bo[D];
+    for (int i = 0; i < H * HD; i++)
+        bq[i] = 1000.0f + (float)i;
+    for (int i = 0; i < KV * HD; i++) {
+        bk[i] = 2000.0f + (float)i;
+        bv[i] = 3000.0f + (float)i;
+    }
+    for (int i = 0; i < D; i++)
+        bo[i] = 4000.0f + (float)i;
+    model_layer ly;
+    memset(&ly, 0, sizeof ly);
+    ly.bq = (model_tensor){.dtype = INF_F32, .data = bq, .rows = H * HD, .cols = 1};
+    ly.bk = (model_tensor){.dtype = INF_F32, .data = bk, .rows = KV * HD, .cols = 1};
+    ly.bv = (model_tensor){.dtype = INF_F32, .data = bv, .rows = KV * HD, .cols = 1};
+    ly.bo = (model_tensor){.dtype = INF_F32, .data = bo, .rows = D, .cols = 1};
+    const int tps[] = {1, 2, 4};
+    for (int ti = 0; ti < 3; ti++) {
+        int tp = tps[ti];
+        int seen_q[H * HD] = {0}, seen_k[KV * HD] = {0}, seen_v[KV * HD] = {0};
+        double o_sum[D] = {0};
+        for (int r = 0; r < tp; r++) {
+            cuda_shard sh;
+            assert_int_equal(cuda_plan_shard(&c, tp, r, &sh, NULL), INF_OK);
+            int nq = sh.n_q_heads * HD, nkv = sh.n_kv_heads * HD, n = nq + 2 * nkv + D;
+            float vec[H * HD + 2 * KV * HD + D];
+            memset(vec, 0, sizeof vec);
+            cuda_bias_piece p[4];
+            cuda_plan_bias_pieces(&ly, &c, &sh, p);
+            for (int i = 0; i < 4; i++) { /* inside the vector, no overlap */
+                if (!p[i].t)
+                    continue;
+                assert_true(p[i].dst0 >= 0 && p[i].dst0 + p[i].n <= n);
+                assert_true(p[i].src0 >= 0 && p[i].src0 + p[i].n <= p[i].t->rows);
+                for (int64_t j = 0; j < p[i].n; j++)
+                    vec[p[i].dst0 + j] = ((const float *)p[i].t->data)[p[i].src0 + j];
+            }
+            /* q rows of this rank's heads, then k, then v: as the QKV slice */
+            for (int j = 0; j < nq; j++) {
+                int g = sh.q_head0 * HD + j;
+                assert_true(vec[j] == bq[g]);
+                seen_q[g]++;
+            }
+            for (int j = 0; j < nkv; j++) {
+                int g = sh.kv_head0 * HD + j;
+                assert_true(vec[nq + j] == bk[g]);
+                assert_true(vec[nq + nkv + j] == bv[g]);
+                seen_k[g]++;
+                seen_v[g]++;
+            }
+            for (int j = 0; j < D; j++) {
+                assert_true(vec[nq + 2 * nkv + j] == (r == 0 ? bo[j] : 0.0f));
+                o_sum[j] += vec[nq + 2 * nkv + j];
+            }
+        }
+        for (int i = 0; i < H * HD; i++)
+            assert_int_equal(seen_q[i], 1);
+        for (int i = 0; i < KV * HD; i++) {
+            assert_int_equal(seen_k[i], 1);
+            assert_int_equal(seen_v[i], 1);
+        }
+        for (int j = 0; j < D; j++)
+            assert_true(o_sum[j] == bo[j]);
+    }
+    /* absent biases: no piece, zeros stay */
+    ly.bk.data = NULL;
+    ly.bo.data = NULL;
+    cuda_shard sh;
+    assert_int_equal(cuda_plan_shard(&c, 2, 0, &sh, NULL), INF_OK);
+    cuda_bias_piece p[4];
+    cuda_plan_bias_pieces(&ly, &c, &sh, p);
+    assert_non_null(p[0].t);
+    assert_null(p[1].t);
+    assert_non_null(p[2].t);
+    assert_null(p[3].t);
+}
+
 /* A tp that does not divide the heads is refused with the sizes named; a
  * rank outside [0, tp) is a caller error. */
 static void test_cuda_plan_shard_refuses_indivisible(void **state)
@@ -357,10 +443,13 @@ static void test_cuda_plan_acts_and_meta_layout(void **state)
     size_t T = 300, S = 40;
     span ms[] = {{m.tokens, T * 4}, {m.positions, T * 4}, {m.slots, T * 4}, {m.tok_seq, T * 4},
                  {m.table, S * 63 * 4}, {m.rows, T * 4}, {m.dec, S * 4},
-                 {m.tiles, 3 * T * 4}, {m.smp, T * sizeof(cuda_smp_row)}};
+                 {m.tiles, 3 * T * 4}, {m.smp, T * sizeof(cuda_smp_row)},
+                 {m.masks, T * 1000 * 4}};
+    assert_int_equal(m.mask_words, 1000); /* 32000 tokens */
     assert_layout(ms, (int)(sizeof ms / sizeof ms[0]), m.total);
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) /* the tables come last */
-        assert_true(ms[i].at == m.table || ms[i].at + ms[i].len <= m.table);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) /* then the tables, then masks */
+        assert_true(ms[i].at >= m.table || ms[i].at + ms[i].len <= m.table);
+    assert_true(m.table + S * 63 * 4 <= m.masks);
     cuda_plan_acts(&d, &m, &a);
     size_t D = 4096;
     span as[] = {{a.meta, m.total}, {a.x, T * D * 4}, {a.xn, T * D * 2},
@@ -528,7 +617,7 @@ static void *plan_staged(const cuda_dims *d, const cuda_mlayout *m, const be_bat
     void *stage = malloc(m->total);
     assert_non_null(stage);
     memset(stage, 0x55, m->total);
-    cuda_plan_batch(d, m, b, bucket, smp, stage, st);
+    cuda_plan_batch(d, m, b, bucket, smp, NULL, stage, st);
     return stage;
 }
 
@@ -639,7 +728,7 @@ static void test_cuda_plan_batch_invariant_all_split_k(void **state)
     cuda_mlayout m16;
     cuda_plan_meta(&d, &m16);
     assert_memory_equal(&m16, &m, sizeof m);
-    cuda_plan_batch(&d, &m, &b, 0, NULL, stage, &st);
+    cuda_plan_batch(&d, &m, &b, 0, NULL, NULL, stage, &st);
     assert_int_equal(st.n_dec, 46);
     int32_t *tl = I32(stage, m.tiles), next = 0;
     for (int i = 0; i < st.n_tiles; i++) {
@@ -694,6 +783,8 @@ static void test_cuda_plan_batch_decode_padding(void **state)
     assert_int_equal(st.n_out, 3);
     assert_int_equal(st.bucket, 4);
     assert_int_equal(st.sample, 1);
+    assert_int_equal(st.n_masks, 0);
+    assert_int_equal(st.mask_bytes, 0);
     assert_int_equal(st.meta_bytes, m.table + 4 * (size_t)d.MB * sizeof(int32_t));
     assert_int_equal(I32(stage, m.tokens)[1], -1); /* placeholders pass through */
     assert_int_equal(I32(stage, m.tokens)[3], 0);
@@ -708,6 +799,53 @@ static void test_cuda_plan_batch_decode_padding(void **state)
         assert_int_equal(I32(stage, m.rows)[i], i);
     const cuda_smp_row *sr = (const cuda_smp_row *)((char *)stage + m.smp);
     assert_memory_equal(sr, smp, sizeof smp);
+    free(stage);
+}
+
+/* Token masks: the masked rows' masks are packed from the start of the
+ * masks region in row order, each staged row's pointer is rewritten to its
+ * copy's device address (dev_meta + offset), unmasked rows keep NULL, and
+ * the step says how many bytes of masks to copy. */
+static void test_cuda_plan_batch_token_masks(void **state)
+{
+    (void)state;
+    cuda_dims d = small_dims(64, 8, 128, 16, 1);
+    d.V = 70; /* three words, the last partly used */
+    cuda_mlayout m;
+    cuda_plan_meta(&d, &m);
+    assert_int_equal(m.mask_words, 3);
+    assert_true(m.masks >= m.table + (size_t)d.S * d.MB * sizeof(int32_t));
+    assert_true(m.masks + (size_t)d.R * 3 * 4 <= m.total);
+    int32_t tokens[3] = {7, 8, 9}, pos[3] = {5, 20, 0}, slots[3] = {21, 52, 64};
+    int32_t start[4] = {0, 1, 2, 3}, len[3] = {6, 21, 1}, table[3 * 2] = {1, 0, 2, 3, 4, 0};
+    int32_t rows[3] = {0, 1, 2};
+    be_batch b = {.n_tokens = 3, .tokens = tokens, .positions = pos, .slots = slots,
+                  .n_seqs = 3, .seq_start = start, .seq_len = len, .block_table = table,
+                  .max_blocks = 2, .logit_rows = rows, .n_logits = 3};
+    uint32_t m0[3] = {0x1u, 0x80000000u, 0x20u}, m2[3] = {0xdeadbeefu, 0, 0x3fu};
+    cuda_smp_row smp[3] = {{.temperature = 0.0f, .top_p = 1.0f, .mask = m0},
+                           {.temperature = 1.0f, .top_p = 1.0f, .u = 0.5},
+                           {.temperature = 0.5f, .top_k = 3, .top_p = 0.8f, .mask = m2}};
+    char *dev = (char *)(uintptr_t)0x100000; /* a made-up device address */
+    void *stage = malloc(m.total);
+    assert_non_null(stage);
+    memset(stage, 0x55, m.total);
+    cuda_step st;
+    cuda_plan_batch(&d, &m, &b, 0, smp, dev, stage, &st);
+    assert_int_equal(st.n_masks, 2);
+    assert_int_equal(st.mask_bytes, 2 * 3 * 4);
+    const uint32_t *mk = (const uint32_t *)((char *)stage + m.masks);
+    assert_memory_equal(mk, m0, sizeof m0);
+    assert_memory_equal(mk + 3, m2, sizeof m2);
+    const cuda_smp_row *sr = (const cuda_smp_row *)((char *)stage + m.smp);
+    assert_ptr_equal(sr[0].mask, dev + m.masks);
+    assert_null(sr[1].mask);
+    assert_ptr_equal(sr[2].mask, dev + m.masks + 12);
+    for (int r = 0; r < 3; r++) { /* everything else as given */
+        assert_true(sr[r].temperature == smp[r].temperature);
+        assert_int_equal(sr[r].top_k, smp[r].top_k);
+        assert_true(sr[r].top_p == smp[r].top_p && sr[r].u == smp[r].u);
+    }
     free(stage);
 }
 
@@ -832,6 +970,7 @@ int main(void)
         cmocka_unit_test(test_cuda_plan_shard_tp1_owns_everything),
         cmocka_unit_test(test_cuda_plan_shard_ranges_partition_and_keep_groups),
         cmocka_unit_test(test_cuda_plan_shard_refuses_indivisible),
+        cmocka_unit_test(test_cuda_plan_bias_pieces_shard),
         cmocka_unit_test(test_cuda_plan_pieces_cover_every_weight_once),
         cmocka_unit_test(test_cuda_plan_dims_limits),
         cmocka_unit_test(test_cuda_plan_dims_refusals_say_why),
@@ -846,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_cuda_plan_batch_invariant_all_split_k),
         cmocka_unit_test(test_cuda_plan_gemm_splits),
         cmocka_unit_test(test_cuda_plan_batch_decode_padding),
+        cmocka_unit_test(test_cuda_plan_batch_token_masks),
         cmocka_unit_test(test_cuda_plan_is_decode_requires_identity_rows),
         cmocka_unit_test(test_cuda_plan_bf16_rounding),
         cmocka_unit_test(test_cuda_plan_convert_all_dtypes),

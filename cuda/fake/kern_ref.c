@@ -419,7 +419,7 @@ cudaError_t cuda_k_gemm_setup(void)
 /* ---- sampling ------------------------------------------------------------------------ */
 
 typedef struct sample_args {
-    const float *logits;
+    float *logits;
     int V, n;
     const cuda_smp_row *rows;
     int32_t *ids;
@@ -433,8 +433,11 @@ static void sample_run(const void *p)
     if (smp_create(a->V, &c, NULL) || !probs)
         abort(); /* test-only code: out of host memory */
     for (int r = 0; r < a->n; r++) {
-        const float *x = a->logits + (size_t)r * a->V;
+        float *x = a->logits + (size_t)r * a->V;
         cuda_smp_row s = a->rows[r];
+        for (int i = 0; s.mask && i < a->V; i++) /* as gram_match_apply */
+            if (!(s.mask[i >> 5] >> (i & 31) & 1u))
+                x[i] = -INFINITY;
         smp_params sp = smp_params_default();
         sp.temperature = s.temperature;
         sp.top_k = s.top_k;
@@ -451,7 +454,7 @@ static void sample_run(const void *p)
     free(probs);
 }
 
-cudaError_t cuda_k_sample(const float *logits, int V, int n, const cuda_smp_row *rows,
+cudaError_t cuda_k_sample(float *logits, int V, int n, const cuda_smp_row *rows,
                           int32_t *ids, cudaStream_t st)
 {
     (void)st;
