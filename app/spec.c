@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine/spec_draft.h"
+#include "engine/cfgjson.h"
 #include "engine/spec_mlp.h"
 
 static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
@@ -12,10 +13,9 @@ static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v))
         return INF_OK;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (int)v->valuedouble)
+    if (!cfgj_is_int(v, out))
         return inf_fail(err, INF_ERR_INVALID, "--speculative-config: \"%s\" must be an integer",
                         key);
-    *out = (int)v->valuedouble;
     return INF_OK;
 }
 

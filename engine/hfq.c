@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cfgjson.h"
+
 const char *hfq__jstr(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -17,9 +19,8 @@ int hfq__jint(const cJSON *o, const char *k, int def)
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!v || cJSON_IsNull(v))
         return def;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
-        return -1000;
-    return (int)v->valuedouble;
+    int i = 0;
+    return cfgj_is_int(v, &i) ? i : -1000; /* never cast a double out of int's range */
 }
 
 int hfq_open(const char *config_path, hfq **out, inf_err *err)

@@ -77,8 +77,9 @@ int hf_ld_int(const hf_load *L, const cJSON *o, const char *key, const char *pat
     const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!it || cJSON_IsNull(it))
         return INF_OK;
-    if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long long)it->valuedouble ||
-        it->valuedouble < lo || it->valuedouble > hi)
+    /* the range first: casting a double outside it is undefined */
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= lo && it->valuedouble <= hi) ||
+        it->valuedouble != (double)(int)it->valuedouble)
         return hf_ld_fail(L, INF_ERR_FORMAT, hf_ld_sub(p, sizeof p, path, key, 0),
                        "must be an integer in [%d, %d]", lo, hi);
     *v = (int)it->valuedouble;
