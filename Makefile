@@ -65,7 +65,7 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/kern_avx512_vnni.o cpu/kern_avx512_bf16.o cpu/kern_bf16dp.o cpu/qw.o cpu/pool.o cpu/hpage.o \
                 cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
@@ -156,6 +156,10 @@ $(BUILD)/obj/%_avx512_vnni.o: %_avx512_vnni.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -mavx512vnni -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/%_avx512_bf16.o: %_avx512_bf16.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -mavx512vnni -mavx512bf16 -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
@@ -224,6 +228,7 @@ T_test_metrics := engine/metrics.o
 T_test_gram   := $(GRAM_OBJ)
 T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
+T_test_kern_bf16 := $(CPU_KERN_OBJ)
 T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
