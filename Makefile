@@ -9,7 +9,8 @@
 #                         int8; offline, the embedded models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
-#   make bench-peer [PEER=/tmp/peer]   inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
+#   make bench-peer [PEER=/tmp/peer] [THREADS=1] [ROUNDS=3] [PEER_ARGS=--no-int4]
+#                                       inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
@@ -241,7 +242,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/o
 # "wide" has reductions longer than one K block (CPU_KB = 512) and sizes
 # that are not multiples of 16, so every kernel tail runs without ../shared.
 FIXTURES := $(BUILD)/fixtures
-FIXTURE_MODELS := $(FIXTURES)/tiny/config.json $(FIXTURES)/wide/config.json
+FIXTURE_MODELS := $(FIXTURES)/tiny/config.json $(FIXTURES)/wide/config.json \
+                  $(FIXTURES)/wide-bf16/config.json
 # One tiny random model per family setting (docs/architectures.md), three
 # layers so Gemma's local and global layers both occur.
 FAMILIES := llama3 llama-linear mistral qwen2 qwen3 gemma2 gemma3 phi3
@@ -255,6 +257,9 @@ $(FIXTURES)/fam-%/config.json: scripts/make_model.py
 	  --layers 3 >/dev/null
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
+$(FIXTURES)/wide-bf16/config.json: scripts/make_model.py
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/wide-bf16 --seed 3 --hidden 80 \
+	  --intermediate 600 --heads 5 --kv-heads 1 --head-dim 16 --layers 2 --dtype bf16 >/dev/null
 $(FIXTURES)/wide/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/wide --seed 3 --hidden 80 \
 	  --intermediate 600 --heads 5 --kv-heads 1 --head-dim 16 --layers 2 >/dev/null
@@ -384,6 +389,7 @@ bench-peer: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@mkdir -p bench-results
 	@$(PYTHON) scripts/bench_peer --peer "$(PEER)" --build $(BUILD) --bf16 --rounds $(or $(ROUNDS),3) \
+	  $(if $(THREADS),--threads $(THREADS)) $(PEER_ARGS) \
 	  --model "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
 	  --json "bench-results/peer-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json"
 
