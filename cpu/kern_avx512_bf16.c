@@ -127,6 +127,12 @@ void cpu_avx512_mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack)
     uint16_t *xs = (uint16_t *)pack;
     const size_t cap = CPU_PACK_FLOATS * 2; /* uint16 of scratch */
     int M = a->M, K = a->K;
+    if (K <= 0) { /* an empty sum */
+        for (int m = 0; m < M; m++)
+            for (int n = n0; n < n1; n++)
+                a->y[(size_t)m * a->ldy + n] = 0.0f;
+        return;
+    }
     size_t kp = ((size_t)K + CHUNK - 1) / CHUNK * CHUNK;
     /* whole rows when every row fits, else K blocks of CPU_KB */
     int kc = (size_t)M * kp * 2 <= cap ? (int)kp : CPU_KB;

@@ -58,36 +58,50 @@ static float tree(const float v[CPU_LANES])
     return s2[0] + s2[1];
 }
 
-static float dot(const float *x, const uint16_t *w, int K)
+/* x's hi and lo halves (kern.h's split). */
+static void split(const float *x, int K, uint16_t *hi, uint16_t *lo)
 {
-    float s = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += CPU_KB) {
-        int kend = k0 + CPU_KB < K ? k0 + CPU_KB : K;
-        float acc[CPU_LANES] = {0};
-        for (int c = k0; c < kend; c += 32)
-            for (int l = 0; l < CPU_LANES; l++) {
-                int e = c + 2 * l, o = e + 1;
-                float xe = e < kend ? x[e] : 0.0f, xo = o < kend ? x[o] : 0.0f;
-                uint16_t we = e < kend ? w[e] : 0, wo = o < kend ? w[o] : 0;
-                uint16_t he = cpu_bf16_rne(xe), ho = cpu_bf16_rne(xo);
-                uint16_t le = cpu_bf16_rne(xe - bf16_f32(he));
-                uint16_t lo = cpu_bf16_rne(xo - bf16_f32(ho));
-                acc[l] = dp(acc[l], ho, wo);
-                acc[l] = dp(acc[l], he, we);
-                acc[l] = dp(acc[l], lo, wo);
-                acc[l] = dp(acc[l], le, we);
-            }
-        float b = tree(acc);
-        s = k0 == 0 ? b : s + b;
+    for (int k = 0; k < K; k++) {
+        hi[k] = cpu_bf16_rne(x[k]);
+        lo[k] = cpu_bf16_rne(x[k] - bf16_f32(hi[k]));
     }
-    return s;
+}
+
+/* One K block's sum (len <= CPU_KB), x split into hi and lo. */
+static float block(const uint16_t *hi, const uint16_t *lo, const uint16_t *w, int len)
+{
+    float acc[CPU_LANES] = {0};
+    for (int c = 0; c < len; c += 32)
+        for (int l = 0; l < CPU_LANES; l++) {
+            int e = c + 2 * l, o = e + 1; /* past the end: x = w = 0 */
+            uint16_t we = e < len ? w[e] : 0, wo = o < len ? w[o] : 0;
+            uint16_t he = e < len ? hi[e] : 0, ho = o < len ? hi[o] : 0;
+            uint16_t le = e < len ? lo[e] : 0, lo_ = o < len ? lo[o] : 0;
+            acc[l] = dp(acc[l], ho, wo);
+            acc[l] = dp(acc[l], he, we);
+            acc[l] = dp(acc[l], lo_, wo);
+            acc[l] = dp(acc[l], le, we);
+        }
+    return tree(acc);
 }
 
 void cpu_generic_mm_bf16dp(const cpu_mm *a, int n0, int n1)
 {
     const uint16_t *w = a->w;
-    for (int m = 0; m < a->M; m++)
-        for (int n = n0; n < n1; n++)
-            a->y[(size_t)m * a->ldy + n] =
-                dot(a->x + (size_t)m * a->ldx, w + (size_t)n * a->ldw, a->K);
+    uint16_t hi[CPU_KB], lo[CPU_KB];
+    for (int m = 0; m < a->M; m++) {
+        float *y = a->y + (size_t)m * a->ldy;
+        if (a->K <= 0)
+            for (int n = n0; n < n1; n++)
+                y[n] = 0.0f;
+        /* block sums added left to right into y */
+        for (int k0 = 0; k0 < a->K; k0 += CPU_KB) {
+            int len = a->K - k0 < CPU_KB ? a->K - k0 : CPU_KB;
+            split(a->x + (size_t)m * a->ldx + k0, len, hi, lo);
+            for (int n = n0; n < n1; n++) {
+                float b = block(hi, lo, w + (size_t)n * a->ldw + k0, len);
+                y[n] = k0 == 0 ? b : y[n] + b;
+            }
+        }
+    }
 }
