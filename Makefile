@@ -9,7 +9,8 @@
 #                         int8; offline, the embedded models/stories260K)
 #   make generate [MODEL=DIR] [PROMPT=...]   the offline generator on MODEL
 #   make bench            engine, serving and HTTP speed on a TinyLlama-shaped model
-#   make bench-peer [PEER=/tmp/peer]   inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
+#   make bench-peer [PEER=/tmp/peer] [THREADS=1] [ROUNDS=3] [PEER_ARGS=--no-int4]
+#                                       inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
 #   make bench-spec       speculative decoding against speculation off
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
@@ -65,7 +66,7 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/kern_avx512_vnni.o cpu/kern_avx512_bf16.o cpu/kern_bf16dp.o cpu/qw.o cpu/pool.o cpu/hpage.o \
                 cpu/q4w.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
@@ -158,6 +159,10 @@ $(BUILD)/obj/%_avx512_vnni.o: %_avx512_vnni.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -mavx512vnni -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/%_avx512_bf16.o: %_avx512_bf16.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(AVX512_FLAGS) -mavx512vnni -mavx512bf16 -MMD -MP -c $< -o $@
+
 $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(AVX512_FLAGS) -MMD -MP -c $< -o $@
@@ -226,6 +231,7 @@ T_test_metrics := engine/metrics.o
 T_test_gram   := $(GRAM_OBJ)
 T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
+T_test_kern_bf16 := $(CPU_KERN_OBJ)
 T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
@@ -238,7 +244,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/o
 # "wide" has reductions longer than one K block (CPU_KB = 512) and sizes
 # that are not multiples of 16, so every kernel tail runs without ../shared.
 FIXTURES := $(BUILD)/fixtures
-FIXTURE_MODELS := $(FIXTURES)/tiny/config.json $(FIXTURES)/wide/config.json
+FIXTURE_MODELS := $(FIXTURES)/tiny/config.json $(FIXTURES)/wide/config.json \
+                  $(FIXTURES)/wide-bf16/config.json
 # One tiny random model per family setting (docs/architectures.md), three
 # layers so Gemma's local and global layers both occur.
 FAMILIES := llama3 llama-linear mistral qwen2 qwen3 gemma2 gemma3 phi3
@@ -257,6 +264,9 @@ $(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIX
 	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
+$(FIXTURES)/wide-bf16/config.json: scripts/make_model.py
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/wide-bf16 --seed 3 --hidden 80 \
+	  --intermediate 600 --heads 5 --kv-heads 1 --head-dim 16 --layers 2 --dtype bf16 >/dev/null
 $(FIXTURES)/wide/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/wide --seed 3 --hidden 80 \
 	  --intermediate 600 --heads 5 --kv-heads 1 --head-dim 16 --layers 2 >/dev/null
@@ -387,6 +397,7 @@ bench-peer: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
 	@mkdir -p bench-results
 	@$(PYTHON) scripts/bench_peer --peer "$(PEER)" --build $(BUILD) --bf16 --rounds $(or $(ROUNDS),3) \
+	  $(if $(THREADS),--threads $(THREADS)) $(PEER_ARGS) \
 	  --model "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
 	  --json "bench-results/peer-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json"
 

@@ -336,7 +336,7 @@ int generate_main(int argc, char **argv)
         {"ignore-eos", ARG_FLAG, &o.ignore_eos, NULL, "keep generating past end-of-sequence"},
         {"output-ids", ARG_FLAG, &o.output_ids, NULL, "print generated token ids instead of text"},
         {"threads", ARG_INT, &o.bc.threads, "N", "CPU threads (default: all cores)"},
-        {"kernels", ARG_STR, &o.bc.kernels, "NAME", "auto, avx512, avx2 or generic (default auto)"},
+        {"kernels", ARG_STR, &o.bc.kernels, "NAME", "auto, avx512bf16, avx512, avx2, generic or generic-bf16 (default auto)"},
         {"device", ARG_STR, &o.bc.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
         {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 or int4 (CPU only)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},

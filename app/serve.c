@@ -455,7 +455,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
         {"gpu-memory-utilization", ARG_FLOAT, &o->bc.gpu_mem, "F", "share of each GPU's memory "
                                                                 "to use (default 0.9)"},
         {"threads", ARG_INT, &o->bc.threads, "N", "CPU threads (default: all cores)"},
-        {"kernels", ARG_STR, &o->bc.kernels, "NAME", "CPU kernels: auto, avx512, avx2, generic"},
+        {"kernels", ARG_STR, &o->bc.kernels, "NAME", "CPU kernels: auto, avx512bf16, avx512, avx2, generic, generic-bf16"},
         {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
                                                             "or int4 (W4A8, groups of 32): "
                                                             "the layers' weights, CPU only"},

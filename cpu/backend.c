@@ -739,7 +739,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     if (!k)
         return inf_fail(err, INF_ERR_UNSUPPORTED,
                         "cpu: kernels '%s' are unknown or not supported by this CPU "
-                        "(auto, avx512, avx2, generic)", cfg->kernels ? cfg->kernels : "");
+                        "(auto, avx512bf16, avx512, avx2, generic, generic-bf16)", cfg->kernels ? cfg->kernels : "");
     if (cfg->quant != CPU_QUANT_NONE && cfg->quant != CPU_QUANT_INT8 &&
         cfg->quant != CPU_QUANT_INT4)
         return inf_fail(err, INF_ERR_INVALID, "cpu: unknown quantization %d", cfg->quant);

@@ -18,6 +18,29 @@
  * in an array with fmaf(); all three give bit-identical results, so the
  * portable path is an exact oracle for the SIMD ones in tests.
  *
+ * bf16 weights on a CPU with AVX512_BF16 (table "avx512bf16", picked by
+ * "auto" there; its portable twin "generic-bf16" is the oracle) use another
+ * order, built on vdpbf16ps, for EVERY matmul with bf16 weights (any M), so
+ * batch invariance holds on that machine; its sums differ from the f32-FMA
+ * order's in the last bits. The activations are split per element into two
+ * bf16 halves, hi = bf16(x) and lo = bf16(x - hi) (x - hi exact in f32),
+ * where bf16() is vcvtneps2bf16: round to nearest even, a denormal input
+ * taken as 0 of its sign, a NaN kept quiet. Then:
+ *
+ *   K is cut into blocks of CPU_KB as above. A block is cut into chunks of
+ *   32 elements (past the end: x = w = 0). In chunk c (starting at k0),
+ *   lane l (of 16) owns the pair e = k0+2l, o = k0+2l+1 and does, in order,
+ *     acc = dp(acc, hi[o]*w[o]);  acc = dp(acc, hi[e]*w[e]);
+ *     acc = dp(acc, lo[o]*w[o]);  acc = dp(acc, lo[e]*w[e]);
+ *   starting from +0, where dp(a, p) is vdpbf16ps's step: the product of
+ *   two bf16 is exact in f32; a (and each bf16 input) denormal counts as 0
+ *   of its sign; a + p rounded to nearest even; a denormal result becomes
+ *   0 of its sign. The 16 lanes then go through the tree above, and the
+ *   block sums are added left to right.
+ *
+ * (One vdpbf16ps with hi and one with lo per 32 weights; hi + lo carries 16
+ * bits of the activation's 24, see docs/engine.md for the precision.)
+ *
  * exp (softmax, SiLU) is not libm's expf, whose result may differ between
  * libm builds and code paths, but one fixed sequence of IEEE float
  * operations, the same in every table (all elementwise, so vectorizing it
@@ -114,7 +137,8 @@ typedef struct cpu_mmq {
 #define CPU_MMQ_INTS ((size_t)CPU_MMQ_ROWS * 64)
 
 typedef struct cpu_kern {
-    const char *name; /* "avx512", "avx2", "generic" */
+    const char *name; /* "avx512bf16", "avx512", "avx2", "generic", "generic-bf16" */
+    int bf16dp;       /* bf16 weights use the vdpbf16ps order above          */
     /* Computes columns [n0, n1) of a->y for all M rows. pack: at least
      * CPU_PACK_FLOATS floats of per-thread scratch. */
     void (*mm)(const cpu_mm *a, int n0, int n1, float *pack);
@@ -140,8 +164,10 @@ typedef struct cpu_kern {
     void (*mmq)(const cpu_mmq *a, int n0, int n1, int32_t *scratch);
 } cpu_kern;
 
-/* Kernels by name ("auto" = the best this CPU supports, "avx512", "avx2",
- * "generic"); NULL if unknown or unsupported here. */
+/* Kernels by name ("auto" = the best this CPU supports, "avx512bf16",
+ * "avx512", "avx2", "generic", "generic-bf16"); NULL if unknown or
+ * unsupported here. "avx512" on a CPU with AVX512_BF16 is the f32-FMA path
+ * (the same sums as avx2 and generic). */
 const cpu_kern *cpu_kern_select(const char *name);
 
 /* Each table; a SIMD table must only be used when the CPU supports it. */
@@ -151,6 +177,18 @@ extern const cpu_kern cpu_kern_avx512;
 /* AVX-512 without VNNI (Skylake-X): the same table with int8 products
  * formed by vpmaddubsw. */
 extern const cpu_kern cpu_kern_avx512_novnni;
+/* AVX-512 with AVX512_BF16 (Zen 4, Sapphire Rapids, Cooper Lake): bf16
+ * weights by vdpbf16ps in the order above, all else as cpu_kern_avx512. */
+extern const cpu_kern cpu_kern_avx512_bf16;
+/* The portable oracle of that order: cpu_kern_generic with bf16 weights by
+ * an emulation of vdpbf16ps. */
+extern const cpu_kern cpu_kern_generic_bf16;
+/* The vdpbf16ps matmul (built apart with -mavx512bf16); a->wt is bf16. */
+void cpu_avx512_mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack);
+/* The portable vdpbf16ps matmul: columns [n0, n1), a->wt is bf16. */
+void cpu_generic_mm_bf16dp(const cpu_mm *a, int n0, int n1);
+/* vcvtneps2bf16 of one float (the split's bf16() above). */
+uint16_t cpu_bf16_rne(float x);
 /* cpu_kern_avx512's mmq, built apart with VNNI enabled. */
 void cpu_avx512_mmq_vnni(const cpu_mmq *a, int n0, int n1, int32_t *scratch);
 

@@ -166,8 +166,22 @@ static void mmq(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
     }
 }
 
+static void mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack)
+{
+    if (a->wt == INF_BF16)
+        cpu_generic_mm_bf16dp(a, n0, n1);
+    else
+        mm(a, n0, n1, pack);
+}
+
 const cpu_kern cpu_kern_generic = {
     .name = "generic", .mm = mm, .dot = dot, .to_f32 = to_f32,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .quant = quant, .mmq = mmq,
+};
+
+const cpu_kern cpu_kern_generic_bf16 = {
+    .name = "generic-bf16", .bf16dp = 1, .mm = mm_bf16dp, .dot = dot, .to_f32 = to_f32,
     .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
     .quant = quant, .mmq = mmq,
 };

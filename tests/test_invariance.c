@@ -152,9 +152,43 @@ static void free_out(run_out *o)
         free(o->logits[s]);
 }
 
+/* The table a variant runs: "auto" becomes auto_k; for a bf16 model whose
+ * auto table uses the vdpbf16ps order (cpu/kern.h), the portable tables
+ * become generic-bf16 (the same order) and avx2 (no such order) runs
+ * avx512bf16, so every variant is comparable bit for bit. */
+static const char *kern_for(const char *k, const char *auto_k, int dp)
+{
+    if (!strcmp(k, "auto"))
+        return auto_k;
+    if (dp && !strcmp(k, "generic"))
+        return "generic-bf16";
+    if (dp && !strcmp(k, "avx2"))
+        return "avx512bf16";
+    return k;
+}
+
 /* groups: 3 (as stored, int8, int4), or 2 for a W8A8 checkpoint, whose
  * int8 weights run the int8 path both "as stored" and with int8. */
+static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups);
+
 static void check_model_groups(const char *dir, int n_groups)
+{
+    check_model_with(dir, "auto", 0, n_groups);
+}
+
+/* A bf16 model: with the default tables and, where the default is the
+ * vdpbf16ps order, again with the f32-FMA ones forced (--kernels avx512). */
+static void check_bf16_model(const char *dir)
+{
+    const cpu_kern *k = cpu_kern_select("auto");
+    check_model_with(dir, "auto", k->bf16dp, 3);
+    if (k->bf16dp) {
+        printf("again with --kernels avx512 (the f32-FMA order)\n");
+        check_model_with(dir, "avx512", 0, 3);
+    }
+}
+
+static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups)
 {
     model *m = NULL;
     inf_err err = {0};
@@ -193,21 +227,24 @@ static void check_model_groups(const char *dir, int n_groups)
     run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
     for (int g = 0; g < n_groups; g++) {
         const variant *base = &groups[g][0];
-        run_variant(m, p, base, ref);
+        variant b = *base;
+        b.kernels = kern_for(b.kernels, auto_k, bf16);
+        run_variant(m, p, &b, ref);
         for (int i = 1; i < 9 && groups[g][i].name; i++) {
-            const variant *v = &groups[g][i];
-            if (!cpu_kern_select(v->kernels)) {
+            variant v = groups[g][i];
+            v.kernels = kern_for(v.kernels, auto_k, bf16);
+            if (!cpu_kern_select(v.kernels)) {
                 printf("note: %s: %s kernels not supported on this CPU, variant not run\n",
-                       dir, v->kernels);
+                       dir, v.kernels);
                 continue;
             }
-            run_variant(m, p, v, got);
+            run_variant(m, p, &v, got);
             for (int s = 0; s < NSEQ; s++) {
                 size_t n = (size_t)(p->len[s] + NDEC) * V;
                 if (memcmp(ref->toks[s], got->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
                     memcmp(ref->logits[s], got->logits[s], sizeof(float) * n))
                     fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir,
-                             s, p->len[s], v->name, base->name);
+                             s, p->len[s], v.name, base->name);
             }
             free_out(got);
             memset(got, 0, sizeof *got);
@@ -269,6 +306,18 @@ static void test_invariance_w8a8(void **state)
     }
 }
 
+/* "wide" stored as bf16: on a CPU with AVX512_BF16 its matmuls take the
+ * vdpbf16ps order, which must hold batch invariance the same way. */
+static void test_invariance_fixture_bf16_model(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/wide-bf16", fx ? fx : "build/fixtures");
+    assert_true(have_dir(dir));
+    check_bf16_model(dir);
+}
+
 /* Every architecture family's fixture (scripts/make_model.py --family):
  * biases, QK-norm, Gemma's norms, soft-caps and local/global layers with
  * windows shorter than the prompts, partial rotary and LongRoPE. */
@@ -313,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_invariance_fixture_model),
         cmocka_unit_test(test_invariance_fixture_wide_model),
+        cmocka_unit_test(test_invariance_fixture_bf16_model),
         cmocka_unit_test(test_invariance_families),
         cmocka_unit_test(test_invariance_w8a8),
         cmocka_unit_test(test_invariance_stories260k),
