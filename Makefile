@@ -12,6 +12,7 @@
 #   make bench-peer [PEER=/tmp/peer] [THREADS=1] [ROUNDS=3] [PEER_ARGS=--no-int4]
 #                                       inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
 #   make bench-spec       speculative decoding against speculation off
+#   make bench-families   decode (fraction of the memory roofline) and prefill per architecture family
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
 #   make bench-gram       grammar masks per token, and constrained vs unconstrained serving
@@ -146,7 +147,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-peer bench-spec bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check run bench bench-peer bench-spec bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -400,6 +401,15 @@ bench-peer: deps
 	  $(if $(THREADS),--threads $(THREADS)) $(PEER_ARGS) \
 	  --model "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
 	  --json "bench-results/peer-$$(hostname)-$$(date -u +%Y%m%dT%H%M%SZ).json"
+
+# Per family (Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-1.7B, Gemma-3-1B shapes, random
+# bf16, made once into models/bench-*): single-sequence decode as a fraction of
+# the same round's triad roofline beside the TinyLlama shape's, and prefill;
+# FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated).
+bench-families: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench_engine
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
+	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY))
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps

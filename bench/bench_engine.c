@@ -18,7 +18,7 @@
  * vpdpbusd loop's int8 ops/s.
  *
  *   bench_engine --model DIR [--rounds 3] [--threads N] [--json FILE]
- *                [--decode-steps 32] [--batch-steps 16] [--prefill 512]
+ *                [--decode-steps 32] [--batch-steps 16 (0: no batch figures)] [--prefill 512]
  *                [--quantization int8[,int4]] */
 #include <cJSON.h>
 #include <immintrin.h>
@@ -334,7 +334,7 @@ int main(int argc, char **argv)
         {"threads", ARG_INT, &threads, "N", "threads (default: all cores)"},
         {"json", ARG_STR, &json, "FILE", "write results as JSON"},
         {"decode-steps", ARG_INT, &dsteps, "N", "timed single-sequence decode steps (default 32)"},
-        {"batch-steps", ARG_INT, &bsteps, "N", "timed decode steps at batch 8 and 32 (default 16)"},
+        {"batch-steps", ARG_INT, &bsteps, "N", "timed decode steps at batch 8 and 32 (default 16; 0: not measured)"},
         {"prefill", ARG_INT, &pre, "N", "prompt tokens for the prefill figure (default 512)"},
         {"quantization", ARG_STR, &quant, "NAME", "int8, int4 or int8,int4: also measure those side by side"},
     };
@@ -342,7 +342,7 @@ int main(int argc, char **argv)
     int qs[NQ_MAX], nq = 0;
     const char *qname[NQ_MAX];
     if (args_parse(specs, 8, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
-        rounds > 64 || pre < PROMPT || pre > 4096 || (nq = parse_quant(quant, qs, qname)) < 0) {
+        rounds > 64 || bsteps < 0 || pre < PROMPT || pre > 4096 || (nq = parse_quant(quant, qs, qname)) < 0) {
         fprintf(stderr, "%s\nusage: bench_engine --model DIR [options]\n", err.msg);
         args_help(stderr, specs, 8);
         return 2;
@@ -415,7 +415,7 @@ int main(int argc, char **argv)
         if ((rc = decode(&e, 1, 2, &warm, &err))) /* pages in the weights */
             goto done;
     }
-    double fig[N_FIG][64], frac[4][64], bf16peak[64];
+    double fig[N_FIG][64] = {{0}}, frac[4][64] = {{0}}, bf16peak[64]; /* batch figures stay 0 when not measured */
     /* per scheme: decode 1, prefill, decode 8, decode 32; their ratio to the
      * stored weights' figure of the same round; fractions of the limits */
     static double qfig[NQ_MAX][4][64], qratio[NQ_MAX][4][64], qfrac[NQ_MAX][4][64];
@@ -430,8 +430,8 @@ int main(int argc, char **argv)
         bf16peak[r] = have_bf16 ? peak(pool, 2) : 0;
         if ((rc = decode(&e, 1, dsteps, &fig[2][r], &err)) ||
             (rc = prefill(&e, pre, &fig[3][r], &err)) ||
-            (rc = decode(&e, 8, bsteps, &fig[4][r], &err)) ||
-            (rc = decode(&e, 32, bsteps, &fig[5][r], &err)))
+            (bsteps && (rc = decode(&e, 8, bsteps, &fig[4][r], &err))) ||
+            (bsteps && (rc = decode(&e, 32, bsteps, &fig[5][r], &err))))
             goto done;
         frac[0][r] = fig[2][r] * wbytes / (fig[0][r] * 1e9);
         frac[1][r] = fig[3][r] * (fl_pre / pre) / (fig[1][r] * 1e9);
@@ -449,16 +449,16 @@ int main(int argc, char **argv)
             rc = decode(&e, 1, dsteps, &qf[0][r], &err);
             if (!rc)
                 rc = prefill(&e, pre, &qf[1][r], &err);
-            if (!rc)
+            if (!rc && bsteps)
                 rc = decode(&e, 8, bsteps, &qf[2][r], &err);
-            if (!rc)
+            if (!rc && bsteps)
                 rc = decode(&e, 32, bsteps, &qf[3][r], &err);
             e.be = stored;
             if (rc)
                 goto done;
             double fl[4] = {0, fl_pre / pre, fl_b8, fl_b32};
             for (int i = 0; i < 4; i++) {
-                qratio[q][i][r] = qf[i][r] / fig[i + 2][r];
+                qratio[q][i][r] = fig[i + 2][r] > 0 ? qf[i][r] / fig[i + 2][r] : 0;
                 qfrac[q][i][r] = i == 0 ? qf[0][r] * qbytes[q] / (fig[0][r] * 1e9)
                                         : qf[i][r] * fl[i] / (vnnipeak[r] * 1e9);
             }
@@ -496,6 +496,8 @@ int main(int argc, char **argv)
     printf("| %-28s | %10s | %-8s | %-26s |\n", "figure", "median", "unit", "fraction of its limit");
     printf("|------------------------------|------------|----------|----------------------------|\n");
     for (int i = 0; i < N_FIG; i++) {
+        if (!bsteps && i >= 4) /* batch figures not measured */
+            continue;
         char f[64] = "";
         if (i >= 2)
             snprintf(f, sizeof f, "%.0f%% of %s", 100 * median(frac[i - 2], rounds),

@@ -5,6 +5,7 @@
 
 #include "batch.h"
 #include "kv.h"
+#include "mdesc.h"
 
 typedef struct draft_state {
     kv_seq kv;
@@ -22,6 +23,8 @@ typedef struct draft {
     float *logits;      /* [max_seqs][vocab]                                    */
     float *work;        /* [vocab]                                              */
     int32_t *hist;      /* [max_len] history with the drafts so far             */
+    int kv_window;      /* the draft's positions looked back over when every
+                           layer has a window (mdesc_kv_window), else 0     */
 } draft;
 
 static draft_state *state_of(spec_seq *q)
@@ -29,6 +32,17 @@ static draft_state *state_of(spec_seq *q)
     if (!q->state)
         q->state = calloc(1, sizeof(draft_state));
     return q->state;
+}
+
+/* A draft with a window in every layer gives back the KV blocks wholly
+ * behind the window of its next position, n_computed (as the scheduler does
+ * for the target): its KV stays bounded however long the sequence. Only real
+ * tokens are computed from there on (rollback never goes below the tokens
+ * the sequence had when it was proposed for), so nothing dropped is read. */
+static void drop_behind(draft *d, draft_state *s)
+{
+    if (d->kv_window > 0)
+        kv_seq_drop_front(d->kv, &s->kv, s->n_computed - d->kv_window + 1);
 }
 
 /* One draft forward over batch entries (seq i computes toks[i][0..cnt[i])
@@ -92,12 +106,14 @@ static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const 
         if (k[i] > room)
             k[i] = room > 0 ? room : 0;
         draft_state *s = k[i] > 0 ? state_of(seqs[i]) : NULL;
+        if (s && s->n_computed >= seqs[i]->n_tokens) /* logits come from the last token */
+            s->n_computed = seqs[i]->n_tokens - 1;
+        if (s) /* before reserving: the blocks given back can be reused */
+            drop_behind(d, s);
         if (!s || kv_seq_reserve(d->kv, &s->kv, seqs[i]->n_tokens + k[i] - 1) != INF_OK) {
             k[i] = 0;
             continue;
         }
-        if (s->n_computed >= seqs[i]->n_tokens) /* logits come from the last token */
-            s->n_computed = seqs[i]->n_tokens - 1;
         idx[m++] = i;
     }
     /* catch up on new tokens, in rounds that fit the draft's step, until
@@ -112,6 +128,7 @@ static int draft_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const 
             if (todo <= 0)
                 continue;
             int c = todo < budget ? todo : budget;
+            drop_behind(d, s); /* a long prompt caught up over several rounds */
             batch[e] = idx[t];
             toks[e] = q->tokens + s->n_computed;
             cnt[e] = c;
@@ -212,6 +229,7 @@ int spec_draft_create(const spec_draft_config *cfg, spec_proposer **out, inf_err
     d->cfg = *cfg;
     if (d->cfg.draft_len <= 0 || d->cfg.draft_len > cfg->max_len)
         d->cfg.draft_len = cfg->max_len;
+    d->kv_window = cfg->draft ? mdesc_kv_window(&cfg->draft->cfg.desc) : 0;
     kv_config kc = {.num_blocks = cfg->num_blocks, .block_size = cfg->block_size};
     batch_limits bl = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
                        .max_rows = cfg->max_seqs,
@@ -235,6 +253,14 @@ int spec_draft_create(const spec_draft_config *cfg, spec_proposer **out, inf_err
     }
     *out = &d->base;
     return INF_OK;
+}
+
+int spec_draft_kv_blocks_used(const spec_proposer *p)
+{
+    if (!p || p->ops != &draft_ops)
+        return -1;
+    const draft *d = (const draft *)p;
+    return kv_num_blocks(d->kv) - kv_num_free(d->kv);
 }
 
 int spec_draft_check_tokenizers(const tok *target, const tok *draft_tok, const char *draft_dir,

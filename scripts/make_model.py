@@ -4,12 +4,18 @@
   make_model.py OUT [--family F] [--seed S] [--vocab 384] [--hidden 64] [--intermediate 160]
       [--layers 2] [--heads 4] [--kv-heads 2] [--head-dim N] [--max-pos 256]
       [--rope-theta 10000] [--eps 1e-5] [--dtype f32|f16|bf16] [--shards N]
-      [--untied] [--tokenizer PATH] [--from SRC_DIR]
+      [--untied] [--tokenizer PATH | --no-tokenizer] [--set KEY=JSON ...] [--from SRC_DIR]
 
 --tokenizer takes a SentencePiece tokenizer.model, or a Hugging Face tokenizer.json
 (the file or its directory; tokenizer_config.json beside it is copied too, and the
 model's BOS/EOS ids are its bos_token/eos_token): a random model that carries a real
 tokenizer (Llama 3's 128k vocabulary up to Gemma 3's 262k).
+
+--no-tokenizer writes no tokenizer: the vocabulary is --vocab, any size (a
+real-size checkpoint for the engine benchmark, which never tokenizes). --set
+KEY=JSON overrides one config.json key after the family's (repeatable; null
+removes a setting): real checkpoints' values, e.g. Gemma-3-1B's
+--set sliding_window=512 --set sliding_window_pattern=6 --set rope_scaling=null.
 
 --family (default llama) writes that family's config keys and tensor names as
 Hugging Face does, with its settings switched on where a tiny model can show
@@ -42,7 +48,7 @@ import numpy as np
 
 DTYPES = {"f32": ("F32", "float32"), "f16": ("F16", "float16"), "bf16": ("BF16", "bfloat16")}
 SHAPE_OPTS = ("family", "seed", "vocab", "hidden", "intermediate", "layers", "heads", "kv_heads",
-              "head_dim", "max_pos", "rope_theta", "eps", "tokenizer")
+              "head_dim", "max_pos", "rope_theta", "eps", "tokenizer", "no_tokenizer", "set")
 # Random models: logit std (wide enough that the top-2 gap over 100 greedy steps is
 # rarely below 1e-3) and attention score std (sharp enough that attention depends on
 # position, so greedy text varies instead of repeating one token).
@@ -69,19 +75,23 @@ def encode(x, dtype):
 
 
 def write_safetensors(path, tensors, dtype):
-    """Write {name: array} in one dtype: u64 header length, space-padded JSON header, data."""
-    blobs = [(name, t.shape, encode(t, dtype)) for name, t in tensors]
+    """Write {name: array} in one dtype: u64 header length, space-padded JSON header, data.
+
+    Each tensor is encoded only as it is written, so a real-size model never holds
+    a second copy of its weights in memory."""
+    esize = 4 if dtype == "F32" else 2
     header, off = {"__metadata__": {"format": "pt"}}, 0
-    for name, shape, data in blobs:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
-        off += len(data)
+    for name, t in tensors:
+        n = t.size * esize
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + n]}
+        off += n
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
-        for _, _, data in blobs:
-            f.write(data)
+        for _, t in tensors:
+            f.write(encode(t, dtype))
     return off
 
 
@@ -416,9 +426,16 @@ def make_random(a):
     elif a.tokenizer:
         shutil.copyfile(a.tokenizer, tok)
         vocab = tokenizer_size(tok)
+    elif a.no_tokenizer:
+        vocab = a.vocab
     else:
         vocab = train_tokenizer(tok, a.vocab)
     c = family_config(a, make_config(a, vocab))
+    for k, v in a.set:
+        if v is None:
+            c.pop(k, None)
+        else:
+            c[k] = v
     if hf:  # the tokenizer's own special ids and tokenizer_config.json
         c.update({"bos_token_id": bos, "eos_token_id": eos})
         write_json(os.path.join(a.out, "generation_config.json"),
@@ -457,6 +474,17 @@ def tensor_order(name):
     return ({"model.embed_tokens.weight": 0, "model.norm.weight": 2}.get(name, 3), 0, name)
 
 
+def config_override(text):
+    """KEY=JSON -> (key, value); a bare word that is not JSON is taken as a string."""
+    key, sep, val = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=JSON")
+    try:
+        return key, json.loads(val)
+    except ValueError:
+        return key, val
+
+
 def parse_args():
     """Command line; shape options are refused together with --from."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -479,8 +507,14 @@ def parse_args():
     ap.add_argument("--tokenizer", help="copy this tokenizer.model, or this tokenizer.json (a file "
                     "or its directory, with the tokenizer_config.json beside it), instead of "
                     "training one; the vocabulary size is the tokenizer's")
+    ap.add_argument("--no-tokenizer", action="store_true",
+                    help="write no tokenizer; the vocabulary is --vocab (any size)")
+    ap.add_argument("--set", action="append", default=[], type=config_override, metavar="KEY=JSON",
+                    help="override a config.json key after the family's (null removes it)")
     ap.add_argument("--from", dest="src", metavar="SRC_DIR", help="relayout an existing model")
     a = ap.parse_args()
+    if a.tokenizer and a.no_tokenizer:
+        ap.error("--tokenizer and --no-tokenizer exclude each other")
     if a.src and any(getattr(a, k) != ap.get_default(k) for k in SHAPE_OPTS):
         ap.error("--from takes the model from SRC_DIR; only --dtype, --shards and --untied apply")
     if a.src and os.path.realpath(a.src) == os.path.realpath(a.out):
