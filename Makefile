@@ -39,6 +39,9 @@ BUILD   ?= build/tsan
 OPT     ?= -O1 -fsanitize=thread -fno-omit-frame-pointer
 LDSAN   := -fsanitize=thread
 export TSAN_OPTIONS ?= halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp
+# Tests whose numeric sweeps would take too long under TSan run their
+# thread-exercising part only (test_invariance), saying so.
+export INFERD_TSAN := 1
 else ifeq ($(SAN),1)
 BUILD   ?= build/san
 OPT     ?= -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
