@@ -187,6 +187,9 @@ extern const cpu_kern cpu_kern_generic_bf16;
 void cpu_avx512_mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack);
 /* The portable vdpbf16ps matmul: columns [n0, n1), a->wt is bf16. */
 void cpu_generic_mm_bf16dp(const cpu_mm *a, int n0, int n1);
+
+/* The canonical 16-lane tree sum above, in portable C (the oracles'). */
+float cpu_tree16(const float v[CPU_LANES]);
 /* vcvtneps2bf16 of one float (the split's bf16() above). */
 uint16_t cpu_bf16_rne(float x);
 /* cpu_kern_avx512's mmq, built apart with VNNI enabled. */

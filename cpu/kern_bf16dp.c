@@ -45,19 +45,6 @@ static float dp(float acc, uint16_t a, uint16_t b)
     return flush(fmaf(flush(bf16_f32(a)), flush(bf16_f32(b)), flush(acc)));
 }
 
-/* kern.h's 16-lane tree. */
-static float tree(const float v[CPU_LANES])
-{
-    float s8[8], s4[4], s2[2];
-    for (int l = 0; l < 8; l++)
-        s8[l] = v[l] + v[l + 8];
-    for (int l = 0; l < 4; l++)
-        s4[l] = s8[l] + s8[l + 4];
-    for (int l = 0; l < 2; l++)
-        s2[l] = s4[l] + s4[l + 2];
-    return s2[0] + s2[1];
-}
-
 /* x's hi and lo halves (kern.h's split). */
 static void split(const float *x, int K, uint16_t *hi, uint16_t *lo)
 {
@@ -82,7 +69,7 @@ static float block(const uint16_t *hi, const uint16_t *lo, const uint16_t *w, in
             acc[l] = dp(acc[l], lo_, wo);
             acc[l] = dp(acc[l], le, we);
         }
-    return tree(acc);
+    return cpu_tree16(acc);
 }
 
 void cpu_generic_mm_bf16dp(const cpu_mm *a, int n0, int n1)

@@ -15,8 +15,9 @@ static float w_at(const void *w, inf_dtype wt, size_t i)
     }
 }
 
-/* The 16-lane tree of kern.h. */
-static float tree16(const float v[CPU_LANES])
+/* The 16-lane tree of kern.h (the vdpbf16ps oracle sums its lanes with it
+ * too). */
+float cpu_tree16(const float v[CPU_LANES])
 {
     float s8[8], s4[4], s2[2];
     for (int l = 0; l < 8; l++)
@@ -42,7 +43,7 @@ static float dot_any(const float *x, const void *w, inf_dtype wt, int n)
                 float b = kk < klen ? w_at(w, wt, (size_t)(kb + kk)) : 0.0f;
                 lane[l] = fmaf(a, b, lane[l]);
             }
-        float s = tree16(lane);
+        float s = cpu_tree16(lane);
         y = kb == 0 ? s : y + s;
     }
     return y;
