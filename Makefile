@@ -150,7 +150,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check run bench bench-peer bench-spec bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -360,6 +360,9 @@ fuzz-regress: fuzz-build
 test: deps
 	@$(MAKE) --no-print-directory all
 	@$(MAKE) --no-print-directory unit check
+
+# the fixture models alone (scripts/gpu-pack carries them to a GPU machine)
+fixtures: $(FIXTURE_MODELS)
 
 unit: $(TEST_BIN) $(FIXTURE_MODELS)
 	@set -e; mkdir -p $(BUILD)/tmp; for t in $(TEST_BIN); do echo "== $$t"; \

@@ -13,12 +13,15 @@
  *            attention) against the GEMM rate; limit 60%
  *   spec:    greedy speculative decoding with --draft (k tokens a round, the
  *            draft on the same GPU) against plain greedy decode of one
- *            request; limit 1.8x
+ *            request; limit 1.8x. --spec-prompt gives its prompt as token
+ *            ids (natural text the model continues as it was trained to;
+ *            random ids make a draft model guess at noise)
  *
  * Built only with `make CUDA=1`; run by scripts/gpu-check.
  *
  *   bench_cuda --model DIR [--draft DIR] [--json FILE] [--decode-steps 128]
- *              [--prefill 2048] [--spec-k 4] [--spec-tokens 256] */
+ *              [--prefill 2048] [--spec-k 4] [--spec-tokens 256]
+ *              [--spec-prompt "1 403 407 ..."] */
 #include <cJSON.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -530,7 +533,7 @@ static void measure(const model *m, int inv, const int32_t *prompt, int prefill,
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *draft_dir = NULL, *json = NULL;
+    const char *dir = NULL, *draft_dir = NULL, *json = NULL, *spec_text = NULL;
     int steps = 128, prefill = 2048, spec_k = 4, spec_tokens = 256, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "target model (bf16, e.g. Mistral-7B-shaped)"},
@@ -540,6 +543,8 @@ int main(int argc, char **argv)
         {"prefill", ARG_INT, &prefill, "N", "prompt tokens of the prefill figure (2048)"},
         {"spec-k", ARG_INT, &spec_k, "K", "draft tokens per round (4)"},
         {"spec-tokens", ARG_INT, &spec_tokens, "N", "tokens generated per spec run (256)"},
+        {"spec-prompt", ARG_STR, &spec_text, "IDS",
+         "the spec figure's prompt: at least 32 token ids, space-separated (default random)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     inf_err err = {0};
@@ -588,6 +593,23 @@ int main(int argc, char **argv)
         x = x * 1103515245u + 12345u;
         prompt[i] = (int32_t)(3 + (x >> 8) % (unsigned)(V - 3));
     }
+    /* the speculation prompt: natural text when given, else the random one */
+    int32_t spec_prompt[PROMPT];
+    memcpy(spec_prompt, prompt, sizeof spec_prompt);
+    if (spec_text) {
+        const char *q = spec_text;
+        for (int i = 0; i < PROMPT; i++) {
+            char *end;
+            long id = strtol(q, &end, 10);
+            if (end == q || id < 0 || id >= V) {
+                fprintf(stderr, "bench_cuda: --spec-prompt needs %d token ids below %d\n",
+                        PROMPT, V);
+                return 2;
+            }
+            spec_prompt[i] = (int32_t)id;
+            q = end;
+        }
+    }
     figs fi, fc; /* batch-invariant kernels; cuBLAS and prefill tiles */
     measure(m, 1, prompt, prefill, steps, params, &fi);
     measure(m, 0, prompt, prefill, steps, params, &fc);
@@ -613,10 +635,10 @@ int main(int argc, char **argv)
         dbe = make(dm, max_tokens, sb, sl, 1);
         seqs sq;
         seqs_init(&sq, 1, sl, 1);
-        prefill_all(tgt, &sq, prompt);
+        prefill_all(tgt, &sq, spec_prompt);
         double tplain = decode(tgt, &sq, spec_tokens) / spec_tokens;
         plain_tps = 1.0 / tplain;
-        spec_tps = speculate(tgt, dbe, prompt, spec_k, spec_tokens, &acc);
+        spec_tps = speculate(tgt, dbe, spec_prompt, spec_k, spec_tokens, &acc);
         spec_ratio = spec_tps / plain_tps;
         printf("%-34s %8.0f t/s %13.2fx %7s\n", "speculative decoding (draft model)", spec_tps,
                spec_ratio, ">=1.8x");
@@ -662,6 +684,8 @@ int main(int argc, char **argv)
         if (dm) {
             cJSON *sp_ = cJSON_AddObjectToObject(o, "speculative");
             cJSON_AddNumberToObject(sp_, "k", spec_k);
+            cJSON_AddStringToObject(sp_, "prompt", spec_text ? "natural text (--spec-prompt)"
+                                                             : "random token ids");
             cJSON_AddNumberToObject(sp_, "acceptance", acc);
             cJSON_AddNumberToObject(sp_, "tokens_per_s", spec_tps);
             cJSON_AddNumberToObject(sp_, "plain_tokens_per_s", plain_tps);
