@@ -39,8 +39,10 @@ for p in range(1, len(ids)):
     row = lg[p - 1]
     ls = row - (row.max() + np.log(np.exp(row - row.max()).sum()))
     t = ids[p]
-    top = [int(i) for i in np.argsort(-ls, kind='stable')[:${TOP}]]
+    top = [int(i) for i in np.argsort(-ls, kind='stable')[:${TOP + 1}]]
     out.append({'id': t, 'lp': float(ls[t]), 'rank': int((row > row[t]).sum()) + 1,
+                'rank_lo': int((row > row[t] + ${TOL}).sum()) + 1,
+                'rank_hi': int((row > row[t] - ${TOL}).sum()) + 1,
                 'top': [[i, float(ls[i])] for i in top]})
 print(json.dumps(out))`;
   const r = JSON.parse(execFileSync(PY, ['-c', code, npy, ids.join(',')], { encoding: 'utf8' }));
@@ -48,7 +50,12 @@ print(json.dumps(out))`;
   return r;
 }
 
-const TOL = 1e-3; // float32 forward vs float64 reference, through log-softmax
+// float32 forward vs float64 reference, through log-softmax. scripts/gpu-check
+// runs this suite on --device cuda, whose weights and activations are bf16
+// (docs/cuda.md): there the logprobs agree to about 1e-2 (5e-3 seen on an H200),
+// while a wrong row or an off-by-one position is off by units.
+const onCuda = process.env.INFERD_E2E_DEVICE === 'cuda';
+const TOL = onCuda ? 5e-2 : 1e-3;
 
 function checkPlp(plp, ref) {
   assert.equal(plp.length, ids.length);
@@ -59,12 +66,17 @@ function checkPlp(plp, ref) {
     assert.ok(mine, `position ${p}: the prompt token ${want.id} is missing`);
     assert.ok(Math.abs(mine.logprob - want.lp) < TOL,
       `position ${p}: logprob ${mine.logprob} vs reference ${want.lp}`);
-    assert.equal(mine.rank, want.rank, `position ${p}: rank`);
+    if (onCuda) // a near-tie may order either way in bf16
+      assert.ok(mine.rank >= want.rank_lo && mine.rank <= want.rank_hi, `position ${p}: rank`);
+    else
+      assert.equal(mine.rank, want.rank, `position ${p}: rank`);
     assert.equal(typeof mine.decoded_token, 'string');
     for (let j = 0; j < TOP; j++) { // the top ids, unless a near-tie reorders them
       const [tid, tlp] = want.top[j];
       const e = got[String(tid)];
-      if (j + 1 < TOP && Math.abs(want.top[j + 1][1] - tlp) < TOL) continue;
+      const near = (i) => i >= 0 && i <= TOP && Math.abs(want.top[i][1] - tlp) < TOL;
+      if ((j + 1 < TOP || onCuda) && near(j + 1)) continue;
+      if (onCuda && near(j - 1)) continue;
       assert.ok(e, `position ${p}: top ${j + 1} id ${tid} missing`);
       assert.ok(Math.abs(e.logprob - tlp) < TOL);
       if (tid !== want.id) assert.equal(e.rank, j + 1);
