@@ -182,6 +182,8 @@ static int device_step(eng *e, const sched_plan *plan, int n_logits)
         }
     }
     e->device_steps++;
+    if (e->cfg.met)
+        met_add(e->cfg.met, MET_DEVICE_SAMPLED_TOKENS, (uint64_t)n_logits);
     return 1;
 }
 
