@@ -54,7 +54,7 @@ def main():
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
                             "--target", a.model, "--out", out, "--build", a.build, "--seqs", "4",
                             "--gen-tokens", "48", "--steps", "60", "--steps2", "20", "--batch", "64",
-                            "--n-predict", "3", "--json", js], capture_output=True, text=True)
+                            "--n-predict", "3", "--eval-seqs", "2", "--json", js], capture_output=True, text=True)
         if r.returncode:
             print(r.stderr)
             print("FAIL: train_mlp_speculator failed")
@@ -97,10 +97,54 @@ def main():
         if os.path.exists(os.path.join(draft, "config.json")):
             spec.append(("draft", ["--speculative-model", draft, "--num-speculative-tokens", "3"]))
         failures += same_on_and_off(a.build, a.model, spec)
+        failures += replay_matches(a, out, tmp)
         failures += padded(a, tmp)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
+
+
+def replay_matches(a, spec_dir, tmp):
+    """The trainer's acceptance replay (the figure it prints for held-out
+    data) counts what the engine counts: inferd generate's drafts and
+    acceptance per position on a greedy text, with the default acceptance
+    floor (0.3, so pauses happen with this barely trained speculator)."""
+    import importlib.machinery
+    import importlib.util
+    import torch
+    ldr = importlib.machinery.SourceFileLoader("train_mlp", os.path.join(ROOT, "scripts", "train_mlp_speculator"))
+    tm = importlib.util.module_from_spec(importlib.util.spec_from_loader("train_mlp", ldr))
+    ldr.exec_module(tm)
+    c = json.load(open(os.path.join(spec_dir, "config.json")))
+    w = ref.read_safetensors(os.path.join(spec_dir, "model.safetensors"))
+    m = tm.Speculator(torch, c["vocab_size"], c["emb_dim"], c["inner_dim"] or c["emb_dim"],
+                      c["n_predict"], c["scale_input"], 0)
+    for k in m.p:
+        m.p[k] = torch.from_numpy(w["speculator." + k].astype(np.float32))
+    fails = []
+    for prompt in ([1, 403, 407], [1, 300]):
+        r = subprocess.run([os.path.join(a.build, "inferd"), "generate", "--model", a.model,
+                            "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "80",
+                            "--ignore-eos", "--output-ids", "--threads", "1", "--speculative-config",
+                            json.dumps({"model": spec_dir, "num_speculative_tokens": 3})],
+                           capture_output=True, text=True)
+        ms = re.search(r"speculation \(.*\): (\d+) drafts.*acceptance per position ([0-9. ]+)", r.stderr)
+        if r.returncode or not ms:
+            return [f"generate with the MLP speculator: {r.stderr.strip()[-300:]}"]
+        ids = prompt + [int(t) for t in r.stdout.split()]
+        hf, lf = os.path.join(tmp, "rh.f32"), os.path.join(tmp, "rl.f32")
+        subprocess.run([os.path.join(a.build, "dump_logits"), "--model", a.model, "--tokens",
+                        ",".join(map(str, ids)), "--out", lf, "--hidden", hf, "--threads", "1"], check=True)
+        h = np.fromfile(hf, dtype="<f4").reshape(len(ids), c["emb_dim"])
+        per, _, drafts = tm.replay(torch, m, [(np.array(ids), h, 2, len(prompt))], 3, 0.3)
+        want = [float(v) for v in ms.group(2).split()]
+        print(f"  replay on {len(ids) - len(prompt)} greedy tokens: {drafts} drafts, per position "
+              + " ".join(f"{v:.3f}" for v in per) + f"; inferd: {ms.group(1)} drafts, "
+              + " ".join(f"{v:.3f}" for v in want))
+        if drafts != int(ms.group(1)) or len(want) != len(per) or \
+                max(abs(x - y) for x, y in zip(per, want)) > 6e-4:
+            fails.append("the trainer's acceptance replay differs from inferd's counters")
+    return fails
 
 
 def generate(build, model, extra):
