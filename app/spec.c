@@ -135,6 +135,7 @@ static int open_mlp(app_spec *s, const model *m, const app_backend_config *targe
         rc = cuda_mlp_create(cuda_config_default().device, &w, target_bc->max_seqs, &dev, err);
         if (!rc)
             spec_mlp_set_device(s->proposer, &dev);
+        s->on_gpu = !rc;
     }
 #else
     (void)target_bc;
