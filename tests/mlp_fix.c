@@ -52,7 +52,7 @@ static void write_st(const char *path, wtensor *t, int n)
     free(hdr);
 }
 
-static float gauss(unsigned *s)
+float mlp_fix_gauss(unsigned *s)
 {
     double u = 0;
     for (int i = 0; i < 12; i++) {
@@ -105,10 +105,10 @@ void mlp_fix_write(const char *dir, int V, int D, int I, int n_predict, int tied
         t[i].data = malloc(c * 4);
         assert_non_null(t[i].data);
         for (size_t j = 0; j < c; j++)
-            t[i].data[j] = kind[i] == 2   ? 1.0f + 0.1f * gauss(&seed)
-                           : kind[i] == 0 ? gauss(&seed)
-                           : kind[i] == 1 ? gauss(&seed) * head_sd
-                                          : gauss(&seed) * 0.2f;
+            t[i].data[j] = kind[i] == 2   ? 1.0f + 0.1f * mlp_fix_gauss(&seed)
+                           : kind[i] == 0 ? mlp_fix_gauss(&seed)
+                           : kind[i] == 1 ? mlp_fix_gauss(&seed) * head_sd
+                                          : mlp_fix_gauss(&seed) * 0.2f;
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_st(path, t, n);

@@ -12,4 +12,8 @@
 void mlp_fix_write(const char *dir, int V, int D, int I, int n_predict, int tied, float head_sd,
                    unsigned seed);
 
+/* A standard normal draw (the sum of 12 uniforms) from the LCG state s: the
+ * fixture's weights come from it, and tests draw hidden states with it. */
+float mlp_fix_gauss(unsigned *s);
+
 #endif

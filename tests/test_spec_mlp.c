@@ -222,16 +222,6 @@ static void test_spec_mlp_adaptive_disabling(void **state)
 }
 
 /* 0.999 quantiles of chi-square (standard tables), by degrees of freedom. */
-static float gauss(unsigned *s)
-{
-    double u = 0;
-    for (int i = 0; i < 12; i++) {
-        *s = *s * 1103515245u + 12345u;
-        u += (double)(*s >> 8) / 16777216.0;
-    }
-    return (float)(u - 6.0);
-}
-
 static double chi2_999(int df)
 {
     switch (df) {
@@ -272,7 +262,7 @@ static void test_spec_mlp_verify_preserves_target_distribution(void **state)
     float hidden[D];
     unsigned hs = 5;
     for (int i = 0; i < D; i++)
-        hidden[i] = gauss(&hs);
+        hidden[i] = mlp_fix_gauss(&hs);
     for (int mode = 0; mode < 2; mode++) {
         smp_params par = smp_params_default();
         par.temperature = mode ? 0.7f : 1.0f;
@@ -409,7 +399,7 @@ static void test_spec_mlp_device_path_drafts_as_host(void **state)
         unsigned hs = 11 + (unsigned)tied;
         for (int i = 0; i < NS; i++)
             for (int c = 0; c < D; c++)
-                hidden[i][c] = gauss(&hs);
+                hidden[i][c] = mlp_fix_gauss(&hs);
         int32_t toks[NS][2] = {{1, 5}, {1, 9}, {1, 17}, {1, 33}};
         smp_params par[NS];
         for (int i = 0; i < NS; i++) {
