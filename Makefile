@@ -109,6 +109,7 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
                engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
+               engine/spec_mlp.o engine/spec.o tests/mlp_fix.o \
                engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -121,7 +122,7 @@ $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/tests/test_cuda_fake: $(BUILD)/obj/tests/test_cuda.o $(BUILD)/obj/engine/common.o \
+$(BUILD)/tests/test_cuda_fake: $(BUILD)/obj/tests/test_cuda.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
 		$(CUDA_FAKE_OBJ) $(addprefix $(BUILD)/obj/,$(filter-out $(CUDA_CU:%.cu=%.o),$(T_test_cuda)))
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(CUDA_BASE_LDLIBS)
@@ -237,8 +238,11 @@ T_test_tcall  := server/tcall.o server/reason.o
 T_test_kernels := $(CPU_KERN_OBJ)
 T_test_kern_bf16 := $(CPU_KERN_OBJ)
 T_test_q4     := $(CPU_KERN_OBJ) engine/gguf_dq.o
+# X_name: test helpers a test links besides (its T_ line or the library)
+X_test_spec_mlp := tests/mlp_fix.o
 .SECONDEXPANSION:
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
+		$$(addprefix $(BUILD)/obj/,$$(X_$$*)) \
 		$$(if $$(T_$$*),$$(addprefix $(BUILD)/obj/,$$(T_$$*)),$(BUILD)/libinferd.a)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LDLIBS)

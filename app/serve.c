@@ -362,9 +362,10 @@ static void *load(void *arg)
             tb.num_blocks - 1, o->bc.block_size, o->bc.device, tb.kernels);
     if (a->spec.proposer)
         log_msg(a->log, LOG_INFO, "loader", NULL,
-                "speculative decoding: %s, %d tokens per step, off at %d or more running, "
-                "acceptance floor %.2f",
-                app_spec_name(&a->spec), a->spec.k, a->spec.disable_by_batch_size,
+                "speculative decoding: %s%s, %d tokens per step, off at %d or more running, "
+                "acceptance floor %.2f", app_spec_name(&a->spec),
+                a->spec.on_gpu ? " (its stages on the GPU)" : "", a->spec.k,
+                a->spec.disable_by_batch_size,
                 a->spec.min_acceptance);
     a->max_len = max_len;
     loaded(a, on_ready);

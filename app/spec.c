@@ -7,6 +7,10 @@
 #include "engine/spec_draft.h"
 #include "engine/cfgjson.h"
 #include "engine/spec_mlp.h"
+#ifdef INFERD_CUDA
+#include "cuda/backend.h"
+#include "cuda/mlp.h"
+#endif
 
 static int json_int(const cJSON *o, const char *key, int *out, inf_err *err)
 {
@@ -115,12 +119,27 @@ int app_spec_load_draft(app_spec *s, inf_err *err)
     return s->method == APP_SPEC_DRAFT ? model_load(s->model, &s->dm, err) : INF_OK;
 }
 
-/* Fed the target's hidden states: no model, no KV. */
-static int open_mlp(app_spec *s, const model *m, inf_err *err)
+/* Fed the target's hidden states: no model, no KV. Beside a CUDA target its
+ * stages run on the target's GPU (cuda/mlp.h). */
+static int open_mlp(app_spec *s, const model *m, const app_backend_config *target_bc,
+                    inf_err *err)
 {
     spec_mlp_config mc = {.dir = s->model, .target_vocab = m->cfg.vocab_size,
                           .target_hidden = m->cfg.hidden_size};
     int rc = spec_mlp_create(&mc, &s->proposer, err);
+#ifdef INFERD_CUDA
+    if (!rc && target_bc->device && !strcmp(target_bc->device, "cuda")) {
+        spec_mlp_weights w;
+        spec_mlp_weights_of(s->proposer, &w);
+        spec_mlp_device dev;
+        rc = cuda_mlp_create(cuda_config_default().device, &w, target_bc->max_seqs, &dev, err);
+        if (!rc)
+            spec_mlp_set_device(s->proposer, &dev);
+        s->on_gpu = !rc;
+    }
+#else
+    (void)target_bc;
+#endif
     int np = rc ? 0 : spec_mlp_n_predict(s->proposer);
     if (!rc && s->k_given && s->k > np)
         rc = inf_fail(err, INF_ERR_INVALID, "%s: num_speculative_tokens %d is more than the "
@@ -179,7 +198,7 @@ int app_spec_open(app_spec *s, const model *m, const tok *tk,
         return spec_ngram_create(&nc, &s->proposer, err);
     }
     case APP_SPEC_MLP:
-        return open_mlp(s, m, err);
+        return open_mlp(s, m, target_bc, err);
     case APP_SPEC_DRAFT:
         return open_draft(s, m, tk, target_bc, num_blocks, max_len, log, err);
     case APP_SPEC_OFF:

@@ -55,6 +55,7 @@ typedef struct app_spec {
     tok *dtk;
     be_backend *dbe;
     spec_proposer *proposer;
+    int on_gpu;               /* the MLP speculator's stages run on the GPU */
 } app_spec;
 
 /* Fills s from the flags (nothing loaded): the method, k (default 4),

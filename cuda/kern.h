@@ -75,6 +75,15 @@ cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out, cudaStre
  * (g + 0.044715 g^3))) * u) (Gemma's GeGLU). */
 cudaError_t cuda_k_geglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st);
 
+/* One MLP speculator stage's state (engine/spec_mlp.h), per row r < n:
+ * v = t[r] * sw + emb[tok[r]] * ew (t [n][I] f32, the projected state; emb
+ * [vocab][I] bf16), then s[r] = bf16(gelu(v / sqrt(mean(v^2) + eps) *
+ * ln_w + ln_b)) with the exact-erf GELU, into s [n][lds]: the head GEMM's
+ * and the next stage's input. */
+cudaError_t cuda_k_mlp_mix(const float *t, const int32_t *tok, const uint16_t *emb,
+                           const float *ln_w, const float *ln_b, float sw, float ew, int I,
+                           float eps, int n, uint16_t *s, int lds, cudaStream_t st);
+
 /* Paged attention over one layer. Token t (of sequence tok_seq[t]) attends
  * to positions 0..positions[t] of its sequence (the last `window` of them
  * when window > 0), read through

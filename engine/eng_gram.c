@@ -163,6 +163,17 @@ int eng__gram_refused(const eng_req *r)
     return r->gm && r->gproc->dead > 0;
 }
 
+int eng__gram_only(const eng_req *r)
+{
+    return lp_chain_empty(&r->lp) ||
+           (r->gproc && r->lp.n == 1 && r->lp.procs[0] == &r->gproc->base);
+}
+
+void eng__gram_mask(eng_req *r, uint32_t *words)
+{
+    gram_match_mask(r->gm, words);
+}
+
 int eng__gram_must_end(const eng_req *r)
 {
     return r->gm && !r->gproc->dead && gram_match_must_end(r->gm);

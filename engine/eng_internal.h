@@ -111,6 +111,13 @@ struct eng {
     int hidden_size;
     float *scratch;             /* [vocab]                                  */
     int max_rows;
+    /* device sampling (backends with device_sampling; else NULL): a step
+     * whose every row is a plain next-token row comes back as ids */
+    be_smp_row *smp_rows;       /* [max_rows]                               */
+    int32_t *ids;               /* [max_rows]                               */
+    uint32_t *dmask;            /* [max_num_seqs][mask_words]: grammar masks */
+    size_t mask_words;          /* (vocab + 31) / 32                        */
+    long device_steps;          /* steps sampled on the device (tests)      */
     /* speculation (eng_spec.c) */
     int kmax;                   /* spec_k, or 0                             */
     eng_req **cand;             /* [max_num_seqs] sequences drafting        */
@@ -206,6 +213,11 @@ void eng__gram_detach(eng *e, eng_req *r);
  * EOS can follow (then it stops). */
 int eng__gram_refused(const eng_req *r);
 int eng__gram_must_end(const eng_req *r);
+/* Whether r's logits processors are its grammar's mask alone (or none):
+ * what the device sampler can apply (be.h's be_smp_row.mask). */
+int eng__gram_only(const eng_req *r);
+/* r's allowed tokens now (gram_match_mask's words); r has a grammar. */
+void eng__gram_mask(eng_req *r, uint32_t *words);
 void eng__gram_free(eng *e);
 
 /* ---- eng_spec.c: speculation ---------------------------------------------- */

@@ -146,6 +146,47 @@ static void advance(eng *e, eng_req *r, const float *row)
     eng__emit_token(e, r, t, row);
 }
 
+/* Whether the step's logit rows may be sampled on the device, and if so its
+ * be_smp_row per row. Only when every row is a plain next-token row: one
+ * row per sequence, no drafts to verify (the verifier needs the
+ * probabilities), no logprobs or prompt logprobs (they need the logits), and
+ * no logits processor but a grammar's mask, which the device applies as the
+ * host does (be.h). Otherwise the whole step comes back as logits: a step is
+ * sampled in one place. The uniform is drawn here, as smp_sample would
+ * draw it, so a seed gives the same draws either way; greedy draws none. */
+static int device_step(eng *e, const sched_plan *plan, int n_logits)
+{
+    if (!e->smp_rows || n_logits == 0)
+        return 0;
+    for (int i = 0; i < plan->n; i++) {
+        eng_req *r = eng__req_of(plan->seqs[i]);
+        if (r->plp_rows || (e->nrows[i] &&
+                            (e->nrows[i] != 1 || r->n_draft || r->p.logprobs >= 0 ||
+                             !eng__gram_only(r))))
+            return 0;
+    }
+    for (int i = 0; i < plan->n; i++) {
+        if (!e->nrows[i])
+            continue;
+        eng_req *r = eng__req_of(plan->seqs[i]);
+        const smp_params *p = &r->p.sampling;
+        be_smp_row *row = &e->smp_rows[e->row0[i]];
+        *row = (be_smp_row){.temperature = p->temperature, .top_k = p->top_k,
+                            .top_p = p->top_p, .min_p = p->min_p};
+        if (p->temperature > 0.0f)
+            row->u = smp_rng_uniform(&r->rng);
+        if (r->gm) {
+            uint32_t *words = e->dmask + (size_t)i * e->mask_words;
+            eng__gram_mask(r, words);
+            row->mask = words;
+        }
+    }
+    e->device_steps++;
+    if (e->cfg.met)
+        met_add(e->cfg.met, MET_DEVICE_SAMPLED_TOKENS, (uint64_t)n_logits);
+    return 1;
+}
+
 /* Token counts of a planned step, and queue times of first-scheduled ones. */
 static void step_metrics(eng *e, const sched_plan *plan, int T)
 {
@@ -234,11 +275,13 @@ int eng__step(eng *e)
                           "buffers", e->step_no);
     }
     int T = batch_n_tokens(bb);
+    int dev = !rc && device_step(e, plan, batch_n_logits(bb));
     if (!rc)
-        rc = be_submit(e->be, batch_get(bb), NULL, &err);
+        rc = be_submit(e->be, batch_get(bb), dev ? e->smp_rows : NULL, &err);
     if (!rc) { /* host work while the backend runs the step */
         step_metrics(e, plan, T);
-        be_out out = {.logits = e->logits, .hidden = e->hidden};
+        be_out out = {.logits = dev ? NULL : e->logits, .ids = dev ? e->ids : NULL,
+                      .hidden = e->hidden};
         rc = be_wait(e->be, &out, &err);
     }
     if (rc != INF_OK) {
@@ -268,6 +311,11 @@ int eng__step(eng *e)
         const float *hid = e->hidden ? e->hidden + (size_t)e->row0[i] * e->hidden_size : NULL;
         if (r->n_draft) {
             eng__verify(e, r, rows, hid, e->nrows[i] - 1);
+        } else if (dev) { /* the device sampled it, mask and all */
+            int32_t t = e->ids[e->row0[i]];
+            eng__keep_hidden(e, r, hid);
+            lp_chain_accept(&r->lp, t);
+            eng__emit_token(e, r, t, NULL);
         } else {
             eng__keep_hidden(e, r, hid);
             advance(e, r, rows);
@@ -335,6 +383,14 @@ int eng__step_init(eng *e, inf_err *err)
             !e->tprobs || !e->argmaxes || (!cfg->spec->ops->deterministic && !e->dprobs))
             return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for speculation buffers");
     }
+    if (e->be->device_sampling) {
+        e->mask_words = ((size_t)e->vocab + 31) / 32;
+        e->smp_rows = malloc(sizeof *e->smp_rows * (size_t)e->max_rows);
+        e->ids = malloc(sizeof *e->ids * (size_t)e->max_rows);
+        e->dmask = malloc(sizeof *e->dmask * (size_t)S * e->mask_words);
+        if (!e->smp_rows || !e->ids || !e->dmask)
+            return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for device sampling");
+    }
     if (!e->row0 || !e->nrows || !e->logits || !e->scratch)
         return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
     return INF_OK;
@@ -346,4 +402,5 @@ void eng__step_free(eng *e)
     free(e->logits), free(e->hidden), free(e->scratch), free(e->row0), free(e->nrows);
     free(e->cand), free(e->cand_ss), free(e->cand_params), free(e->cand_k);
     free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
+    free(e->smp_rows), free(e->ids), free(e->dmask);
 }

@@ -392,6 +392,8 @@ typedef struct met_family {
 
 /* Sorted by name: the output is in this order. */
 static const met_family families[] = {
+    {"device_sampled_tokens_total", FAM_COUNTER, MET_DEVICE_SAMPLED_TOKENS, 0,
+     "Tokens sampled on the device (their logits never came to the host)."},
     {"e2e_request_latency_seconds", FAM_HIST, MET_E2E_SECONDS, 0,
      "Histogram of e2e request latency in seconds."},
     {"generation_tokens_total", FAM_COUNTER, MET_GENERATION_TOKENS, 0,

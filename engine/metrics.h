@@ -57,6 +57,7 @@ typedef enum met_counter {
     MET_SPEC_DRAFTS,           /* verification steps that carried a draft     */
     MET_SPEC_DRAFT_TOKENS,     /* drafted tokens verified                     */
     MET_SPEC_ACCEPTED_TOKENS,  /* drafted tokens accepted                     */
+    MET_DEVICE_SAMPLED_TOKENS, /* tokens the backend sampled on its device     */
     MET_NUM_COUNTERS
 } met_counter;
 

@@ -11,12 +11,9 @@
 
 #define MLP_EPS 1e-6
 
-typedef struct mlp_stage {
-    const float *emb;   /* [vocab][inner]                                */
-    const float *proj;  /* [inner][in]: in = emb_dim at stage 0, else inner */
-    const float *head;  /* [vocab][inner]                                */
-    const float *ln_w, *ln_b; /* [inner]                                 */
-} mlp_stage;
+/* emb, head [vocab][inner]; proj [inner][in] (in = emb_dim at stage 0,
+ * else inner); ln_w, ln_b [inner] */
+typedef spec_mlp_stage_w mlp_stage;
 
 typedef struct mlp_seq {
     smp_rng rng;        /* its own draws: the target's stream is untouched */
@@ -32,6 +29,10 @@ typedef struct mlp {
     smp_ctx *smp;
     double *s, *t;      /* [max(emb_dim, inner)] the state, and scratch    */
     float *row;         /* [vocab] one stage's logits                      */
+    spec_mlp_device dev; /* stages on a device when dev.stage is set       */
+    int *didx, dcap;    /* [dcap] the sequences a device call carries      */
+    float *ds0, *dlog;  /* [dcap][emb_dim] states, [dcap][vocab] logits    */
+    int32_t *dtok;      /* [dcap] each row's token                         */
 } mlp;
 
 /* ---- loading -------------------------------------------------------------- */
@@ -297,45 +298,138 @@ int spec_mlp_vocab(const spec_proposer *pp) { return ((const mlp *)pp)->vocab; }
 
 /* ---- the proposer ------------------------------------------------------------ */
 
+/* Sequence i's next draft token from its stage-j logits row: the argmax,
+ * or a draw from the request's distribution (whose probabilities go to the
+ * verifier). */
+static int32_t pick(mlp *m, spec_seq *q, const smp_params *p, int sample, const float *row,
+                    float *probs, int i, int j, int kmax)
+{
+    if (!sample)
+        return smp_argmax(row, m->vocab);
+    float *pr = probs + ((size_t)i * kmax + j) * m->vocab;
+    smp_probs(m->smp, p, row, pr);
+    return smp_draw(pr, m->vocab, smp_rng_uniform(&((mlp_seq *)q->state)->rng));
+}
+
+/* Whether sequence i drafts (k[i] capped by n_predict), its sampler state
+ * made when it samples. */
+static int ready(mlp *m, spec_seq *q, const smp_params *p, int sample, int *k)
+{
+    if (!q->hidden || q->n_tokens < 1) { /* no hidden state yet */
+        *k = 0;
+        return 0;
+    }
+    if (*k > m->n_predict)
+        *k = m->n_predict;
+    if (sample && !q->state) {
+        mlp_seq *s = calloc(1, sizeof *s);
+        if (!s) {
+            *k = 0;
+            return 0;
+        }
+        smp_rng_seed(&s->rng, p->seed ^ 0x6d6c7073u);
+        q->state = s;
+    }
+    return *k > 0;
+}
+
+/* Room for n rows of device calls. */
+static int device_room(mlp *m, int n)
+{
+    if (n <= m->dcap)
+        return 1;
+    int *idx = realloc(m->didx, sizeof *idx * (size_t)n);
+    if (idx)
+        m->didx = idx;
+    float *s0 = realloc(m->ds0, sizeof *s0 * (size_t)n * m->emb_dim);
+    if (s0)
+        m->ds0 = s0;
+    float *lg = realloc(m->dlog, sizeof *lg * (size_t)n * m->vocab);
+    if (lg)
+        m->dlog = lg;
+    int32_t *tk = realloc(m->dtok, sizeof *tk * (size_t)n);
+    if (tk)
+        m->dtok = tk;
+    if (!idx || !s0 || !lg || !tk)
+        return 0;
+    m->dcap = n;
+    return 1;
+}
+
+/* The stages of every drafting sequence at once on the device: stage j
+ * for all rows, then each row's token picked on the host. */
+static int propose_device(mlp *m, spec_seq *const *seqs, int n, const smp_params *params,
+                          int kmax, int *k, int32_t *drafts, float *probs, inf_err *err)
+{
+    if (!device_room(m, n))
+        return inf_fail(err, INF_ERR_NOMEM, "mlp_speculator: out of memory for %d rows", n);
+    int na = 0, kk = 0;
+    for (int i = 0; i < n; i++) {
+        const smp_params *p = &params[i];
+        if (!ready(m, seqs[i], p, p->temperature > 0 && probs, &k[i]))
+            continue;
+        mlp_begin(m, seqs[i]->hidden);
+        for (int c = 0; c < m->emb_dim; c++)
+            m->ds0[(size_t)na * m->emb_dim + c] = (float)m->s[c];
+        m->dtok[na] = seqs[i]->tokens[seqs[i]->n_tokens - 1];
+        m->didx[na++] = i;
+        if (k[i] > kk)
+            kk = k[i];
+    }
+    for (int j = 0; j < kk; j++) {
+        int rc = m->dev.stage(m->dev.user, j, na, m->ds0, m->dtok, m->dlog, err);
+        if (rc)
+            return rc;
+        for (int a = 0; a < na; a++) {
+            int i = m->didx[a];
+            if (j >= k[i])
+                continue;
+            const smp_params *p = &params[i];
+            int32_t t = pick(m, seqs[i], p, p->temperature > 0 && probs,
+                             m->dlog + (size_t)a * m->vocab, probs, i, j, kmax);
+            drafts[(size_t)i * kmax + j] = m->dtok[a] = t;
+        }
+    }
+    return INF_OK;
+}
+
 static int mlp_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const smp_params *params,
                        int kmax, int *k, int32_t *drafts, float *probs, inf_err *err)
 {
-    (void)err;
     mlp *m = (mlp *)pp;
+    if (m->dev.stage)
+        return propose_device(m, seqs, n, params, kmax, k, drafts, probs, err);
     for (int i = 0; i < n; i++) {
         spec_seq *q = seqs[i];
-        if (!q->hidden || q->n_tokens < 1) { /* no hidden state yet */
-            k[i] = 0;
-            continue;
-        }
-        if (k[i] > m->n_predict)
-            k[i] = m->n_predict;
         const smp_params *p = &params[i];
         int sample = p->temperature > 0 && probs;
-        if (sample && !q->state) {
-            mlp_seq *s = calloc(1, sizeof *s);
-            if (!s) {
-                k[i] = 0;
-                continue;
-            }
-            smp_rng_seed(&s->rng, p->seed ^ 0x6d6c7073u);
-            q->state = s;
-        }
+        if (!ready(m, q, p, sample, &k[i]))
+            continue;
         int32_t t = q->tokens[q->n_tokens - 1];
         mlp_begin(m, q->hidden);
         for (int j = 0; j < k[i]; j++) {
             mlp_stage_run(m, j, t);
-            if (sample) {
-                float *pr = probs + ((size_t)i * kmax + j) * m->vocab;
-                smp_probs(m->smp, p, m->row, pr);
-                t = smp_draw(pr, m->vocab, smp_rng_uniform(&((mlp_seq *)q->state)->rng));
-            } else {
-                t = smp_argmax(m->row, m->vocab);
-            }
+            t = pick(m, q, p, sample, m->row, probs, i, j, kmax);
             drafts[(size_t)i * kmax + j] = t;
         }
     }
     return INF_OK;
+}
+
+void spec_mlp_weights_of(const spec_proposer *pp, spec_mlp_weights *out)
+{
+    const mlp *m = (const mlp *)pp;
+    *out = (spec_mlp_weights){.vocab = m->vocab, .emb_dim = m->emb_dim, .inner = m->inner,
+                              .n_predict = m->n_predict, .sw = m->sw, .ew = m->ew,
+                              .stage = m->stage};
+}
+
+void spec_mlp_set_device(spec_proposer *pp, const spec_mlp_device *dev)
+{
+    mlp *m = (mlp *)pp;
+    if (m->dev.destroy)
+        m->dev.destroy(m->dev.user);
+    m->dev = *dev;
 }
 
 static void mlp_rollback(spec_proposer *pp, spec_seq *s, int n_valid)
@@ -355,6 +449,9 @@ static void mlp_destroy(spec_proposer *pp)
     mlp *m = (mlp *)pp;
     if (!m)
         return;
+    if (m->dev.destroy)
+        m->dev.destroy(m->dev.user);
+    free(m->didx), free(m->ds0), free(m->dlog), free(m->dtok);
     free(m->arena);
     free(m->stage);
     free(m->s);

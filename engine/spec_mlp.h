@@ -46,6 +46,39 @@ int spec_mlp_create(const spec_mlp_config *cfg, spec_proposer **out, inf_err *er
 int spec_mlp_n_predict(const spec_proposer *p);
 int spec_mlp_vocab(const spec_proposer *p);
 
+/* The speculator's shape and weights (host f32, owned by the proposer), for
+ * a backend that runs the stages on its device: stage[i] for every i <
+ * n_predict (tied stages point at the same arrays). proj is [inner][in]
+ * with in = emb_dim at stage 0, else inner; emb and head [vocab][inner]. */
+typedef struct spec_mlp_stage_w {
+    const float *emb, *proj, *head, *ln_w, *ln_b;
+} spec_mlp_stage_w;
+
+typedef struct spec_mlp_weights {
+    int vocab, emb_dim, inner, n_predict;
+    double sw, ew;            /* the state and embedding weights            */
+    const spec_mlp_stage_w *stage;
+} spec_mlp_weights;
+
+void spec_mlp_weights_of(const spec_proposer *p, spec_mlp_weights *out);
+
+/* The stages on a device (the target's GPU; cuda/mlp.h fills this). stage
+ * runs stage i for n rows: at i == 0 from s0 [n][emb_dim] (the state before
+ * stage 0: the hidden state, RMS-normalized and / sqrt 2 with scale_input),
+ * later from the state the device kept; tok [n] each row's token; the
+ * stage's logits [n][vocab] come back to the host, where the proposer picks
+ * each row's next token (greedy or sampled) as it does on the host. */
+typedef struct spec_mlp_device {
+    void *user;
+    int (*stage)(void *user, int i, int n, const float *s0, const int32_t *tok, float *logits,
+                 inf_err *err);
+    void (*destroy)(void *user);
+} spec_mlp_device;
+
+/* The proposer runs its stages through dev from now on and owns it
+ * (destroyed with the proposer). */
+void spec_mlp_set_device(spec_proposer *p, const spec_mlp_device *dev);
+
 /* The stages on one hidden state [emb_dim] and token, greedy: k (<=
  * n_predict) tokens into toks, each stage's logits into logits [k][vocab]
  * when not NULL. For tests and tools; the proposer runs the same code. */

@@ -25,89 +25,7 @@
 #include "cpu/backend.h"
 #include "engine/eng.h"
 #include "engine/spec_mlp.h"
-
-/* A safetensors file of f32 tensors. */
-typedef struct wtensor {
-    char name[64];
-    int64_t rows, cols;
-    float *data;
-} wtensor;
-
-static void write_st(const char *path, wtensor *t, int n)
-{
-    char hdr[8192];
-    size_t len = 0, off = 0;
-    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "{");
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)(t[i].rows * t[i].cols) * 4;
-        if (t[i].cols > 0)
-            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
-                                    (long long)t[i].rows, (long long)t[i].cols, off, off + bytes);
-        else
-            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
-                                    (long long)t[i].rows, off, off + (size_t)t[i].rows * 4);
-        off += t[i].cols > 0 ? bytes : (size_t)t[i].rows * 4;
-    }
-    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
-    while (len % 8)
-        hdr[len++] = ' ';
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    uint64_t n8 = len;
-    fwrite(&n8, 8, 1, f);
-    fwrite(hdr, 1, len, f);
-    for (int i = 0; i < n; i++)
-        fwrite(t[i].data, 4, (size_t)(t[i].rows * (t[i].cols > 0 ? t[i].cols : 1)), f);
-    fclose(f);
-}
-
-static float gauss(unsigned *s)
-{
-    double u = 0;
-    for (int i = 0; i < 12; i++) {
-        *s = *s * 1103515245u + 12345u;
-        u += (double)(*s >> 8) / 16777216.0;
-    }
-    return (float)(u - 6.0);
-}
-
-/* A tied speculator for vocab V, hidden D: emb/head/ln 0, proj 0 and 1;
- * head weights of standard deviation head_sd (larger: sharper proposals). */
-static void make_speculator(const char *dir, int V, int D, int I, int n_predict, float head_sd)
-{
-    mkdir(dir, 0755);
-    char path[800];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "{\"architectures\": [\"MLPSpeculatorPreTrainedModel\"], \"model_type\": "
-               "\"mlp_speculator\", \"vocab_size\": %d, \"emb_dim\": %d, \"inner_dim\": %d, "
-               "\"n_predict\": %d, \"top_k_tokens_per_head\": [1, 1, 1], \"n_candidates\": 1, "
-               "\"tie_weights\": true, \"scale_input\": true}\n", V, D, I, n_predict);
-    fclose(f);
-    unsigned seed = 99;
-    wtensor t[6] = {{"speculator.emb.0.weight", V, I, NULL},
-                    {"speculator.head.0.weight", V, I, NULL},
-                    {"speculator.ln.0.weight", I, 0, NULL},
-                    {"speculator.ln.0.bias", I, 0, NULL},
-                    {"speculator.proj.0.weight", I, D, NULL},
-                    {"speculator.proj.1.weight", I, I, NULL}};
-    for (int i = 0; i < 6; i++) {
-        size_t n = (size_t)(t[i].rows * (t[i].cols > 0 ? t[i].cols : 1));
-        t[i].data = malloc(n * 4);
-        for (size_t j = 0; j < n; j++)
-            t[i].data[j] = i == 2   ? 1.0f + 0.1f * gauss(&seed)
-                               : gauss(&seed) * (i == 0 ? 1.0f : i == 1 ? head_sd : 0.2f);
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    write_st(path, t, 6);
-    for (int i = 0; i < 6; i++)
-        free(t[i].data);
-}
+#include "tests/mlp_fix.h"
 
 typedef struct done_wait {
     pthread_mutex_t mu;
@@ -203,7 +121,7 @@ static void test_spec_mlp_lossless_and_drafting(void **state)
     inf_err err = {0};
     assert_int_equal(model_load(dir, &m, &err), INF_OK);
     assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 0.2f);
+    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
     spec_proposer *sp = NULL;
     spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
                           .target_hidden = m->cfg.hidden_size};
@@ -277,7 +195,7 @@ static void test_spec_mlp_adaptive_disabling(void **state)
     inf_err err = {0};
     assert_int_equal(model_load(dir, &m, &err), INF_OK);
     assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    make_speculator(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 0.2f);
+    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
     spec_proposer *sp = NULL;
     spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
                           .target_hidden = m->cfg.hidden_size};
@@ -329,7 +247,7 @@ static void test_spec_mlp_verify_preserves_target_distribution(void **state)
     const char *tmp = getenv("INFERD_TEST_TMP");
     char sdir[700];
     snprintf(sdir, sizeof sdir, "%s/mlp_spec_chi2", tmp ? tmp : "/tmp");
-    make_speculator(sdir, V, D, I, K, 1.5f);
+    mlp_fix_write(sdir, V, D, I, K, 1, 1.5f, 99);
     spec_proposer *sp = NULL;
     inf_err err = {0};
     spec_mlp_config sc = {.dir = sdir, .target_vocab = V, .target_hidden = D};
@@ -344,7 +262,7 @@ static void test_spec_mlp_verify_preserves_target_distribution(void **state)
     float hidden[D];
     unsigned hs = 5;
     for (int i = 0; i < D; i++)
-        hidden[i] = gauss(&hs);
+        hidden[i] = mlp_fix_gauss(&hs);
     for (int mode = 0; mode < 2; mode++) {
         smp_params par = smp_params_default();
         par.temperature = mode ? 0.7f : 1.0f;
@@ -403,12 +321,148 @@ static void test_spec_mlp_verify_preserves_target_distribution(void **state)
     sp->ops->destroy(sp);
 }
 
+/* A host "device" for the proposer's device path (spec_mlp_device, what
+ * cuda/mlp.c gives it on a GPU): stage i over n rows from the weights in
+ * double, the state kept between stages as a device keeps it. It records
+ * its calls: the rows, and the tokens each stage was fed. */
+typedef struct host_dev {
+    spec_mlp_weights w;
+    double s[8][64], t[64];
+    int calls, rows[8];
+    int32_t fed[8][8];   /* [stage][row] */
+} host_dev;
+
+static int hd_stage(void *user, int i, int n, const float *s0, const int32_t *tok, float *logits,
+                    inf_err *err)
+{
+    (void)err;
+    host_dev *h = user;
+    const spec_mlp_stage_w *w = &h->w.stage[i];
+    int E = h->w.emb_dim, I = h->w.inner, in = i == 0 ? E : I;
+    assert_true(n <= 8 && i < 8 && E <= 64 && I <= 64);
+    h->rows[h->calls++] = n;
+    for (int r = 0; r < n; r++) {
+        h->fed[i][r] = tok[r];
+        if (i == 0)
+            for (int c = 0; c < E; c++)
+                h->s[r][c] = s0[(size_t)r * E + c];
+        double ss = 0;
+        for (int j = 0; j < I; j++) {
+            double acc = 0;
+            for (int c = 0; c < in; c++)
+                acc += (double)w->proj[(size_t)j * in + c] * h->s[r][c];
+            h->t[j] = acc * h->w.sw + (double)w->emb[(size_t)tok[r] * I + j] * h->w.ew;
+            ss += h->t[j] * h->t[j];
+        }
+        double inv = 1.0 / sqrt(ss / I + 1e-6);
+        for (int j = 0; j < I; j++) {
+            double v = h->t[j] * inv * w->ln_w[j] + w->ln_b[j];
+            h->s[r][j] = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+        }
+        for (int v = 0; v < h->w.vocab; v++) {
+            double acc = 0;
+            for (int j = 0; j < I; j++)
+                acc += (double)w->head[(size_t)v * I + j] * h->s[r][j];
+            logits[(size_t)r * h->w.vocab + v] = (float)acc;
+        }
+    }
+    return INF_OK;
+}
+
+static void hd_destroy(void *user) { (void)user; }
+
+/* The proposer's device path (every drafting sequence's stage j in one
+ * call, each row's token picked on the host and fed to stage j + 1) drafts
+ * what the host path drafts, greedy and sampled, for sequences of different
+ * k, one without a hidden state among them; tied and untied. */
+static void test_spec_mlp_device_path_drafts_as_host(void **state)
+{
+    (void)state;
+    enum { V = 40, D = 16, I = 24, K = 3, NS = 4 };
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    for (int tied = 0; tied < 2; tied++) {
+        char sdir[700];
+        snprintf(sdir, sizeof sdir, "%s/mlp_spec_dev%d", tmp ? tmp : "/tmp", tied);
+        mlp_fix_write(sdir, V, D, I, K, tied, 1.0f, 7);
+        spec_proposer *sp[2] = {NULL, NULL};
+        inf_err err = {0};
+        spec_mlp_config sc = {.dir = sdir, .target_vocab = V, .target_hidden = D};
+        for (int d = 0; d < 2; d++)
+            if (spec_mlp_create(&sc, &sp[d], &err))
+                fail_msg("spec_mlp_create: %s", err.msg);
+        static host_dev hd;
+        memset(&hd, 0, sizeof hd);
+        spec_mlp_weights_of(sp[1], &hd.w);
+        spec_mlp_device dev = {.user = &hd, .stage = hd_stage, .destroy = hd_destroy};
+        spec_mlp_set_device(sp[1], &dev);
+        float hidden[NS][D];
+        unsigned hs = 11 + (unsigned)tied;
+        for (int i = 0; i < NS; i++)
+            for (int c = 0; c < D; c++)
+                hidden[i][c] = mlp_fix_gauss(&hs);
+        int32_t toks[NS][2] = {{1, 5}, {1, 9}, {1, 17}, {1, 33}};
+        smp_params par[NS];
+        for (int i = 0; i < NS; i++) {
+            par[i] = smp_params_default();
+            par[i].temperature = i % 2 ? 0.8f : 0.0f;
+            par[i].seed = 100 + (uint64_t)i;
+        }
+        int32_t drafts[2][NS * K];
+        float probs[2][NS * K * V];
+        int k[2][NS];
+        spec_seq seq[2][NS];
+        for (int d = 0; d < 2; d++) {
+            spec_seq *ptr[NS];
+            for (int i = 0; i < NS; i++) {
+                seq[d][i] = (spec_seq){.tokens = toks[i], .n_tokens = 2, .n_prompt = 1,
+                                       .hidden = i == 2 ? NULL : hidden[i]};
+                ptr[i] = &seq[d][i];
+                k[d][i] = i == 3 ? 1 : K + 2; /* capped at n_predict */
+            }
+            memset(drafts[d], 0xff, sizeof drafts[d]);
+            assert_int_equal(sp[d]->ops->propose(sp[d], ptr, NS, par, K, k[d], drafts[d],
+                                                 probs[d], &err), INF_OK);
+        }
+        int want_k[NS] = {K, K, 0, 1};
+        for (int i = 0; i < NS; i++) {
+            assert_int_equal(k[0][i], want_k[i]);
+            assert_int_equal(k[1][i], want_k[i]);
+            for (int j = 0; j < want_k[i]; j++) {
+                assert_int_equal(drafts[1][i * K + j], drafts[0][i * K + j]);
+                if (par[i].temperature > 0)
+                    for (int v = 0; v < V; v++)
+                        assert_true(fabsf(probs[1][(i * K + j) * V + v] -
+                                          probs[0][(i * K + j) * V + v]) < 1e-5f);
+            }
+        }
+        /* one call per stage, over the three sequences with a hidden state;
+         * stage j + 1 was fed stage j's drafts */
+        assert_int_equal(hd.calls, K);
+        for (int j = 0; j < K; j++)
+            assert_int_equal(hd.rows[j], 3);
+        int row_of[NS] = {0, 1, -1, 2};
+        for (int i = 0; i < NS; i++) {
+            if (row_of[i] < 0)
+                continue;
+            assert_int_equal(hd.fed[0][row_of[i]], toks[i][1]);
+            for (int j = 1; j < want_k[i]; j++)
+                assert_int_equal(hd.fed[j][row_of[i]], drafts[0][i * K + j - 1]);
+        }
+        for (int d = 0; d < 2; d++) {
+            for (int i = 0; i < NS; i++)
+                sp[d]->ops->release(sp[d], &seq[d][i]);
+            sp[d]->ops->destroy(sp[d]);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_mlp_lossless_and_drafting),
         cmocka_unit_test(test_spec_mlp_adaptive_disabling),
         cmocka_unit_test(test_spec_mlp_verify_preserves_target_distribution),
+        cmocka_unit_test(test_spec_mlp_device_path_drafts_as_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

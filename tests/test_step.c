@@ -16,6 +16,7 @@
  *
  * Uses the fixture tokenizer $INFERD_TEST_FIXTURES/tiny (the engine streams
  * text through it); skipped, saying so, when absent. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,6 +108,11 @@ typedef struct fake_be {
     pthread_cond_t cv;
     int hold_at, held, released;
     const be_batch *pending;  /* submitted; run by wait                   */
+    /* device sampling (base.device_sampling): the "device" samples each row
+     * as the host's smp_ does, after the row's mask */
+    const be_smp_row *pending_smp;
+    smp_ctx *smp;
+    int n_sampled_steps, n_masked_rows;
 } fake_be;
 
 /* Blocks forward number hold_at until release_gate; lets a test act while
@@ -121,6 +127,28 @@ static void gate(fake_be *f)
     while (!f->released)
         pthread_cond_wait(&f->cv, &f->mu);
     pthread_mutex_unlock(&f->mu);
+}
+
+/* What a device sampler does with one row (engine/be.h): the mask's clear
+ * bits to -inf, then the argmax or one draw at the row's uniform. */
+static int32_t fake_sample(fake_be *f, const be_smp_row *s, float *row)
+{
+    if (s->mask) {
+        f->n_masked_rows++;
+        for (int v = 0; v < f->fm.V; v++)
+            if (!(s->mask[v >> 5] >> (v & 31) & 1))
+                row[v] = -INFINITY;
+    }
+    if (!(s->temperature > 0.0f))
+        return smp_argmax(row, f->fm.V);
+    smp_params p = smp_params_default();
+    p.temperature = s->temperature;
+    p.top_k = s->top_k;
+    p.top_p = s->top_p;
+    p.min_p = s->min_p;
+    float probs[4096];
+    smp_probs(f->smp, &p, row, probs);
+    return smp_draw(probs, f->fm.V, s->u);
 }
 
 static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
@@ -151,7 +179,13 @@ static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, 
         const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
         for (int j = 0; j <= p; j++)
             ctx[j] = f->kv[table[j / BS] * BS + j % BS];
-        fake_row(&f->fm, ctx, p + 1, out->logits + (size_t)r * f->fm.V);
+        if (f->pending_smp) {
+            float row[4096];
+            fake_row(&f->fm, ctx, p + 1, row);
+            out->ids[r] = fake_sample(f, &f->pending_smp[r], row);
+        } else {
+            fake_row(&f->fm, ctx, p + 1, out->logits + (size_t)r * f->fm.V);
+        }
         if (b->want_hidden && out->hidden)
             fake_hidden(ctx, p + 1, out->hidden + (size_t)r * FAKE_HIDDEN);
     }
@@ -161,9 +195,11 @@ static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, 
 static int fake_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
 {
     fake_be *f = (fake_be *)base;
-    if (smp || f->pending)
+    if ((smp && !base->device_sampling) || f->pending)
         return inf_fail(err, INF_ERR_INVALID, "fake: one step at a time, no device sampling");
     f->pending = b;
+    f->pending_smp = smp;
+    f->n_sampled_steps += smp != NULL;
     return INF_OK;
 }
 
@@ -172,7 +208,9 @@ static int fake_wait(be_backend *base, const be_out *out, inf_err *err)
     fake_be *f = (fake_be *)base;
     const be_batch *b = f->pending;
     f->pending = NULL;
-    return b ? fake_forward(base, b, out, err) : inf_fail(err, INF_ERR_INVALID, "fake: no step");
+    int rc = b ? fake_forward(base, b, out, err) : inf_fail(err, INF_ERR_INVALID, "fake: no step");
+    f->pending_smp = NULL;
+    return rc;
 }
 
 static void fake_destroy(be_backend *base)
@@ -180,6 +218,7 @@ static void fake_destroy(be_backend *base)
     fake_be *f = (fake_be *)base;
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
+    smp_destroy(f->smp);
     free(f);
 }
 
@@ -351,15 +390,19 @@ static int teardown(void **state)
     } while (0)
 
 /* Starts the engine: a step of `budget` tokens, k drafts (0: off); with
- * hidden, the proposer reads hidden states. */
-static void start_with(fx *x, int budget, int k, int eos_pos, int hidden)
+ * hidden, the proposer reads hidden states; with device, the fake backend
+ * samples on its "device". */
+static void start_dev(fx *x, int budget, int k, int eos_pos, int hidden, int device)
 {
     x->be = calloc(1, sizeof *x->be);
     pthread_mutex_init(&x->be->mu, NULL);
     pthread_cond_init(&x->be->cv, NULL);
     x->be->base = (be_backend){.ops = &fake_ops, .vocab_size = x->m.cfg.vocab_size,
                                .block_size = BS, .num_blocks = NBLOCKS,
-                               .hidden_size = FAKE_HIDDEN, .max_inflight = 1};
+                               .hidden_size = FAKE_HIDDEN, .max_inflight = 1,
+                               .device_sampling = device};
+    inf_err serr = {0};
+    assert_int_equal(smp_create(x->m.cfg.vocab_size, &x->be->smp, &serr), INF_OK);
     x->be->fm = (fake_model){.V = x->m.cfg.vocab_size, .eos = x->m.cfg.eos_token_ids[0],
                              .eos_pos = eos_pos};
     x->spec = (fake_spec){.base = {.ops = hidden ? &fake_spec_hidden_ops : &fake_spec_ops},
@@ -373,6 +416,11 @@ static void start_with(fx *x, int budget, int k, int eos_pos, int hidden)
     if (rc)
         print_message("eng_create: %s\n", err.msg);
     assert_int_equal(rc, INF_OK);
+}
+
+static void start_with(fx *x, int budget, int k, int eos_pos, int hidden)
+{
+    start_dev(x, budget, k, eos_pos, hidden, 0);
 }
 
 static void start(fx *x, int budget, int k, int eos_pos)
@@ -733,6 +781,76 @@ static void test_step_processors_same_with_drafts(void **state)
     assert_tokens(got[0], n[0], got[1], n[1]);
 }
 
+/* Device sampling: with a backend that samples on its device, a greedy
+ * request, a seeded sampled one, two grammar-constrained ones (greedy and
+ * sampled: their masks go with the rows) and one with logprobs (whose steps
+ * must come back as logits), all at once, give exactly the tokens the same
+ * requests get when every row is sampled on the host. The steps the
+ * logprobs request shares go to the host whole; the others to the device,
+ * which must have sampled some steps and masked some rows. */
+static void test_step_device_sampling_same_as_host(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    enum { NR = 5 };
+    int32_t prompt[NR][10], got[2][NR][MAXLEN];
+    int n[2][NR];
+    eng_params p[NR];
+    for (int i = 0; i < NR; i++) {
+        make_prompt(x, 31 + (unsigned)i, 10, prompt[i]);
+        p[i] = greedy(i == 4 ? 6 : 24); /* the logprobs one ends early */
+    }
+    p[1].sampling.temperature = 0.8f;
+    p[1].sampling.top_k = 40;
+    p[1].sampling.top_p = 0.9f;
+    p[1].sampling.seed = 11;
+    p[1].has_seed = 1;
+    p[2].grammar = "root ::= [a-z ]+";
+    p[3] = p[1];
+    p[3].grammar = p[2].grammar;
+    p[3].sampling.seed = 12;
+    p[4].logprobs = 2;
+    for (int run = 0; run < 2; run++) {
+        start_dev(x, 64, 0, 0, 0, run);
+        eng_req *r[NR];
+        for (int i = 0; i < NR; i++)
+            r[i] = submit(x, prompt[i], 10, &p[i]);
+        for (int i = 0; i < NR; i++) {
+            wait_done(x, r[i]);
+            if (r[i]->out.finish != ENG_FINISH_LENGTH)
+                fail_msg("request %d ended with %d: %s", i, r[i]->out.finish, r[i]->out.error);
+        }
+        wait_idle(x);
+        for (int i = 0; i < NR; i++) {
+            n[run][i] = out_tokens(r[i], got[run][i]);
+            eng_req_unref(r[i]);
+        }
+        if (run) {
+            assert_true(x->be->n_sampled_steps > 0);
+            assert_true(x->be->n_masked_rows > 0);
+            assert_true(x->be->n_sampled_steps < x->be->n_forward); /* logprobs' steps */
+            assert_int_equal(x->e->device_steps, x->be->n_sampled_steps);
+        } else {
+            assert_int_equal(x->be->n_sampled_steps, 0);
+        }
+        eng_destroy(x->e);
+        be_destroy(&x->be->base);
+        x->e = NULL;
+        x->be = NULL;
+    }
+    for (int i = 0; i < NR; i++)
+        assert_tokens(got[0][i], n[0][i], got[1][i], n[1][i]);
+    /* the grammar held: every token of the constrained ones is [a-z ]+ text */
+    for (int i = 2; i <= 3; i++)
+        for (int j = 0; j < n[1][i]; j++) {
+            size_t len = 0;
+            const char *b = tok_token_bytes(x->tk, got[1][i][j], &len);
+            assert_non_null(b);
+            for (size_t c = 0; c < len; c++)
+                assert_true((b[c] >= 'a' && b[c] <= 'z') || b[c] == ' ');
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -745,6 +863,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_step_stop_string, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_processors_same_with_drafts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_device_sampling_same_as_host, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -461,3 +461,43 @@ cudaError_t cuda_k_sample(float *logits, int V, int n, const cuda_smp_row *rows,
     sample_args a = {.logits = logits, .V = V, .n = n, .rows = rows, .ids = ids};
     return n > 0 ? fake_launch(sample_run, &a, sizeof a) : cudaSuccess;
 }
+
+typedef struct mlp_mix_args {
+    const float *t, *ln_w, *ln_b;
+    const int32_t *tok;
+    const uint16_t *emb;
+    float sw, ew, eps;
+    int I, n, lds;
+    uint16_t *s;
+} mlp_mix_args;
+
+static void mlp_mix_run(const void *p)
+{
+    const mlp_mix_args *a = p;
+    for (int r = 0; r < a->n; r++) {
+        const float *tr = a->t + (size_t)r * a->I;
+        const uint16_t *er = a->emb + (size_t)a->tok[r] * a->I;
+        float ss = 0.0f;
+        for (int j = 0; j < a->I; j++) {
+            float v = tr[j] * a->sw + bf(er[j]) * a->ew;
+            ss += v * v;
+        }
+        float inv = 1.0f / sqrtf(ss / (float)a->I + a->eps);
+        for (int j = 0; j < a->I; j++) {
+            float v = tr[j] * a->sw + bf(er[j]) * a->ew;
+            float y = v * inv * a->ln_w[j] + a->ln_b[j];
+            float g = 0.5f * y * (1.0f + erff(y * 0.7071067811865476f));
+            a->s[(size_t)r * a->lds + j] = inf_f32_to_bf16(g);
+        }
+    }
+}
+
+cudaError_t cuda_k_mlp_mix(const float *t, const int32_t *tok, const uint16_t *emb,
+                           const float *ln_w, const float *ln_b, float sw, float ew, int I,
+                           float eps, int n, uint16_t *s, int lds, cudaStream_t st)
+{
+    (void)st;
+    mlp_mix_args a = {.t = t, .tok = tok, .emb = emb, .ln_w = ln_w, .ln_b = ln_b, .sw = sw,
+                      .ew = ew, .eps = eps, .I = I, .n = n, .lds = lds, .s = s};
+    return fake_launch(mlp_mix_run, &a, sizeof a);
+}

@@ -54,6 +54,9 @@ describe('MLP speculator', () => {
       JSON.stringify({ model: good, num_speculative_tokens: 3, min_acceptance: 0 })]);
     try {
       assert.match(d.log(), /speculative decoding/);
+      // scripts/gpu-check runs this on --device cuda: the stages on the GPU
+      if (process.env.INFERD_E2E_DEVICE === 'cuda') assert.match(d.log(), /its stages on the GPU/);
+      else assert.doesNotMatch(d.log(), /its stages on the GPU/);
       for (const [i, r] of reqs.entries()) {
         const got = await post(d.base, '/v1/completions', r);
         assert.equal(got.status, 200, got.text);

@@ -68,6 +68,17 @@ describe('structured outputs', () => {
     await checks(d, 32);
   });
 
+  // scripts/gpu-check runs this suite on --device cuda: there every step of
+  // these requests (no logprobs, no processor but the grammar) is sampled on
+  // the device, the grammar's mask with its row; the CPU samples none there.
+  test('the grammar masks went to the device sampler on CUDA, and nowhere on the CPU', async () => {
+    const m = await (await fetch(`${d.base}/metrics`)).text();
+    const r = new RegExp('^inferd:device_sampled_tokens_total\\{[^}]*\\} (\\S+)$', 'm').exec(m);
+    assert.ok(r, 'inferd:device_sampled_tokens_total is missing');
+    if (process.env.INFERD_E2E_DEVICE === 'cuda') assert.ok(Number(r[1]) > 0, m);
+    else assert.equal(Number(r[1]), 0);
+  });
+
   test('json_object starts an object and, when it ends, is one', async () => {
     for (let i = 0; i < 4; i++) {
       const r = await post(d.base, '/v1/chat/completions', {
