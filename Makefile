@@ -415,11 +415,11 @@ bench-peer: deps
 # Per family (Llama-3.2-1B, Qwen2.5-1.5B, Qwen3-1.7B, Gemma-3-1B shapes, random
 # bf16, made once into models/bench-*): single-sequence decode as a fraction of
 # the same round's triad roofline beside the TinyLlama shape's, and prefill;
-# FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated).
+# FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated), FAMILY_KERNELS (auto).
 bench-families: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_engine
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
-	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY))
+	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS))
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps

@@ -17,7 +17,7 @@
  * by round; the quantized limits are the scheme's weight bytes and the
  * vpdpbusd loop's int8 ops/s.
  *
- *   bench_engine --model DIR [--rounds 3] [--threads N] [--json FILE]
+ *   bench_engine --model DIR [--rounds 3] [--threads N] [--kernels auto] [--json FILE]
  *                [--decode-steps 32] [--batch-steps 16 (0: no batch figures)] [--prefill 512]
  *                [--quantization int8[,int4]] */
 #include <cJSON.h>
@@ -326,12 +326,13 @@ static int parse_quant(const char *list, int *qs, const char **names)
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *json = NULL, *quant = "";
+    const char *dir = NULL, *json = NULL, *quant = "", *kernels = "auto";
     int rounds = 3, threads = 0, dsteps = 32, bsteps = 16, pre = 512, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "model directory"},
         {"rounds", ARG_INT, &rounds, "N", "rounds of limits + figures (default 3)"},
         {"threads", ARG_INT, &threads, "N", "threads (default: all cores)"},
+        {"kernels", ARG_STR, &kernels, "NAME", "auto, avx512bf16, avx512, avx2, generic or generic-bf16 (default auto)"},
         {"json", ARG_STR, &json, "FILE", "write results as JSON"},
         {"decode-steps", ARG_INT, &dsteps, "N", "timed single-sequence decode steps (default 32)"},
         {"batch-steps", ARG_INT, &bsteps, "N", "timed decode steps at batch 8 and 32 (default 16; 0: not measured)"},
@@ -341,10 +342,10 @@ int main(int argc, char **argv)
     inf_err err = {0};
     int qs[NQ_MAX], nq = 0;
     const char *qname[NQ_MAX];
-    if (args_parse(specs, 8, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
+    if (args_parse(specs, 9, argc - 1, argv + 1, &help, &err) || help || !dir || rounds < 1 ||
         rounds > 64 || bsteps < 0 || pre < PROMPT || pre > 4096 || (nq = parse_quant(quant, qs, qname)) < 0) {
         fprintf(stderr, "%s\nusage: bench_engine --model DIR [options]\n", err.msg);
-        args_help(stderr, specs, 8);
+        args_help(stderr, specs, 9);
         return 2;
     }
     double quant_s[NQ_MAX] = {0}; /* creating a quantized backend: reading and quantizing */
@@ -362,6 +363,7 @@ int main(int argc, char **argv)
         ctx = pre;
     cpu_config cc = cpu_config_default();
     cc.n_threads = threads;
+    cc.kernels = kernels;
     cc.max_tokens = pre > 32 * PROMPT ? pre : 32 * PROMPT;
     cc.max_context = ctx;
     e.per_seq_blocks = (ctx + cc.block_size - 1) / cc.block_size;

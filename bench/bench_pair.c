@@ -1,0 +1,169 @@
+/* bench_pair: two models' single-sequence decode with their steps
+ * interleaved in one process, so that a load on a shared machine hits both
+ * alike (bench_engine's triad and decode of one model, then of the next, meet
+ * different loads: bench_families' rounds swing by 2x). Each model decodes
+ * from a 16-token prompt to 48 tokens, then starts again; every decode step
+ * is timed. Prints, per model, the fastest, 20th-percentile and median step
+ * and the weight GB/s they mean (weight bytes per token / step time), and the
+ * second model's GB/s over the first's: with a common roofline, the ratio of
+ * their roofline fractions (issue 19's family goal: at least 0.9 beside the
+ * TinyLlama shape).
+ *
+ *   bench_pair --model A --beside B [--steps 100] [--kernels auto] [--threads N] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/args.h"
+#include "cpu/backend.h"
+#include "engine/batch.h"
+#include "engine/kv.h"
+#include "engine/model.h"
+#include "engine/smp.h"
+
+enum { PROMPT = 16, MAX_LEN = 48 };
+
+typedef struct side {
+    const char *dir;
+    model *m;
+    be_backend *be;
+    kv_pool *kv;
+    batch_builder *bb;
+    float *logits;
+    kv_seq seq;
+    int done, V;
+    int32_t next;
+    double bytes;
+    double *t; /* step times */
+    int nt;
+} side;
+
+static int side_open(side *s, const char *kernels, int threads, int steps, inf_err *err)
+{
+    int rc = model_load(s->dir, &s->m, err);
+    if (rc)
+        return rc;
+    cpu_config cc = cpu_config_default();
+    cc.kernels = kernels;
+    cc.n_threads = threads;
+    cc.max_tokens = MAX_LEN;
+    cc.max_context = MAX_LEN;
+    cc.num_blocks = (MAX_LEN + cc.block_size - 1) / cc.block_size + 1;
+    kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
+    batch_limits bl = {.max_tokens = MAX_LEN, .max_seqs = 1, .max_rows = 1,
+                       .max_blocks = cc.num_blocks};
+    if ((rc = cpu_backend_create(s->m, &cc, &s->be, err)) || (rc = kv_create(&kc, &s->kv, err)) ||
+        (rc = batch_create(&bl, &s->bb, err)))
+        return rc;
+    s->V = s->m->cfg.vocab_size;
+    s->bytes = (double)cpu_backend_weight_bytes(s->be);
+    s->logits = malloc(sizeof(float) * (size_t)s->V);
+    s->t = malloc(sizeof(double) * (size_t)steps);
+    if (!s->logits || !s->t)
+        return inf_fail(err, INF_ERR_NOMEM, "bench_pair: out of memory");
+    return INF_OK;
+}
+
+static void side_close(side *s)
+{
+    be_destroy(s->be);
+    kv_destroy(s->kv);
+    batch_destroy(s->bb);
+    model_destroy(s->m);
+    free(s->logits);
+    free(s->t);
+}
+
+/* One forward of n tokens (a prompt when n > 1, else the last greedy token). */
+static int side_step(side *s, int n, inf_err *err)
+{
+    int32_t tok[PROMPT];
+    for (int i = 0; i < n; i++)
+        tok[i] = n == 1 ? s->next : 3 + (int32_t)((i * 7919u) % (unsigned)(s->V - 3));
+    batch_reset(s->bb);
+    if (kv_seq_reserve(s->kv, &s->seq, s->done + n))
+        return inf_fail(err, INF_ERR_NOSPACE, "bench_pair: KV pool too small");
+    int t0 = batch_add_seq(s->bb, s->kv, &s->seq, tok, s->done, n);
+    if (t0 < 0 || batch_add_logits(s->bb, t0 + n - 1) < 0)
+        return inf_fail(err, INF_ERR_INVALID, "bench_pair: the step does not fit its batch");
+    s->done += n;
+    int rc = be_forward(s->be, batch_get(s->bb), s->logits, err);
+    if (!rc)
+        s->next = smp_argmax(s->logits, s->V);
+    return rc;
+}
+
+/* A timed decode step, after a new prompt when the sequence is full. */
+static int side_decode(side *s, int timed, inf_err *err)
+{
+    int rc;
+    if (s->done == 0 || s->done + 1 > MAX_LEN) {
+        kv_seq_release(s->kv, &s->seq);
+        memset(&s->seq, 0, sizeof s->seq);
+        s->done = 0;
+        if ((rc = side_step(s, PROMPT, err)))
+            return rc;
+    }
+    double t0 = inf_now();
+    rc = side_step(s, 1, err);
+    if (timed)
+        s->t[s->nt++] = inf_now() - t0;
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const char *a_dir = NULL, *b_dir = NULL, *kernels = "auto";
+    int steps = 100, threads = 0, help = 0;
+    const arg_spec specs[] = {
+        {"model", ARG_STR, &a_dir, "DIR", "first model (the baseline)"},
+        {"beside", ARG_STR, &b_dir, "DIR", "second model, its steps interleaved with the first's"},
+        {"steps", ARG_INT, &steps, "N", "timed decode steps per model (default 100)"},
+        {"kernels", ARG_STR, &kernels, "NAME", "auto, avx512bf16, avx512, avx2, generic or generic-bf16"},
+        {"threads", ARG_INT, &threads, "N", "threads (default: all cores)"},
+    };
+    inf_err err = {0};
+    if (args_parse(specs, 5, argc - 1, argv + 1, &help, &err) || help || !a_dir || !b_dir ||
+        steps < 1 || steps > 100000) {
+        fprintf(stderr, "%s\nusage: bench_pair --model A --beside B [options]\n", err.msg);
+        args_help(stderr, specs, 5);
+        return 2;
+    }
+    side s[2] = {{.dir = a_dir}, {.dir = b_dir}};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = side_open(&s[i], kernels, threads, steps, &err);
+    for (int i = 0; i < 2 && !rc; i++) /* pages the weights in */
+        for (int k = 0; k < 4 && !rc; k++)
+            rc = side_decode(&s[i], 0, &err);
+    for (int k = 0; k < steps && !rc; k++)
+        for (int i = 0; i < 2 && !rc; i++)
+            rc = side_decode(&s[i], 1, &err);
+    if (!rc) {
+        double gbs[2][3];
+        for (int i = 0; i < 2; i++) {
+            qsort(s[i].t, (size_t)s[i].nt, sizeof(double), cmp_double);
+            double q[3] = {s[i].t[0], s[i].t[(s[i].nt - 1) / 5], s[i].t[(s[i].nt - 1) / 2]};
+            for (int j = 0; j < 3; j++)
+                gbs[i][j] = s[i].bytes / q[j] / 1e9;
+            printf("%s (%s kernels): %.0f MB/token; step fastest %.2f, p20 %.2f, median %.2f ms "
+                   "= %.1f, %.1f, %.1f GB/s of weights\n", s[i].dir, cpu_backend_kernels(s[i].be),
+                   s[i].bytes / 1e6, 1e3 * q[0], 1e3 * q[1], 1e3 * q[2], gbs[i][0], gbs[i][1],
+                   gbs[i][2]);
+        }
+        printf("second / first, weights GB/s: fastest %.3f, p20 %.3f, median %.3f\n",
+               gbs[1][0] / gbs[0][0], gbs[1][1] / gbs[0][1], gbs[1][2] / gbs[0][2]);
+    } else {
+        fprintf(stderr, "bench_pair: %s\n", err.msg);
+    }
+    for (int i = 0; i < 2; i++)
+        if (s[i].m)
+            side_close(&s[i]);
+    return rc ? 1 : 0;
+}
