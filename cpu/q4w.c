@@ -213,6 +213,10 @@ const cpu_q4k *cpu_q4k_select(const char *kern_name)
     const cpu_kern *k = cpu_kern_select(kern_name);
     if (!k)
         return NULL;
+    /* avx512bf16 (vdpbf16ps for bf16 weights) is chosen only with VNNI: its
+     * int4 matmuls are the VNNI ones (every table gives the same integer sums) */
+    if (!strcmp(k->name, "avx512bf16"))
+        return &cpu_q4k_avx512_vnni;
     if (!strcmp(k->name, "avx512"))
         return q4_has_vnni() ? &cpu_q4k_avx512_vnni : &cpu_q4k_avx512;
     if (!strcmp(k->name, "avx2"))

@@ -233,6 +233,26 @@ static void test_q4_from_q4_0_is_lossless(void **state)
     free(w);
 }
 
+/* Every SIMD kernel table a CPU can run has SIMD int4 kernels beside it:
+ * `--kernels avx512bf16` (what auto picks on Zen 4) once fell back to the
+ * portable ones, and int4 decode ran 60 times slower. */
+static void test_q4_select_follows_kernel_table(void **state)
+{
+    (void)state;
+    const char *names[] = {"avx512bf16", "avx512", "avx2", "auto"};
+    int checked = 0;
+    for (int i = 0; i < 4; i++) {
+        const cpu_kern *k = cpu_kern_select(names[i]);
+        if (!k || !strcmp(k->name, "generic") || !strcmp(k->name, "generic-bf16"))
+            continue;
+        const cpu_q4k *q = cpu_q4k_select(names[i]);
+        if (q == NULL || q == &cpu_q4k_generic)
+            fail_msg("--kernels %s (%s) gets the portable int4 kernels", names[i], k->name);
+        checked++;
+    }
+    printf("%d SIMD kernel tables checked\n", checked);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_q4_row_and_split_invariant),
         cmocka_unit_test(test_q4_pack_roundtrip),
         cmocka_unit_test(test_q4_from_q4_0_is_lossless),
+        cmocka_unit_test(test_q4_select_follows_kernel_table),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
