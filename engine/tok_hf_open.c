@@ -12,8 +12,9 @@
 
 static int ld_id(const hf_load *L, const cJSON *v, const char *path, int32_t *id)
 {
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long long)v->valuedouble ||
-        v->valuedouble < 0 || v->valuedouble > HF_MAX_ID)
+    /* the range first: casting a double outside it is undefined */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0 && v->valuedouble <= HF_MAX_ID) ||
+        v->valuedouble != (double)(int32_t)v->valuedouble)
         return hf_ld_fail(L, INF_ERR_FORMAT, path, "must be a token id in [0, %d]", HF_MAX_ID);
     *id = (int32_t)v->valuedouble;
     return INF_OK;
