@@ -421,10 +421,12 @@ bench-families: deps
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
 	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS))
 
-# Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
+# Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`),
+# on prompts held out of the MLP speculator's training; SPEC_ROUNDS (1).
 bench-spec: deps
-	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits
-	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)"
+	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits $(BUILD)/tok_ids
+	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
+	  --rounds $(or $(SPEC_ROUNDS),1)
 
 # The grammar engine: mask cost per token over Llama 3's vocabulary
 # (bench_gram), then constrained vs unconstrained throughput at 16 concurrent

@@ -51,10 +51,14 @@ def main():
     V, D = cfg["vocab_size"], cfg["hidden_size"]
     with tempfile.TemporaryDirectory() as tmp:
         out, js = os.path.join(tmp, "spec"), os.path.join(tmp, "hist.json")
+        pf = os.path.join(tmp, "prompts.json")
+        with open(pf, "w") as f:
+            json.dump({"bench": ["Once upon a time"], "dev": ["The little dog", "Tim was sad"]}, f)
         r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
                             "--target", a.model, "--out", out, "--build", a.build, "--seqs", "4",
                             "--gen-tokens", "48", "--steps", "60", "--steps2", "20", "--batch", "64",
-                            "--n-predict", "3", "--eval-seqs", "2", "--json", js], capture_output=True, text=True)
+                            "--n-predict", "3", "--prompts", pf, "--holdout-tokens", "48", "--json", js],
+                           capture_output=True, text=True)
         if r.returncode:
             print(r.stderr)
             print("FAIL: train_mlp_speculator failed")
@@ -96,12 +100,80 @@ def main():
                 ("ngram", ["--speculative-model", "[ngram]", "--num-speculative-tokens", "3"])]
         if os.path.exists(os.path.join(draft, "config.json")):
             spec.append(("draft", ["--speculative-model", draft, "--num-speculative-tokens", "3"]))
+        failures += heldout_written(a, out)
         failures += same_on_and_off(a.build, a.model, spec)
         failures += replay_matches(a, out, tmp)
         failures += padded(a, tmp)
+    failures += mask_drops_touching_examples()
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
+
+
+def trainer_module():
+    import importlib.machinery
+    import importlib.util
+    ldr = importlib.machinery.SourceFileLoader("train_mlp", os.path.join(ROOT, "scripts", "train_mlp_speculator"))
+    tm = importlib.util.module_from_spec(importlib.util.spec_from_loader("train_mlp", ldr))
+    ldr.exec_module(tm)
+    return tm
+
+
+def heldout_written(a, spec_dir):
+    """heldout.json lists each held-out prompt with its greedy text as
+    `inferd generate` writes it (what bench_spec compares its own text to)."""
+    try:
+        with open(os.path.join(spec_dir, "heldout.json")) as f:
+            h = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"heldout.json: {e}"]
+    got = {(e["set"], e["prompt"]) for e in h["prompts"]}
+    want = {("bench", "Once upon a time"), ("dev", "The little dog"), ("dev", "Tim was sad")}
+    if got != want or h["window"] != 16:
+        return [f"heldout.json lists {sorted(got)} (window {h['window']}), want {sorted(want)} (16)"]
+    e = h["prompts"][-1]
+    r = subprocess.run([os.path.join(a.build, "inferd"), "generate", "--model", a.model, "--prompt",
+                        e["prompt"], "--max-tokens", "48", "--output-ids", "--quiet", "--threads", "1"],
+                       capture_output=True, text=True)
+    if e["ids"][e["prompt_len"]:] != [int(t) for t in r.stdout.split()]:
+        return [f"heldout.json's text for {e['prompt']!r} is not inferd generate's greedy text"]
+    print(f"  heldout.json: {len(got)} prompts with their greedy text, as inferd generate writes it")
+    return []
+
+
+def mask_drops_touching_examples():
+    """examples() with heldout_mask() drops exactly the examples whose
+    positions t..t+N+1 touch a run of `window` tokens shared with held-out
+    text, counted here by brute force on random sequences with held-out runs
+    planted in them."""
+    import torch  # noqa: F401  (the trainer module imports it lazily)
+    tm = trainer_module()
+    rng = np.random.default_rng(3)
+    W, N, D = 16, 3, 4
+    held_ids = rng.integers(3, 50, 40)
+    seqs = []
+    for j in range(6):
+        ids = rng.integers(50, 500, 120)  # disjoint from the held-out vocabulary but where planted
+        if j % 2 == 0:
+            at, ln = int(rng.integers(0, 90)), int(rng.integers(W - 2, 30))
+            src = int(rng.integers(0, 40 - min(ln, 40)))
+            ids[at:at + ln] = held_ids[src:src + ln][:len(ids) - at]
+        seqs.append((ids.astype(np.int64), rng.normal(size=(120, D)).astype(np.float32), 1, 2))
+    held = [(held_ids.astype(np.int64), None, 3, 1)]
+    h, x = tm.examples(seqs, N, 1, tm.heldout_mask(seqs, held, W))
+    grams = {tuple(held_ids[i:i + W]) for i in range(len(held_ids) - W + 1)}
+    want = []
+    for ids, hh, _, _ in seqs:
+        bad = np.zeros(len(ids), bool)
+        for i in range(len(ids) - W + 1):
+            bad[i:i + W] |= tuple(ids[i:i + W]) in grams
+        want += [ids[t + 1:t + 2 + N] for t in range(len(ids) - N - 1) if not bad[t:t + N + 2].any()]
+    total = sum(len(s[0]) - N - 1 for s in seqs)
+    print(f"  hold-out mask: {total - len(want)} of {total} examples touch held-out runs, "
+          f"{total - len(x)} dropped")
+    if len(x) != len(want) or len(want) == total or not np.array_equal(x, np.array(want)):
+        return [f"the hold-out mask kept {len(x)} examples, want {len(want)} of {total}"]
+    return []
 
 
 def replay_matches(a, spec_dir, tmp):
@@ -109,12 +181,8 @@ def replay_matches(a, spec_dir, tmp):
     data) counts what the engine counts: inferd generate's drafts and
     acceptance per position on a greedy text, with the default acceptance
     floor (0.3, so pauses happen with this barely trained speculator)."""
-    import importlib.machinery
-    import importlib.util
     import torch
-    ldr = importlib.machinery.SourceFileLoader("train_mlp", os.path.join(ROOT, "scripts", "train_mlp_speculator"))
-    tm = importlib.util.module_from_spec(importlib.util.spec_from_loader("train_mlp", ldr))
-    ldr.exec_module(tm)
+    tm = trainer_module()
     c = json.load(open(os.path.join(spec_dir, "config.json")))
     w = ref.read_safetensors(os.path.join(spec_dir, "model.safetensors"))
     m = tm.Speculator(torch, c["vocab_size"], c["emb_dim"], c["inner_dim"] or c["emb_dim"],
@@ -189,7 +257,7 @@ def padded(a, tmp):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
                         "--target", big, "--data-model", a.model, "--out", out, "--build", a.build,
                         "--seqs", "4", "--gen-tokens", "48", "--steps", "60", "--steps2", "20",
-                        "--batch", "64", "--n-predict", "3"], capture_output=True, text=True)
+                        "--batch", "64", "--n-predict", "3", "--prompts", ""], capture_output=True, text=True)
     if r.returncode:
         return [f"train_mlp_speculator --data-model failed: {r.stderr.strip()[-400:]}"]
     c = json.load(open(os.path.join(out, "config.json")))
