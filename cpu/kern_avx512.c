@@ -477,6 +477,27 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+ALWAYS __m512 geglu16(__m512 x, __m512 u)
+{
+    __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+    __m512 a = _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(0.044715f), x3));
+    __m512 e = exp16(_mm512_mul_ps(_mm512_set1_ps(CPU_GELU_M2C), a));
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+    return _mm512_mul_ps(_mm512_div_ps(x, d), u);
+}
+
+static void geglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, geglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(g + i, m, geglu16(_mm512_maskz_loadu_ps(m, g + i),
+                                                _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 /* kern.h's int8 quantization, 16 lanes at a time. */
 static float quant(const float *v, int n, int8_t *q, int offset)
 {
@@ -511,13 +532,13 @@ static void mmq_madd(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
 
 const cpu_kern cpu_kern_avx512 = {
     .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = cpu_avx512_mmq_vnni,
 };
 
 const cpu_kern cpu_kern_avx512_novnni = {
     .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = mmq_madd,
 };
 
@@ -532,6 +553,6 @@ static void mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack)
 /* Only picked where the CPU has AVX512_BF16, which implies VNNI. */
 const cpu_kern cpu_kern_avx512_bf16 = {
     .name = "avx512bf16", .bf16dp = 1, .mm = mm_bf16dp, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = cpu_avx512_mmq_vnni,
 };
