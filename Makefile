@@ -417,9 +417,10 @@ bench-peer: deps
 # the same round's triad roofline beside the TinyLlama shape's, and prefill;
 # FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated), FAMILY_KERNELS (auto).
 bench-families: deps
-	@$(MAKE) --no-print-directory $(BUILD)/bench_engine
+	@$(MAKE) --no-print-directory $(BUILD)/bench_engine $(BUILD)/bench_pair
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
-	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS))
+	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS)) \
+	  $(if $(FAMILY_PAIR),--pair)
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps
