@@ -69,10 +69,13 @@ ALWAYS void tile(const int MR, const int NR, const int WT, const int PF, const f
     const size_t es = WT == INF_F32 ? 4 : 2;
     for (; k + 16 <= klen; k += 16) {
         __m512 wv[8];
-        if (PF && (k * es) % 64 == 0) /* a line of each row 4 tiles on */
+        /* a line of each row: 4 tiles on for 4-8 rows; the next tile for
+         * 1-3 (measured best there, two ahead no better; docs/engine.md) */
+        if (PF && (k * es) % 64 == 0)
 #pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
-                _mm_prefetch((const char *)w + ((size_t)(4 * NR + j) * ldw + (size_t)k) * es,
+                _mm_prefetch((const char *)w +
+                                 ((size_t)((MR > 3 ? 4 : 1) * NR + j) * ldw + (size_t)k) * es,
                              _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
@@ -112,7 +115,7 @@ typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
     static void NAME(const float *x, size_t ldx, const void *w, size_t ldw, \
                      int klen, float *y, size_t ldy, int first)             \
     {                                                                       \
-        tile(MR, NR, WT, (MR) > 3 && (NR) > 1, x, ldx, w, ldw, klen, y, ldy, first); \
+        tile(MR, NR, WT, (NR) > 1, x, ldx, w, ldw, klen, y, ldy, first);            \
     }
 
 /* direct path: [dtype][MR-1][wide NR or 1]; the wide tile is 8 columns for
