@@ -109,7 +109,7 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
                engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
-               engine/spec_mlp.o engine/spec.o tests/mlp_fix.o \
+               engine/spec_mlp.o engine/spec_mlp_load.o engine/spec.o tests/mlp_fix.o \
                engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -343,7 +343,7 @@ F_fuzz_st_index := engine/st.o
 F_fuzz_gen_config := $(MODEL_OBJ)
 F_fuzz_cfg   := app/cfg.o app/args.o
 F_fuzz_tokenize := $(OAI_OBJ)
-F_fuzz_mlp_spec := engine/spec_mlp.o engine/cfgjson.o engine/spec.o engine/smp.o engine/st.o
+F_fuzz_mlp_spec := engine/spec_mlp.o engine/spec_mlp_load.o engine/cfgjson.o engine/spec.o engine/smp.o engine/st.o
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).
 FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \
@@ -441,9 +441,10 @@ bench-peer: deps
 # the same round's triad roofline beside the TinyLlama shape's, and prefill;
 # FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated), FAMILY_KERNELS (auto).
 bench-families: deps
-	@$(MAKE) --no-print-directory $(BUILD)/bench_engine
+	@$(MAKE) --no-print-directory $(BUILD)/bench_engine $(BUILD)/bench_pair
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
-	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS))
+	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS)) \
+	  $(if $(FAMILY_PAIR),--pair)
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`).
 bench-spec: deps
