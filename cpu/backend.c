@@ -384,20 +384,13 @@ static void glu_silu(const cpu_be *be, int T, int lo, int hi)
                       hi - lo);
 }
 
-/* GeGLU (a glu_fn): gelu_tanh(g) * u with PyTorch's tanh approximation, in
- * float (the same code in every kernel table, so results stay
- * table-independent). */
+/* GeGLU (a glu_fn): gelu_tanh(g) * u, PyTorch's tanh approximation in the
+ * kernel table's sigmoid form (kern.h), the same bits in every table. */
 static void glu_gelu(const cpu_be *be, int T, int lo, int hi)
 {
-    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-    for (int t = 0; t < T; t++) {
-        float *g = be->gate + (size_t)t * be->F;
-        const float *u = be->up + (size_t)t * be->F;
-        for (int i = lo; i < hi; i++) {
-            float x = g[i], inner = c * (x + 0.044715f * (x * x * x));
-            g[i] = (0.5f * x * (1.0f + tanhf(inner))) * u[i];
-        }
-    }
+    for (int t = 0; t < T; t++)
+        be->k->geglu(be->gate + (size_t)t * be->F + lo, be->up + (size_t)t * be->F + lo,
+                     hi - lo);
 }
 
 static void op_residual(cpu_be *be, int t, const void *arg)

@@ -64,6 +64,7 @@
                         * (266 KB of f32) beat 128 at 32 and 64 rows on Ice Lake */
 #define CPU_EXP_LO (-87.0f) /* exp below this is +0 (2^n stays normal)      */
 #define CPU_EXP_HI 88.0f    /* exp above this is exp(88)                      */
+#define CPU_GELU_M2C (-1.5957691216057308f) /* -2 sqrt(2 / pi): GeGLU's exp  */
 #define CPU_EXP_LOG2E 1.44269504088896341f
 #define CPU_EXP_MAGIC 12582912.0f /* 1.5 * 2^23: adding it rounds to integer */
 #define CPU_EXP_C1 0.693359375f   /* ln 2 = C1 + C2, C1 with 9 bits          */
@@ -156,6 +157,13 @@ typedef struct cpu_kern {
     float (*softmax_exp)(float *x, int n, float scale);
     /* SwiGLU: g[i] = g[i] / (1 + exp(-g[i])) * u[i], exp as above. */
     void (*swiglu)(float *g, const float *u, int n);
+    /* GeGLU with PyTorch's tanh GELU, 0.5 x (1 + tanh(z)) = x / (1 + exp(-2z)),
+     * z = sqrt(2/pi) (x + 0.044715 x^3): per element, each step rounded,
+     *   a = x + 0.044715f * ((x * x) * x);  e = exp(CPU_GELU_M2C * a)
+     *   g[i] = x / (1 + e) * u[i]
+     * with exp as above (CPU_GELU_M2C * a is -2 (sqrt(2/pi) a), as the
+     * factor 2 is exact). */
+    void (*geglu)(float *g, const float *u, int n);
     /* Quantizes n values as above into q (q + 128 as bytes when offset is
      * set); returns the scale. */
     float (*quant)(const float *v, int n, int8_t *q, int offset);

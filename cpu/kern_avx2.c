@@ -303,6 +303,29 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+ALWAYS __m256 geglu8(__m256 x, __m256 u)
+{
+    __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 a = _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(0.044715f), x3));
+    __m256 e = exp8(_mm256_mul_ps(_mm256_set1_ps(CPU_GELU_M2C), a));
+    __m256 d = _mm256_add_ps(_mm256_set1_ps(1.0f), e);
+    return _mm256_mul_ps(_mm256_div_ps(x, d), u);
+}
+
+static void geglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(g + i, geglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        float gt[8] = {0}, ut[8] = {0};
+        memcpy(gt, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
+        _mm256_storeu_ps(gt, geglu8(_mm256_loadu_ps(gt), _mm256_loadu_ps(ut)));
+        memcpy(g + i, gt, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 /* kern.h's int8 quantization, 8 lanes at a time (tail scalar, same ops). */
 static float quant(const float *v, int n, int8_t *q, int offset)
 {
@@ -389,6 +412,6 @@ static void mmq(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
 
 const cpu_kern cpu_kern_avx2 = {
     .name = "avx2", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = mmq,
 };

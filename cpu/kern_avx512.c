@@ -69,10 +69,13 @@ ALWAYS void tile(const int MR, const int NR, const int WT, const int PF, const f
     const size_t es = WT == INF_F32 ? 4 : 2;
     for (; k + 16 <= klen; k += 16) {
         __m512 wv[8];
-        if (PF && (k * es) % 64 == 0) /* a line of each row 4 tiles on */
+        /* a line of each row: 4 tiles on for 4-8 rows; the next tile for
+         * 1-3 (measured best there, two ahead no better; docs/engine.md) */
+        if (PF && (k * es) % 64 == 0)
 #pragma GCC unroll 8
             for (int j = 0; j < NR; j++)
-                _mm_prefetch((const char *)w + ((size_t)(4 * NR + j) * ldw + (size_t)k) * es,
+                _mm_prefetch((const char *)w +
+                                 ((size_t)((MR > 3 ? 4 : 1) * NR + j) * ldw + (size_t)k) * es,
                              _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int j = 0; j < NR; j++)
@@ -112,7 +115,7 @@ typedef void (*tile_fn)(const float *x, size_t ldx, const void *w, size_t ldw,
     static void NAME(const float *x, size_t ldx, const void *w, size_t ldw, \
                      int klen, float *y, size_t ldy, int first)             \
     {                                                                       \
-        tile(MR, NR, WT, (MR) > 3 && (NR) > 1, x, ldx, w, ldw, klen, y, ldy, first); \
+        tile(MR, NR, WT, (NR) > 1, x, ldx, w, ldw, klen, y, ldy, first);            \
     }
 
 /* direct path: [dtype][MR-1][wide NR or 1]; the wide tile is 8 columns for
@@ -477,6 +480,27 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+ALWAYS __m512 geglu16(__m512 x, __m512 u)
+{
+    __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+    __m512 a = _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps(0.044715f), x3));
+    __m512 e = exp16(_mm512_mul_ps(_mm512_set1_ps(CPU_GELU_M2C), a));
+    __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
+    return _mm512_mul_ps(_mm512_div_ps(x, d), u);
+}
+
+static void geglu(float *g, const float *u, int n)
+{
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(g + i, geglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+        _mm512_mask_storeu_ps(g + i, m, geglu16(_mm512_maskz_loadu_ps(m, g + i),
+                                                _mm512_maskz_loadu_ps(m, u + i)));
+    }
+}
+
 /* kern.h's int8 quantization, 16 lanes at a time. */
 static float quant(const float *v, int n, int8_t *q, int offset)
 {
@@ -511,13 +535,13 @@ static void mmq_madd(const cpu_mmq *a, int n0, int n1, int32_t *scratch)
 
 const cpu_kern cpu_kern_avx512 = {
     .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = cpu_avx512_mmq_vnni,
 };
 
 const cpu_kern cpu_kern_avx512_novnni = {
     .name = "avx512", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = mmq_madd,
 };
 
@@ -532,6 +556,6 @@ static void mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack)
 /* Only picked where the CPU has AVX512_BF16, which implies VNNI. */
 const cpu_kern cpu_kern_avx512_bf16 = {
     .name = "avx512bf16", .bf16dp = 1, .mm = mm_bf16dp, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = cpu_avx512_mmq_vnni,
 };

@@ -131,6 +131,15 @@ static void swiglu(float *g, const float *u, int n)
     }
 }
 
+static void geglu(float *g, const float *u, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float x = g[i], x3 = (x * x) * x, a = x + 0.044715f * x3;
+        float d = 1.0f + kexp(CPU_GELU_M2C * a);
+        g[i] = x / d * u[i];
+    }
+}
+
 /* kern.h's int8 quantization, one operation per statement. */
 static float quant(const float *v, int n, int8_t *q, int offset)
 {
@@ -177,12 +186,12 @@ static void mm_bf16dp(const cpu_mm *a, int n0, int n1, float *pack)
 
 const cpu_kern cpu_kern_generic = {
     .name = "generic", .mm = mm, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = mmq,
 };
 
 const cpu_kern cpu_kern_generic_bf16 = {
     .name = "generic-bf16", .bf16dp = 1, .mm = mm_bf16dp, .dot = dot, .to_f32 = to_f32,
-    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu,
+    .wsum = wsum, .softmax_exp = softmax_exp, .swiglu = swiglu, .geglu = geglu,
     .quant = quant, .mmq = mmq,
 };

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 int inf_fail(inf_err *e, int code, const char *fmt, ...)
@@ -254,4 +255,14 @@ size_t inf_utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
     }
     *cp = v;
     return len;
+}
+
+void *inf_map_weights(int fd, size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+#ifdef MADV_HUGEPAGE
+    if (p != MAP_FAILED)
+        (void)madvise(p, len, MADV_HUGEPAGE); /* a hint: refused without THP, harmless */
+#endif
+    return p;
 }

@@ -76,6 +76,13 @@ char *inf_path_join(const char *dir, const char *name);
 int inf_read_file(const char *path, size_t max_bytes, char **out, size_t *len, int *missing,
                   inf_err *err);
 
+/* Maps len bytes of fd read-only (MAP_PRIVATE) for weights read whole on
+ * every step; MAP_FAILED (errno set) on failure. It asks for transparent
+ * huge pages: a file not yet in the page cache is then read into 2 MiB
+ * folios and mapped by 2 MiB entries, which spares the first pass over the
+ * weights a fault per 4 KiB and every pass a TLB miss per 4 KiB (docs/engine.md). */
+void *inf_map_weights(int fd, size_t len);
+
 /* Monotonic clock in seconds. */
 double inf_now(void);
 

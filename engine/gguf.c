@@ -453,7 +453,7 @@ int gguf_open(const char *path, gguf_file **out, inf_err *err)
     }
     g->len = (size_t)sb.st_size;
     if (g->len) {
-        void *p = mmap(NULL, g->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        void *p = inf_map_weights(fd, g->len);
         if (p == MAP_FAILED) {
             close(fd);
             gguf_close(g);

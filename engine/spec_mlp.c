@@ -1,13 +1,10 @@
 #include "spec_mlp.h"
 
-#include <cJSON.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cfgjson.h"
-#include "st.h"
+#include "spec_mlp_load.h"
 
 #define MLP_EPS 1e-6
 
@@ -22,10 +19,8 @@ typedef struct mlp_seq {
 
 typedef struct mlp {
     spec_proposer base;
-    int vocab, emb_dim, inner, n_predict, tie, scale_input;
+    spec_mlp_ckpt ck;   /* the checkpoint: sizes, f32 weights, stages     */
     double sw, ew;
-    float *arena;       /* every weight, as f32                           */
-    mlp_stage *stage;   /* [n_predict]                                    */
     smp_ctx *smp;
     double *s, *t;      /* [max(emb_dim, inner)] the state, and scratch    */
     float *row;         /* [vocab] one stage's logits                      */
@@ -34,194 +29,6 @@ typedef struct mlp {
     float *ds0, *dlog;  /* [dcap][emb_dim] states, [dcap][vocab] logits    */
     int32_t *dtok;      /* [dcap] each row's token                         */
 } mlp;
-
-/* ---- loading -------------------------------------------------------------- */
-
-static int json_int(const cJSON *o, const char *key, int dflt, const char *path, int *out,
-                    inf_err *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v || cJSON_IsNull(v)) {
-        if (dflt < 0)
-            return inf_fail(err, INF_ERR_FORMAT, "%s: missing required key '%s'", path, key);
-        *out = dflt;
-        return INF_OK;
-    }
-    if (cJSON_IsBool(v)) {
-        *out = cJSON_IsTrue(v);
-        return INF_OK;
-    }
-    int i = 0;
-    if (!cfgj_is_int(v, &i) || i < 0)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: '%s' must be a non-negative integer", path,
-                        key);
-    *out = i;
-    return INF_OK;
-}
-
-static int is_mlp_config(const cJSON *c)
-{
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(c, "model_type");
-    const cJSON *ar = cJSON_GetObjectItemCaseSensitive(c, "architectures");
-    const cJSON *a0 = cJSON_IsArray(ar) ? cJSON_GetArrayItem(ar, 0) : NULL;
-    return (cJSON_IsString(mt) && !strcmp(mt->valuestring, "mlp_speculator")) ||
-           (cJSON_IsString(a0) && !strcmp(a0->valuestring, "MLPSpeculatorPreTrainedModel"));
-}
-
-int spec_mlp_detect(const char *dir)
-{
-    char *path = inf_path_join(dir, "config.json"), *buf = NULL;
-    int missing = 0, is = 0;
-    if (path && inf_read_file(path, 1 << 20, &buf, NULL, &missing, NULL) == INF_OK) {
-        cJSON *c = cJSON_Parse(buf);
-        is = cJSON_IsObject(c) && is_mlp_config(c);
-        cJSON_Delete(c);
-    }
-    free(buf);
-    free(path);
-    return is;
-}
-
-static int read_config(mlp *m, const char *dir, inf_err *err)
-{
-    char *path = inf_path_join(dir, "config.json"), *buf = NULL;
-    if (!path)
-        return inf_fail(err, INF_ERR_NOMEM, "out of memory");
-    int rc = inf_read_file(path, 1 << 20, &buf, NULL, NULL, err);
-    cJSON *c = rc ? NULL : cJSON_Parse(buf);
-    free(buf);
-    if (!rc && !cJSON_IsObject(c))
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: not a JSON object", path);
-    if (!rc) {
-        if (!is_mlp_config(c))
-            rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: not an MLP speculator (model_type "
-                          "\"mlp_speculator\" or architectures "
-                          "[\"MLPSpeculatorPreTrainedModel\"])", path);
-    }
-    int topk = 0, ncand = 0;
-    if (!rc && !(rc = json_int(c, "vocab_size", -1, path, &m->vocab, err)) &&
-        !(rc = json_int(c, "emb_dim", -1, path, &m->emb_dim, err)) &&
-        !(rc = json_int(c, "inner_dim", 0, path, &m->inner, err)) &&
-        !(rc = json_int(c, "n_predict", -1, path, &m->n_predict, err)) &&
-        /* a list per head in IBM's configs; vLLM (and inferd) follow one
-         * candidate path, so its values are not used */
-        (cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(c, "top_k_tokens_per_head")) ||
-         !(rc = json_int(c, "top_k_tokens_per_head", 1, path, &topk, err))) &&
-        !(rc = json_int(c, "n_candidates", 1, path, &ncand, err)) &&
-        !(rc = json_int(c, "tie_weights", 0, path, &m->tie, err)))
-        rc = json_int(c, "scale_input", 0, path, &m->scale_input, err);
-    if (!rc && !m->inner)
-        m->inner = m->emb_dim;
-    if (!rc && (m->vocab < 1 || m->emb_dim < 1 || m->n_predict < 1 || m->n_predict > 32))
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: vocab_size, emb_dim and n_predict must be >= 1 "
-                      "(n_predict at most 32)", path);
-    if (!rc && m->tie && m->n_predict < 2)
-        rc = inf_fail(err, INF_ERR_FORMAT, "%s: tie_weights needs n_predict >= 2", path);
-    cJSON_Delete(c);
-    free(path);
-    return rc;
-}
-
-/* Tensor "[speculator.]kind.i.suffix" of rows x cols, widened into dst;
- * with dst NULL only found and its shape and dtype checked. */
-static int load_tensor(const st_set *st, const char *dir, const char *kind, int i,
-                       const char *suffix, int64_t rows, int64_t cols, float *dst, inf_err *err)
-{
-    char name[160], bare[128];
-    snprintf(bare, sizeof bare, "%s.%d.%s", kind, i, suffix);
-    snprintf(name, sizeof name, "speculator.%s", bare);
-    const st_tensor *t = st_find(st, name);
-    if (!t)
-        t = st_find(st, bare);
-    if (!t)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: the speculator has no tensor %s", dir, name);
-    int64_t r = t->ndim >= 1 ? t->shape[0] : 0, c = t->ndim == 2 ? t->shape[1] : 1;
-    if (t->ndim < 1 || t->ndim > 2 || r != rows || c != cols)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor %s has shape [%lld%s%lld], expected "
-                        "[%lld, %lld]", dir, t->name, (long long)r, t->ndim == 2 ? ", " : " x ",
-                        (long long)(t->ndim == 2 ? c : 1), (long long)rows, (long long)cols);
-    if (t->dtype == INF_DTYPE_NONE)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor %s has dtype %s (f32, f16 or "
-                        "bf16)", dir, t->name, t->dtype_name);
-    if (!dst)
-        return INF_OK;
-    /* safetensors does not promise aligned data: read each value by memcpy */
-    size_t n = (size_t)(rows * cols);
-    const unsigned char *d = t->data;
-    for (size_t k = 0; k < n; k++) {
-        if (t->dtype == INF_F32) {
-            memcpy(&dst[k], d + 4 * k, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, d + 2 * k, 2);
-            dst[k] = t->dtype == INF_F16 ? inf_f16_to_f32(h) : inf_bf16_to_f32(h);
-        }
-    }
-    return INF_OK;
-}
-
-/* Walks every tensor the config calls for, in the arena's order: with p
- * NULL it only checks them (so a config's sizes are never allocated before
- * the file is known to hold them), else it loads them and points the
- * stages into p. */
-static int walk_weights(mlp *m, const st_set *st, const char *dir, float *p, inf_err *err)
-{
-    int n_sets = m->tie ? 1 : m->n_predict, n_proj = m->tie ? 2 : m->n_predict;
-    size_t V = (size_t)m->vocab, I = (size_t)m->inner;
-    int rc = INF_OK;
-    for (int i = 0; i < n_sets && !rc; i++) {
-        mlp_stage *s = &m->stage[i];
-        float *emb = p, *head = p ? p + V * I : NULL, *ln_w = p ? head + V * I : NULL,
-              *ln_b = p ? ln_w + I : NULL;
-        if (p) {
-            s->emb = emb, s->head = head, s->ln_w = ln_w, s->ln_b = ln_b;
-            p = ln_b + I;
-        }
-        if (!(rc = load_tensor(st, dir, "emb", i, "weight", m->vocab, m->inner, emb, err)) &&
-            !(rc = load_tensor(st, dir, "head", i, "weight", m->vocab, m->inner, head, err)) &&
-            !(rc = load_tensor(st, dir, "ln", i, "weight", m->inner, 1, ln_w, err)))
-            rc = load_tensor(st, dir, "ln", i, "bias", m->inner, 1, ln_b, err);
-    }
-    for (int i = 0; i < n_proj && !rc; i++) {
-        int in = i == 0 ? m->emb_dim : m->inner;
-        if (p)
-            m->stage[i].proj = p;
-        rc = load_tensor(st, dir, "proj", i, "weight", m->inner, in, p, err);
-        if (p)
-            p += (size_t)in * I;
-    }
-    return rc;
-}
-
-static int load_weights(mlp *m, const char *dir, inf_err *err)
-{
-    st_set *st = NULL;
-    int rc = st_open_dir(dir, &st, err);
-    if (rc)
-        return rc;
-    m->stage = calloc((size_t)m->n_predict, sizeof *m->stage);
-    if (!m->stage)
-        rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
-    if (!rc)
-        rc = walk_weights(m, st, dir, NULL, err);
-    /* distinct weight sets: untied, one per stage; tied, one (proj: two);
-     * every size is now one the file holds, so none of this overflows */
-    int n_sets = m->tie ? 1 : m->n_predict, n_proj = m->tie ? 2 : m->n_predict;
-    size_t V = (size_t)m->vocab, I = (size_t)m->inner, E = (size_t)m->emb_dim;
-    size_t total = (2 * V * I + 2 * I) * n_sets + E * I + (size_t)(n_proj - 1) * I * I;
-    if (!rc && !(m->arena = malloc(sizeof(float) * total)))
-        rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the speculator's %zu weights",
-                      dir, total);
-    if (!rc)
-        rc = walk_weights(m, st, dir, m->arena, err);
-    const float *proj1 = m->tie && !rc ? m->stage[1].proj : NULL;
-    for (int i = 1; i < m->n_predict && proj1; i++) {
-        m->stage[i] = m->stage[0];
-        m->stage[i].proj = proj1;
-    }
-    st_destroy(st);
-    return rc;
-}
 
 /* ---- the computation ---------------------------------------------------------- */
 
@@ -248,21 +55,21 @@ static double inv_rms(const double *x, int n)
 /* The state from the hidden state, before stage 0. */
 static void mlp_begin(mlp *m, const float *hidden)
 {
-    for (int i = 0; i < m->emb_dim; i++)
+    for (int i = 0; i < m->ck.emb_dim; i++)
         m->s[i] = hidden[i];
-    if (!m->scale_input)
+    if (!m->ck.scale_input)
         return;
-    double k = inv_rms(m->s, m->emb_dim) / sqrt(2.0);
-    for (int i = 0; i < m->emb_dim; i++)
+    double k = inv_rms(m->s, m->ck.emb_dim) / sqrt(2.0);
+    for (int i = 0; i < m->ck.emb_dim; i++)
         m->s[i] *= k;
 }
 
 /* Stage i from the state and token t: the new state, and its logits in m->row. */
 static void mlp_stage_run(mlp *m, int i, int32_t t)
 {
-    const mlp_stage *st = &m->stage[i];
-    int I = m->inner;
-    matvec(st->proj, I, i == 0 ? m->emb_dim : I, m->s, m->t);
+    const mlp_stage *st = &m->ck.stage[i];
+    int I = m->ck.inner;
+    matvec(st->proj, I, i == 0 ? m->ck.emb_dim : I, m->s, m->t);
     const float *z = st->emb + (size_t)t * I;
     for (int j = 0; j < I; j++)
         m->t[j] = m->t[j] * m->sw + (double)z[j] * m->ew;
@@ -271,7 +78,7 @@ static void mlp_stage_run(mlp *m, int i, int32_t t)
         double v = m->t[j] * k * st->ln_w[j] + st->ln_b[j];
         m->s[j] = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
     }
-    for (int r = 0; r < m->vocab; r++) {
+    for (int r = 0; r < m->ck.vocab; r++) {
         const float *hr = st->head + (size_t)r * I;
         double acc = 0;
         for (int j = 0; j < I; j++)
@@ -285,16 +92,16 @@ void spec_mlp_run(spec_proposer *pp, const float *hidden, int32_t token, int k, 
 {
     mlp *m = (mlp *)pp;
     mlp_begin(m, hidden);
-    for (int i = 0; i < k && i < m->n_predict; i++) {
+    for (int i = 0; i < k && i < m->ck.n_predict; i++) {
         mlp_stage_run(m, i, token);
         if (logits)
-            memcpy(logits + (size_t)i * m->vocab, m->row, sizeof(float) * (size_t)m->vocab);
-        toks[i] = token = smp_argmax(m->row, m->vocab);
+            memcpy(logits + (size_t)i * m->ck.vocab, m->row, sizeof(float) * (size_t)m->ck.vocab);
+        toks[i] = token = smp_argmax(m->row, m->ck.vocab);
     }
 }
 
-int spec_mlp_n_predict(const spec_proposer *pp) { return ((const mlp *)pp)->n_predict; }
-int spec_mlp_vocab(const spec_proposer *pp) { return ((const mlp *)pp)->vocab; }
+int spec_mlp_n_predict(const spec_proposer *pp) { return ((const mlp *)pp)->ck.n_predict; }
+int spec_mlp_vocab(const spec_proposer *pp) { return ((const mlp *)pp)->ck.vocab; }
 
 /* ---- the proposer ------------------------------------------------------------ */
 
@@ -305,10 +112,10 @@ static int32_t pick(mlp *m, spec_seq *q, const smp_params *p, int sample, const 
                     float *probs, int i, int j, int kmax)
 {
     if (!sample)
-        return smp_argmax(row, m->vocab);
-    float *pr = probs + ((size_t)i * kmax + j) * m->vocab;
+        return smp_argmax(row, m->ck.vocab);
+    float *pr = probs + ((size_t)i * kmax + j) * m->ck.vocab;
     smp_probs(m->smp, p, row, pr);
-    return smp_draw(pr, m->vocab, smp_rng_uniform(&((mlp_seq *)q->state)->rng));
+    return smp_draw(pr, m->ck.vocab, smp_rng_uniform(&((mlp_seq *)q->state)->rng));
 }
 
 /* Whether sequence i drafts (k[i] capped by n_predict), its sampler state
@@ -319,8 +126,8 @@ static int ready(mlp *m, spec_seq *q, const smp_params *p, int sample, int *k)
         *k = 0;
         return 0;
     }
-    if (*k > m->n_predict)
-        *k = m->n_predict;
+    if (*k > m->ck.n_predict)
+        *k = m->ck.n_predict;
     if (sample && !q->state) {
         mlp_seq *s = calloc(1, sizeof *s);
         if (!s) {
@@ -341,10 +148,10 @@ static int device_room(mlp *m, int n)
     int *idx = realloc(m->didx, sizeof *idx * (size_t)n);
     if (idx)
         m->didx = idx;
-    float *s0 = realloc(m->ds0, sizeof *s0 * (size_t)n * m->emb_dim);
+    float *s0 = realloc(m->ds0, sizeof *s0 * (size_t)n * m->ck.emb_dim);
     if (s0)
         m->ds0 = s0;
-    float *lg = realloc(m->dlog, sizeof *lg * (size_t)n * m->vocab);
+    float *lg = realloc(m->dlog, sizeof *lg * (size_t)n * m->ck.vocab);
     if (lg)
         m->dlog = lg;
     int32_t *tk = realloc(m->dtok, sizeof *tk * (size_t)n);
@@ -369,8 +176,8 @@ static int propose_device(mlp *m, spec_seq *const *seqs, int n, const smp_params
         if (!ready(m, seqs[i], p, p->temperature > 0 && probs, &k[i]))
             continue;
         mlp_begin(m, seqs[i]->hidden);
-        for (int c = 0; c < m->emb_dim; c++)
-            m->ds0[(size_t)na * m->emb_dim + c] = (float)m->s[c];
+        for (int c = 0; c < m->ck.emb_dim; c++)
+            m->ds0[(size_t)na * m->ck.emb_dim + c] = (float)m->s[c];
         m->dtok[na] = seqs[i]->tokens[seqs[i]->n_tokens - 1];
         m->didx[na++] = i;
         if (k[i] > kk)
@@ -386,7 +193,7 @@ static int propose_device(mlp *m, spec_seq *const *seqs, int n, const smp_params
                 continue;
             const smp_params *p = &params[i];
             int32_t t = pick(m, seqs[i], p, p->temperature > 0 && probs,
-                             m->dlog + (size_t)a * m->vocab, probs, i, j, kmax);
+                             m->dlog + (size_t)a * m->ck.vocab, probs, i, j, kmax);
             drafts[(size_t)i * kmax + j] = m->dtok[a] = t;
         }
     }
@@ -419,9 +226,9 @@ static int mlp_propose(spec_proposer *pp, spec_seq *const *seqs, int n, const sm
 void spec_mlp_weights_of(const spec_proposer *pp, spec_mlp_weights *out)
 {
     const mlp *m = (const mlp *)pp;
-    *out = (spec_mlp_weights){.vocab = m->vocab, .emb_dim = m->emb_dim, .inner = m->inner,
-                              .n_predict = m->n_predict, .sw = m->sw, .ew = m->ew,
-                              .stage = m->stage};
+    *out = (spec_mlp_weights){.vocab = m->ck.vocab, .emb_dim = m->ck.emb_dim, .inner = m->ck.inner,
+                              .n_predict = m->ck.n_predict, .sw = m->sw, .ew = m->ew,
+                              .stage = m->ck.stage};
 }
 
 void spec_mlp_set_device(spec_proposer *pp, const spec_mlp_device *dev)
@@ -452,8 +259,7 @@ static void mlp_destroy(spec_proposer *pp)
     if (m->dev.destroy)
         m->dev.destroy(m->dev.user);
     free(m->didx), free(m->ds0), free(m->dlog), free(m->dtok);
-    free(m->arena);
-    free(m->stage);
+    spec_mlp_ckpt_free(&m->ck);
     free(m->s);
     free(m->t);
     free(m->row);
@@ -473,23 +279,21 @@ int spec_mlp_create(const spec_mlp_config *cfg, spec_proposer **out, inf_err *er
     if (!m)
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     m->base.ops = &mlp_ops;
-    int rc = read_config(m, cfg->dir, err);
-    if (!rc && cfg->target_vocab > 0 && m->vocab != cfg->target_vocab)
+    int rc = spec_mlp_ckpt_load(cfg->dir, &m->ck, err);
+    if (!rc && cfg->target_vocab > 0 && m->ck.vocab != cfg->target_vocab)
         rc = inf_fail(err, INF_ERR_INVALID, "%s: the speculator's vocabulary has %d tokens, the "
-                      "target's %d", cfg->dir, m->vocab, cfg->target_vocab);
-    if (!rc && cfg->target_hidden > 0 && m->emb_dim != cfg->target_hidden)
+                      "target's %d", cfg->dir, m->ck.vocab, cfg->target_vocab);
+    if (!rc && cfg->target_hidden > 0 && m->ck.emb_dim != cfg->target_hidden)
         rc = inf_fail(err, INF_ERR_INVALID, "%s: the speculator reads hidden states of %d "
-                      "(emb_dim), the target's hidden size is %d", cfg->dir, m->emb_dim,
+                      "(emb_dim), the target's hidden size is %d", cfg->dir, m->ck.emb_dim,
                       cfg->target_hidden);
     if (!rc)
-        rc = load_weights(m, cfg->dir, err);
-    if (!rc)
-        rc = smp_create(m->vocab, &m->smp, err);
+        rc = smp_create(m->ck.vocab, &m->smp, err);
     if (!rc) {
-        int w = m->emb_dim > m->inner ? m->emb_dim : m->inner;
+        int w = m->ck.emb_dim > m->ck.inner ? m->ck.emb_dim : m->ck.inner;
         m->s = malloc(sizeof(double) * (size_t)w);
         m->t = malloc(sizeof(double) * (size_t)w);
-        m->row = malloc(sizeof(float) * (size_t)m->vocab);
+        m->row = malloc(sizeof(float) * (size_t)m->ck.vocab);
         if (!m->s || !m->t || !m->row)
             rc = inf_fail(err, INF_ERR_NOMEM, "out of memory");
     }
@@ -497,8 +301,8 @@ int spec_mlp_create(const spec_mlp_config *cfg, spec_proposer **out, inf_err *er
         mlp_destroy(&m->base);
         return rc;
     }
-    m->sw = pow(0.5, 0.5 / m->n_predict);
-    m->ew = sqrt((1.0 - m->sw * m->sw) * m->inner / 2.0);
+    m->sw = pow(0.5, 0.5 / m->ck.n_predict);
+    m->ew = sqrt((1.0 - m->sw * m->sw) * m->ck.inner / 2.0);
     *out = &m->base;
     return INF_OK;
 }

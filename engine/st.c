@@ -104,7 +104,7 @@ static int st__map(st_set *s, const char *path, inf_err *err)
                       path, (long long)sb.st_size);
         goto done;
     }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = inf_map_weights(fd, (size_t)sb.st_size);
     if (map == MAP_FAILED) {
         rc = inf_fail(err, INF_ERR_IO, "%s: cannot map (%s)", path, strerror(errno));
         goto done;

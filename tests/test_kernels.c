@@ -241,7 +241,7 @@ static void test_kernels_wsum_matches_oracle(void **state)
             }
 }
 
-/* softmax_exp and swiglu of every table equal the generic table's exactly,
+/* softmax_exp, swiglu and geglu of every table equal the generic table's exactly,
  * over lengths with tails and inputs across exp's whole range (including
  * both clamps, infinities and NaN); and the shared exp is within a few ulp
  * of libm's. */
@@ -261,24 +261,29 @@ static void test_kernels_exp_ops_match_oracle(void **state)
                 x[1] = INFINITY, x[2] = -INFINITY, x[3] = NAN;
                 x[4] = CPU_EXP_LO, x[5] = CPU_EXP_HI;
             }
-            for (int op = 0; op < 2; op++) {
+            static const char *const names[] = {"softmax_exp", "swiglu", "geglu"};
+            for (int op = 0; op < 3; op++) {
                 float m0 = 0;
                 memcpy(ref, x, sizeof ref);
                 if (op == 0)
                     m0 = tables[0]->softmax_exp(ref, n, 0.125f);
-                else
+                else if (op == 1)
                     tables[0]->swiglu(ref, u, n);
+                else
+                    tables[0]->geglu(ref, u, n);
                 for (int t = 1; t < n_tables; t++) {
                     memcpy(got, x, sizeof got);
                     if (op == 0) {
                         float m = tables[t]->softmax_exp(got, n, 0.125f);
                         assert_memory_equal(&m, &m0, sizeof m);
-                    } else {
+                    } else if (op == 1) {
                         tables[t]->swiglu(got, u, n);
+                    } else {
+                        tables[t]->geglu(got, u, n);
                     }
                     if (memcmp(got, ref, sizeof(float) * (size_t)n))
                         fail_msg("%s %s differs from generic: n=%d span %g", tables[t]->name,
-                                 op ? "swiglu" : "softmax_exp", n, span);
+                                 names[op], n, span);
                 }
             }
         }
@@ -291,6 +296,28 @@ static void test_kernels_exp_ops_match_oracle(void **state)
             assert_true(a[1] == 0.0f);
         else
             assert_true(fabsf(a[1] - e) <= 2.5e-7f * e); /* 2 ulp */
+    }
+}
+
+/* geglu's sigmoid form is PyTorch's tanh GELU times u: against the tanh
+ * formula in double, within a few float ulp of the larger of the result and
+ * the cancellation-prone terms, from deep negative (GELU -> 0) to large. */
+static void test_kernels_geglu_is_tanh_gelu(void **state)
+{
+    (void)state;
+    enum { N = 4001 };
+    static float g[N], u[N];
+    for (int i = 0; i < N; i++)
+        g[i] = -20.0f + 40.0f * (float)i / (N - 1), u[i] = 0.5f + 0.25f * frand();
+    float x0[N];
+    memcpy(x0, g, sizeof x0);
+    tables[0]->geglu(g, u, N);
+    for (int i = 0; i < N; i++) {
+        double x = x0[i], z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        double want = 0.5 * x * (1.0 + tanh(z)) * u[i];
+        double tol = 4e-7 * (fabs(x * u[i]) + 1e-30);
+        if (fabs(g[i] - want) > tol)
+            fail_msg("geglu(%g) = %.9g, tanh form %.9g", x, g[i], want);
     }
 }
 
@@ -497,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_kernels_dot_convert_match_oracle),
         cmocka_unit_test(test_kernels_wsum_matches_oracle),
         cmocka_unit_test(test_kernels_exp_ops_match_oracle),
+        cmocka_unit_test(test_kernels_geglu_is_tanh_gelu),
         cmocka_unit_test(test_kernels_quant_matches_oracle),
         cmocka_unit_test(test_kernels_mmq_matches_oracle),
         cmocka_unit_test(test_kernels_mmq_prequant_extremes),

