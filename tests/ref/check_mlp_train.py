@@ -247,6 +247,9 @@ def same_on_and_off(build, model, spec):
 def padded(a, tmp):
     """--data-model: a speculator for a padded copy of the target."""
     big, out = os.path.join(tmp, "padded"), os.path.join(tmp, "spec-padded")
+    pf = os.path.join(tmp, "prompts-padded.json")
+    with open(pf, "w") as f:
+        json.dump({"bench": ["Once upon a time"]}, f)
     r = subprocess.run([sys.executable, os.path.join(ROOT, "..", "shared", "tools", "pad_model.py"),
                         a.model, big, "--hidden", "128", "--intermediate", "256", "--layers", "6",
                         "--heads", "8", "--kv-heads", "4", "--head-dim", "16", "--dtype", "f32"],
@@ -257,13 +260,21 @@ def padded(a, tmp):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_mlp_speculator"),
                         "--target", big, "--data-model", a.model, "--out", out, "--build", a.build,
                         "--seqs", "4", "--gen-tokens", "48", "--steps", "60", "--steps2", "20",
-                        "--batch", "64", "--n-predict", "3", "--prompts", ""], capture_output=True, text=True)
+                        "--batch", "64", "--n-predict", "3", "--prompts", pf, "--holdout-tokens", "24"],
+                       capture_output=True, text=True)
     if r.returncode:
         return [f"train_mlp_speculator --data-model failed: {r.stderr.strip()[-400:]}"]
     c = json.load(open(os.path.join(out, "config.json")))
     if c["emb_dim"] != 128 or c["inner_dim"] != 64:
         return [f"--data-model: emb_dim {c['emb_dim']} / inner_dim {c['inner_dim']}, want 128 / 64"]
     print("  --data-model: a speculator for the padded copy (emb_dim 128, inner_dim 64)")
+    # the bench prompt's greedy text is held out as SRC and as the padded target write it
+    h = json.load(open(os.path.join(out, "heldout.json")))["prompts"]
+    r = subprocess.run([os.path.join(a.build, "inferd"), "generate", "--model", big, "--prompt",
+                        "Once upon a time", "--max-tokens", "24", "--output-ids", "--quiet", "--threads", "1"],
+                       capture_output=True, text=True)
+    if len(h) != 2 or h[-1]["ids"][h[-1]["prompt_len"]:] != [int(t) for t in r.stdout.split()]:
+        return ["--data-model: heldout.json lacks the padded target's own greedy text"]
     return same_on_and_off(a.build, big, [("mlp", ["--speculative-config", json.dumps(
         {"model": out, "num_speculative_tokens": 3})])])
 
