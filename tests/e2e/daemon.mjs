@@ -42,6 +42,14 @@ export async function startDaemon(model, extra = [], opts = {}) {
   }
   return {
     port, base, proc, log: () => log,
+    // The log once it matches re (or as it is after ms): the server writes a
+    // line about a refused connection after the client has already seen it.
+    async waitLog(re, ms = 5000) {
+      const end = Date.now() + ms;
+      while (!re.test(log) && Date.now() < end)
+        await new Promise((r) => setTimeout(r, 20));
+      return log;
+    },
     async stop() {
       proc.kill('SIGTERM');
       const res = await exited;

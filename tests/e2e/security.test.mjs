@@ -121,7 +121,7 @@ describe('client certificates (--ssl-ca-certs, --ssl-cert-reqs)', () => {
       assert.equal(r.usage.completion_tokens, 3);
       await assert.rejects(sdk(d, agent()).models.list(), (e) => e instanceof OpenAI.APIConnectionError);
       await assert.rejects(sdk(d, agent('rogue')).models.list(), (e) => e instanceof OpenAI.APIConnectionError);
-      assert.match(d.log(), /closed a TLS connection: no client certificate/);
+      assert.match(await d.waitLog(/closed a TLS connection: no client certificate/), /closed a TLS connection: no client certificate/);
     } finally { await d.stop(); }
   });
 
@@ -131,7 +131,7 @@ describe('client certificates (--ssl-ca-certs, --ssl-cert-reqs)', () => {
       assert.equal((await sdk(d, agent()).models.list()).data.length, 1);
       assert.equal((await sdk(d, agent('client')).models.list()).data.length, 1);
       await assert.rejects(sdk(d, agent('rogue')).models.list(), (e) => e instanceof OpenAI.APIConnectionError);
-      assert.match(d.log(), /client certificate refused/);
+      assert.match(await d.waitLog(/client certificate refused/), /client certificate refused/);
     } finally { await d.stop(); }
   });
 
