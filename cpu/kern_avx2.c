@@ -289,19 +289,23 @@ ALWAYS __m256 swiglu8(__m256 g, __m256 u)
     return _mm256_mul_ps(_mm256_div_ps(g, d), u);
 }
 
-static void swiglu(float *g, const float *u, int n)
+/* g[i] = f(g[i], u[i]) over n elements, 8 at a time, the tail through a
+ * zero-padded copy (the GLUs). */
+ALWAYS void glu_loop(float *g, const float *u, int n, __m256 (*f)(__m256, __m256))
 {
     int i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(g + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+        _mm256_storeu_ps(g + i, f(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
     if (i < n) {
         float gt[8] = {0}, ut[8] = {0};
         memcpy(gt, g + i, (size_t)(n - i) * sizeof(float));
         memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(gt, swiglu8(_mm256_loadu_ps(gt), _mm256_loadu_ps(ut)));
+        _mm256_storeu_ps(gt, f(_mm256_loadu_ps(gt), _mm256_loadu_ps(ut)));
         memcpy(g + i, gt, (size_t)(n - i) * sizeof(float));
     }
 }
+
+static void swiglu(float *g, const float *u, int n) { glu_loop(g, u, n, swiglu8); }
 
 ALWAYS __m256 geglu8(__m256 x, __m256 u)
 {
@@ -312,19 +316,7 @@ ALWAYS __m256 geglu8(__m256 x, __m256 u)
     return _mm256_mul_ps(_mm256_div_ps(x, d), u);
 }
 
-static void geglu(float *g, const float *u, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(g + i, geglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
-    if (i < n) {
-        float gt[8] = {0}, ut[8] = {0};
-        memcpy(gt, g + i, (size_t)(n - i) * sizeof(float));
-        memcpy(ut, u + i, (size_t)(n - i) * sizeof(float));
-        _mm256_storeu_ps(gt, geglu8(_mm256_loadu_ps(gt), _mm256_loadu_ps(ut)));
-        memcpy(g + i, gt, (size_t)(n - i) * sizeof(float));
-    }
-}
+static void geglu(float *g, const float *u, int n) { glu_loop(g, u, n, geglu8); }
 
 /* kern.h's int8 quantization, 8 lanes at a time (tail scalar, same ops). */
 static float quant(const float *v, int n, int8_t *q, int offset)

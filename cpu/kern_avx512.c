@@ -468,17 +468,20 @@ ALWAYS __m512 swiglu16(__m512 g, __m512 u)
     return _mm512_mul_ps(_mm512_div_ps(g, d), u);
 }
 
-static void swiglu(float *g, const float *u, int n)
+/* g[i] = f(g[i], u[i]) over n elements, 16 at a time (the GLUs). */
+ALWAYS void glu_loop(float *g, const float *u, int n, __m512 (*f)(__m512, __m512))
 {
     int i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(g + i, swiglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
+        _mm512_storeu_ps(g + i, f(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
     if (i < n) {
         __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(g + i, m, swiglu16(_mm512_maskz_loadu_ps(m, g + i),
-                                                 _mm512_maskz_loadu_ps(m, u + i)));
+        _mm512_mask_storeu_ps(g + i, m, f(_mm512_maskz_loadu_ps(m, g + i),
+                                          _mm512_maskz_loadu_ps(m, u + i)));
     }
 }
+
+static void swiglu(float *g, const float *u, int n) { glu_loop(g, u, n, swiglu16); }
 
 ALWAYS __m512 geglu16(__m512 x, __m512 u)
 {
@@ -489,17 +492,7 @@ ALWAYS __m512 geglu16(__m512 x, __m512 u)
     return _mm512_mul_ps(_mm512_div_ps(x, d), u);
 }
 
-static void geglu(float *g, const float *u, int n)
-{
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(g + i, geglu16(_mm512_loadu_ps(g + i), _mm512_loadu_ps(u + i)));
-    if (i < n) {
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        _mm512_mask_storeu_ps(g + i, m, geglu16(_mm512_maskz_loadu_ps(m, g + i),
-                                                _mm512_maskz_loadu_ps(m, u + i)));
-    }
-}
+static void geglu(float *g, const float *u, int n) { glu_loop(g, u, n, geglu16); }
 
 /* kern.h's int8 quantization, 16 lanes at a time. */
 static float quant(const float *v, int n, int8_t *q, int offset)
