@@ -40,8 +40,11 @@ if [ "${TSAN:-0}" = 1 ]; then
 else
     e2e=tests/e2e/
 fi
+# A bound on the whole run (it takes minutes, under TSan too): a test that
+# hangs fails here instead of using up CI's time.
 # shellcheck disable=SC2086 # a list of files
-INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" node --test --test-concurrency=1 $e2e
+INFERD_TEST_FIXTURES="$BUILD/fixtures" BUILD="$BUILD" timeout -k 30 2400 \
+    node --test --test-concurrency=1 $e2e
 # Models by Hub id: the Hub client against a mock Hub on loopback.
 "$PYTHON" tests/hub/check_hub.py --build "$BUILD" --model "$BUILD/fixtures/tiny"
 # make run's model: the default by Hub id through a mock Hub, else offline the

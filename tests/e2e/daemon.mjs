@@ -37,7 +37,13 @@ export async function startDaemon(model, extra = [], opts = {}) {
     try {
       if (await healthy(base)) break;
     } catch { /* not listening yet */ }
-    if (Date.now() > deadline) throw new Error(`inferd not ready in ${(opts.readyMs || 30000) / 1000} s:\n${log}`);
+    if (Date.now() > deadline) {
+      // Killed, not left running: a live child keeps the test file's process
+      // (and so the whole run) waiting for ever.
+      proc.kill('SIGKILL');
+      await exited;
+      throw new Error(`inferd not ready in ${(opts.readyMs || 30000) / 1000} s:\n${log}`);
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
   return {
