@@ -85,7 +85,7 @@ int app_spec_parse(const app_spec_args *a, app_spec *s, inf_err *err)
     s->lookup_max = a->ngram_max > 0 ? a->ngram_max : 4;
     s->lookup_min = a->ngram_min > 0 ? a->ngram_min : 1;
     s->disable_by_batch_size = 8;
-    s->min_acceptance = 0.3;
+    s->min_acceptance = 0.1;
     if (a->model) {
         if (!strcmp(a->model, "[ngram]")) {
             s->method = APP_SPEC_NGRAM;
