@@ -66,9 +66,10 @@ void eng__verify(eng *e, eng_req *r, const float *rows, const float *hid, int m)
     out[res.accepted] = res.next;
     if (e->cfg.met && m > 0)
         met_spec_draft(e->cfg.met, m, res.accepted);
-    /* acceptance controller. The draft length follows the runs being
-     * accepted (doubles after a full acceptance, falls to what was accepted
-     * plus one), since every rejected draft is a row computed for nothing;
+    /* acceptance controller. The draft length (used while other requests
+     * run) follows the runs being accepted (doubles after a full
+     * acceptance, falls to what was accepted plus one), since every
+     * rejected draft is a row computed for nothing;
      * when even short drafts keep failing (moving average below the
      * floor), drafting pauses, backing off 4, 8, 16 steps: a one-token
      * probe then costs little, and a text that starts repeating is caught
@@ -126,7 +127,12 @@ void eng__propose(eng *e)
             r->spec_pause--;
             continue;
         }
-        int k = r->spec_k; /* in [1, kmax]: set by admit, kept there by verify */
+        /* r->spec_k is in [1, kmax]: set by admit, kept there by verify.
+         * Alone, a step of k+1 rows is memory-bound and costs little more
+         * than one (4 rows 1.22x one on the Zen 4 VM, docs/serving.md), so
+         * a lone request drafts the full k; among others every rejected
+         * row is arithmetic the whole batch waits for. */
+        int k = running > 1 ? r->spec_k : e->kmax;
         int room = r->p.max_tokens - r->n_output - 1;
         int ctx = e->cfg.max_model_len - q->n_tokens - 1;
         k = k < room ? k : room;

@@ -49,9 +49,10 @@ typedef struct policy {
     double min_accept;   /* eng_config.spec_min_accept      */
 } policy;
 
-/* Greedy text of NREQ concurrent requests, with the speculator or without. */
-static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
-                policy pol, char texts[NREQ][4096])
+/* Greedy text of nreq (up to NREQ) concurrent requests, with the
+ * speculator or without. */
+static void run_n(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
+                  policy pol, int nreq, char texts[NREQ][4096])
 {
     cpu_config cc = cpu_config_default();
     cc.n_threads = 2;
@@ -72,7 +73,7 @@ static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *
     if (eng_create(&ec, m, tk, be, &e, &err))
         fail_msg("eng_create: %s", err.msg);
     eng_req *r[NREQ];
-    for (int i = 0; i < NREQ; i++) {
+    for (int i = 0; i < nreq; i++) {
         int32_t prompt[24];
         prompt[0] = 1;
         for (int j = 1; j < 24; j++)
@@ -83,7 +84,7 @@ static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *
         assert_int_equal(eng_req_create(prompt, 24, &p, &r[i], &err), INF_OK);
         assert_int_equal(eng_submit(e, r[i], 0, &err), INF_OK);
     }
-    for (int i = 0; i < NREQ; i++) {
+    for (int i = 0; i < nreq; i++) {
         eng_out o = {0};
         pthread_mutex_lock(&w.mu);
         while (!eng_req_finished(r[i]))
@@ -100,6 +101,12 @@ static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *
     be_destroy(be);
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
+}
+
+static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
+                policy pol, char texts[NREQ][4096])
+{
+    run_n(m, tk, sp, met, pol, NREQ, texts);
 }
 
 static void test_spec_mlp_lossless_and_drafting(void **state)
@@ -216,6 +223,72 @@ static void test_spec_mlp_adaptive_disabling(void **state)
     assert_true(by_batch_on > 0);
     assert_true(floored > 0);           /* it probes again after each pause */
     assert_true(floored * 3 < always);
+    sp->ops->destroy(sp);
+    tok_destroy(tk);
+    model_destroy(m);
+}
+
+/* Drafts and drafted tokens of nreq requests under no floor or batch limit
+ * (text checked against off's). */
+static void draft_counts(const model *m, const tok *tk, spec_proposer *sp, int nreq,
+                         char off[NREQ][4096], uint64_t *drafts, uint64_t *tokens)
+{
+    met_registry *met = NULL;
+    inf_err err = {0};
+    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
+    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
+    static char on[NREQ][4096];
+    run_n(m, tk, sp, met, (policy){0, 0}, nreq, on);
+    for (int i = 0; i < nreq; i++)
+        assert_string_equal(on[i], off[i]);
+    met_snap s;
+    met_snapshot(met, &s);
+    met_destroy(met);
+    *drafts = s.counters[MET_SPEC_DRAFTS];
+    *tokens = s.counters[MET_SPEC_DRAFT_TOKENS];
+}
+
+/* The draft length: a random speculator's drafts are nearly all rejected.
+ * Among other requests each one's length then falls to what was accepted
+ * plus one (mostly 1); a lone request drafts the full k = 3 every step but
+ * where max_tokens leaves less room (the last two). Text unchanged. */
+static void test_spec_mlp_draft_length(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[600], sdir[700], cfgp[700];
+    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (!fx || access(cfgp, R_OK)) {
+        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
+        skip();
+    }
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny_length", tmp ? tmp : "/tmp");
+    model *m = NULL;
+    tok *tk = NULL;
+    inf_err err = {0};
+    assert_int_equal(model_load(dir, &m, &err), INF_OK);
+    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
+    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
+    spec_proposer *sp = NULL;
+    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
+                          .target_hidden = m->cfg.hidden_size};
+    if (spec_mlp_create(&sc, &sp, &err))
+        fail_msg("spec_mlp_create: %s", err.msg);
+    static char off[NREQ][4096];
+    run(m, tk, NULL, NULL, (policy){0, 0}, off);
+    uint64_t d1, t1, dn, tn;
+    draft_counts(m, tk, sp, 1, off, &d1, &t1);
+    draft_counts(m, tk, sp, NREQ, off, &dn, &tn);
+    print_message("alone: %llu drafts of %llu tokens; %d requests: %llu drafts of %llu tokens\n",
+                  (unsigned long long)d1, (unsigned long long)t1, NREQ,
+                  (unsigned long long)dn, (unsigned long long)tn);
+    assert_true(d1 > 0 && dn > 0);
+    /* alone: 3 a draft, less only where the room (OUT - outputs - 1) is under 3 */
+    assert_true(t1 <= 3 * d1 && t1 + 3 >= 3 * d1);
+    /* among others, rejections shorten the drafts: well under 3 on average */
+    assert_true(2 * tn < 3 * dn);
     sp->ops->destroy(sp);
     tok_destroy(tk);
     model_destroy(m);
@@ -461,6 +534,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_mlp_lossless_and_drafting),
         cmocka_unit_test(test_spec_mlp_adaptive_disabling),
+        cmocka_unit_test(test_spec_mlp_draft_length),
         cmocka_unit_test(test_spec_mlp_verify_preserves_target_distribution),
         cmocka_unit_test(test_spec_mlp_device_path_drafts_as_host),
     };
