@@ -179,8 +179,9 @@ def mask_drops_touching_examples():
 def replay_matches(a, spec_dir, tmp):
     """The trainer's acceptance replay (the figure it prints for held-out
     data) counts what the engine counts: inferd generate's drafts and
-    acceptance per position on a greedy text, with the default acceptance
-    floor (0.3, so pauses happen with this barely trained speculator)."""
+    acceptance per position on a greedy text, with an acceptance floor of
+    0.3 (above the default 0.1, so that pauses happen with this barely
+    trained speculator)."""
     import torch
     tm = trainer_module()
     c = json.load(open(os.path.join(spec_dir, "config.json")))
@@ -194,7 +195,8 @@ def replay_matches(a, spec_dir, tmp):
         r = subprocess.run([os.path.join(a.build, "inferd"), "generate", "--model", a.model,
                             "--prompt-ids", ",".join(map(str, prompt)), "--max-tokens", "80",
                             "--ignore-eos", "--output-ids", "--threads", "1", "--speculative-config",
-                            json.dumps({"model": spec_dir, "num_speculative_tokens": 3})],
+                            json.dumps({"model": spec_dir, "num_speculative_tokens": 3,
+                                                    "min_acceptance": 0.3})],
                            capture_output=True, text=True)
         ms = re.search(r"speculation \(.*\): (\d+) drafts.*acceptance per position ([0-9. ]+)", r.stderr)
         if r.returncode or not ms:
