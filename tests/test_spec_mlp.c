@@ -160,23 +160,69 @@ static void test_spec_mlp_lossless_and_drafting(void **state)
     model_destroy(m);
 }
 
-/* Drafted tokens verified in a run of NREQ requests under policy pol; the
- * greedy text must still be off's. */
-static uint64_t drafted(const model *m, const tok *tk, spec_proposer *sp, policy pol,
-                        char off[NREQ][4096])
+/* Drafts and drafted tokens verified in a run of nreq requests under policy
+ * pol; the greedy text must still be off's. */
+static uint64_t drafted_n(const model *m, const tok *tk, spec_proposer *sp, policy pol, int nreq,
+                          char off[NREQ][4096], uint64_t *drafts)
 {
     met_registry *met = NULL;
     inf_err err = {0};
     met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
     assert_int_equal(met_create(&mc, &met, &err), INF_OK);
     static char on[NREQ][4096];
-    run(m, tk, sp, met, pol, on);
-    for (int i = 0; i < NREQ; i++)
+    run_n(m, tk, sp, met, pol, nreq, on);
+    for (int i = 0; i < nreq; i++)
         assert_string_equal(on[i], off[i]);
     met_snap s;
     met_snapshot(met, &s);
     met_destroy(met);
+    if (drafts)
+        *drafts = s.counters[MET_SPEC_DRAFTS];
     return s.counters[MET_SPEC_DRAFT_TOKENS];
+}
+
+static uint64_t drafted(const model *m, const tok *tk, spec_proposer *sp, policy pol,
+                        char off[NREQ][4096])
+{
+    return drafted_n(m, tk, sp, pol, NREQ, off, NULL);
+}
+
+/* The tiny fixture model, its tokenizer and a random speculator for it
+ * (written to $INFERD_TEST_TMP/name): its drafts are nearly all rejected. */
+typedef struct rand_spec {
+    model *m;
+    tok *tk;
+    spec_proposer *sp;
+} rand_spec;
+
+static void rand_spec_open(rand_spec *x, const char *name)
+{
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char dir[600], sdir[700], cfgp[700];
+    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    if (!fx || access(cfgp, R_OK)) {
+        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
+        skip();
+    }
+    const char *tmp = getenv("INFERD_TEST_TMP");
+    snprintf(sdir, sizeof sdir, "%s/%s", tmp ? tmp : "/tmp", name);
+    inf_err err = {0};
+    memset(x, 0, sizeof *x);
+    assert_int_equal(model_load(dir, &x->m, &err), INF_OK);
+    assert_int_equal(tok_create(dir, &x->tk, &err), INF_OK);
+    mlp_fix_write(sdir, x->m->cfg.vocab_size, x->m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
+    spec_mlp_config sc = {.dir = sdir, .target_vocab = x->m->cfg.vocab_size,
+                          .target_hidden = x->m->cfg.hidden_size};
+    if (spec_mlp_create(&sc, &x->sp, &err))
+        fail_msg("spec_mlp_create: %s", err.msg);
+}
+
+static void rand_spec_close(rand_spec *x)
+{
+    x->sp->ops->destroy(x->sp);
+    tok_destroy(x->tk);
+    model_destroy(x->m);
 }
 
 /* Adaptive disabling, as for the other proposers: with disable_by_batch_size
@@ -187,33 +233,14 @@ static uint64_t drafted(const model *m, const tok *tk, spec_proposer *sp, policy
 static void test_spec_mlp_adaptive_disabling(void **state)
 {
     (void)state;
-    const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char dir[600], sdir[700], cfgp[700];
-    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
-    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
-    if (!fx || access(cfgp, R_OK)) {
-        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
-        skip();
-    }
-    const char *tmp = getenv("INFERD_TEST_TMP");
-    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny_policy", tmp ? tmp : "/tmp");
-    model *m = NULL;
-    tok *tk = NULL;
-    inf_err err = {0};
-    assert_int_equal(model_load(dir, &m, &err), INF_OK);
-    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
-    spec_proposer *sp = NULL;
-    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
-                          .target_hidden = m->cfg.hidden_size};
-    if (spec_mlp_create(&sc, &sp, &err))
-        fail_msg("spec_mlp_create: %s", err.msg);
+    rand_spec x;
+    rand_spec_open(&x, "mlp_spec_tiny_policy");
     static char off[NREQ][4096];
-    run(m, tk, NULL, NULL, (policy){0, 0}, off);
-    uint64_t always = drafted(m, tk, sp, (policy){0, 0}, off);
-    uint64_t by_batch_off = drafted(m, tk, sp, (policy){1, 0}, off);
-    uint64_t by_batch_on = drafted(m, tk, sp, (policy){NREQ + 1, 0}, off);
-    uint64_t floored = drafted(m, tk, sp, (policy){0, 0.99}, off);
+    run(x.m, x.tk, NULL, NULL, (policy){0, 0}, off);
+    uint64_t always = drafted(x.m, x.tk, x.sp, (policy){0, 0}, off);
+    uint64_t by_batch_off = drafted(x.m, x.tk, x.sp, (policy){1, 0}, off);
+    uint64_t by_batch_on = drafted(x.m, x.tk, x.sp, (policy){NREQ + 1, 0}, off);
+    uint64_t floored = drafted(x.m, x.tk, x.sp, (policy){0, 0.99}, off);
     print_message("drafted tokens: always %llu; disable_by_batch_size 1: %llu, %d: %llu; "
                   "acceptance floor 0.99: %llu\n", (unsigned long long)always,
                   (unsigned long long)by_batch_off, NREQ + 1, (unsigned long long)by_batch_on,
@@ -223,29 +250,7 @@ static void test_spec_mlp_adaptive_disabling(void **state)
     assert_true(by_batch_on > 0);
     assert_true(floored > 0);           /* it probes again after each pause */
     assert_true(floored * 3 < always);
-    sp->ops->destroy(sp);
-    tok_destroy(tk);
-    model_destroy(m);
-}
-
-/* Drafts and drafted tokens of nreq requests under no floor or batch limit
- * (text checked against off's). */
-static void draft_counts(const model *m, const tok *tk, spec_proposer *sp, int nreq,
-                         char off[NREQ][4096], uint64_t *drafts, uint64_t *tokens)
-{
-    met_registry *met = NULL;
-    inf_err err = {0};
-    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
-    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
-    static char on[NREQ][4096];
-    run_n(m, tk, sp, met, (policy){0, 0}, nreq, on);
-    for (int i = 0; i < nreq; i++)
-        assert_string_equal(on[i], off[i]);
-    met_snap s;
-    met_snapshot(met, &s);
-    met_destroy(met);
-    *drafts = s.counters[MET_SPEC_DRAFTS];
-    *tokens = s.counters[MET_SPEC_DRAFT_TOKENS];
+    rand_spec_close(&x);
 }
 
 /* The draft length: a random speculator's drafts are nearly all rejected.
@@ -255,32 +260,13 @@ static void draft_counts(const model *m, const tok *tk, spec_proposer *sp, int n
 static void test_spec_mlp_draft_length(void **state)
 {
     (void)state;
-    const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char dir[600], sdir[700], cfgp[700];
-    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
-    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
-    if (!fx || access(cfgp, R_OK)) {
-        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
-        skip();
-    }
-    const char *tmp = getenv("INFERD_TEST_TMP");
-    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny_length", tmp ? tmp : "/tmp");
-    model *m = NULL;
-    tok *tk = NULL;
-    inf_err err = {0};
-    assert_int_equal(model_load(dir, &m, &err), INF_OK);
-    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
-    spec_proposer *sp = NULL;
-    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
-                          .target_hidden = m->cfg.hidden_size};
-    if (spec_mlp_create(&sc, &sp, &err))
-        fail_msg("spec_mlp_create: %s", err.msg);
+    rand_spec x;
+    rand_spec_open(&x, "mlp_spec_tiny_length");
     static char off[NREQ][4096];
-    run(m, tk, NULL, NULL, (policy){0, 0}, off);
-    uint64_t d1, t1, dn, tn;
-    draft_counts(m, tk, sp, 1, off, &d1, &t1);
-    draft_counts(m, tk, sp, NREQ, off, &dn, &tn);
+    run(x.m, x.tk, NULL, NULL, (policy){0, 0}, off);
+    uint64_t d1, dn;
+    uint64_t t1 = drafted_n(x.m, x.tk, x.sp, (policy){0, 0}, 1, off, &d1);
+    uint64_t tn = drafted_n(x.m, x.tk, x.sp, (policy){0, 0}, NREQ, off, &dn);
     print_message("alone: %llu drafts of %llu tokens; %d requests: %llu drafts of %llu tokens\n",
                   (unsigned long long)d1, (unsigned long long)t1, NREQ,
                   (unsigned long long)dn, (unsigned long long)tn);
@@ -289,9 +275,7 @@ static void test_spec_mlp_draft_length(void **state)
     assert_true(t1 <= 3 * d1 && t1 + 3 >= 3 * d1);
     /* among others, rejections shorten the drafts: well under 3 on average */
     assert_true(2 * tn < 3 * dn);
-    sp->ops->destroy(sp);
-    tok_destroy(tk);
-    model_destroy(m);
+    rand_spec_close(&x);
 }
 
 /* 0.999 quantiles of chi-square (standard tables), by degrees of freedom. */
