@@ -51,8 +51,8 @@ typedef struct policy {
 
 /* Greedy text of nreq (up to NREQ) concurrent requests, with the
  * speculator or without. */
-static void run_n(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
-                  policy pol, int nreq, char texts[NREQ][4096])
+static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
+                policy pol, int nreq, char texts[NREQ][4096])
 {
     cpu_config cc = cpu_config_default();
     cc.n_threads = 2;
@@ -103,102 +103,21 @@ static void run_n(const model *m, const tok *tk, spec_proposer *sp, met_registry
     pthread_cond_destroy(&w.cv);
 }
 
-static void run(const model *m, const tok *tk, spec_proposer *sp, met_registry *met,
-                policy pol, char texts[NREQ][4096])
-{
-    run_n(m, tk, sp, met, pol, NREQ, texts);
-}
-
-static void test_spec_mlp_lossless_and_drafting(void **state)
-{
-    (void)state;
-    const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char dir[600], sdir[700];
-    snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
-    char cfgp[700];
-    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
-    if (!fx || access(cfgp, R_OK)) {
-        print_message("skipped: $INFERD_TEST_FIXTURES/tiny not present (`make unit` makes it)\n");
-        skip();
-    }
-    const char *tmp = getenv("INFERD_TEST_TMP");
-    snprintf(sdir, sizeof sdir, "%s/mlp_spec_tiny", tmp ? tmp : "/tmp");
-    model *m = NULL;
-    tok *tk = NULL;
-    inf_err err = {0};
-    assert_int_equal(model_load(dir, &m, &err), INF_OK);
-    assert_int_equal(tok_create(dir, &tk, &err), INF_OK);
-    mlp_fix_write(sdir, m->cfg.vocab_size, m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
-    spec_proposer *sp = NULL;
-    spec_mlp_config sc = {.dir = sdir, .target_vocab = m->cfg.vocab_size,
-                          .target_hidden = m->cfg.hidden_size};
-    if (spec_mlp_create(&sc, &sp, &err))
-        fail_msg("spec_mlp_create: %s", err.msg);
-    assert_int_equal(spec_mlp_n_predict(sp), 3);
-    met_registry *met = NULL;
-    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
-    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
-    static char off[NREQ][4096], on[NREQ][4096];
-    run(m, tk, NULL, NULL, (policy){0, 0}, off);
-    run(m, tk, sp, met, (policy){0, 0}, on);
-    for (int i = 0; i < NREQ; i++)
-        assert_string_equal(on[i], off[i]);
-    met_snap s;
-    met_snapshot(met, &s);
-    print_message("mlp speculator (random weights): %llu drafted, %llu accepted\n",
-                  (unsigned long long)s.counters[MET_SPEC_DRAFT_TOKENS],
-                  (unsigned long long)s.counters[MET_SPEC_ACCEPTED_TOKENS]);
-    assert_true(s.counters[MET_SPEC_DRAFT_TOKENS] > 0);
-    /* a speculator for another vocabulary or hidden size is refused */
-    sc.target_vocab = m->cfg.vocab_size + 1;
-    spec_proposer *bad = NULL;
-    assert_int_equal(spec_mlp_create(&sc, &bad, &err), INF_ERR_INVALID);
-    assert_non_null(strstr(err.msg, "vocabulary"));
-    met_destroy(met);
-    sp->ops->destroy(sp);
-    tok_destroy(tk);
-    model_destroy(m);
-}
-
-/* Drafts and drafted tokens verified in a run of nreq requests under policy
- * pol; the greedy text must still be off's. */
-static uint64_t drafted_n(const model *m, const tok *tk, spec_proposer *sp, policy pol, int nreq,
-                          char off[NREQ][4096], uint64_t *drafts)
-{
-    met_registry *met = NULL;
-    inf_err err = {0};
-    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
-    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
-    static char on[NREQ][4096];
-    run_n(m, tk, sp, met, pol, nreq, on);
-    for (int i = 0; i < nreq; i++)
-        assert_string_equal(on[i], off[i]);
-    met_snap s;
-    met_snapshot(met, &s);
-    met_destroy(met);
-    if (drafts)
-        *drafts = s.counters[MET_SPEC_DRAFTS];
-    return s.counters[MET_SPEC_DRAFT_TOKENS];
-}
-
-static uint64_t drafted(const model *m, const tok *tk, spec_proposer *sp, policy pol,
-                        char off[NREQ][4096])
-{
-    return drafted_n(m, tk, sp, pol, NREQ, off, NULL);
-}
-
-/* The tiny fixture model, its tokenizer and a random speculator for it
- * (written to $INFERD_TEST_TMP/name): its drafts are nearly all rejected. */
+/* The tiny fixture model, its tokenizer, a random speculator for it
+ * (written to $INFERD_TEST_TMP/name; its drafts are nearly all rejected) and
+ * the requests' greedy text without speculation (off). */
 typedef struct rand_spec {
     model *m;
     tok *tk;
     spec_proposer *sp;
+    char sdir[700];
+    char off[NREQ][4096];
 } rand_spec;
 
 static void rand_spec_open(rand_spec *x, const char *name)
 {
     const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char dir[600], sdir[700], cfgp[700];
+    char dir[600], cfgp[700];
     snprintf(dir, sizeof dir, "%s/tiny", fx ? fx : "");
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
     if (!fx || access(cfgp, R_OK)) {
@@ -206,16 +125,17 @@ static void rand_spec_open(rand_spec *x, const char *name)
         skip();
     }
     const char *tmp = getenv("INFERD_TEST_TMP");
-    snprintf(sdir, sizeof sdir, "%s/%s", tmp ? tmp : "/tmp", name);
     inf_err err = {0};
     memset(x, 0, sizeof *x);
+    snprintf(x->sdir, sizeof x->sdir, "%s/%s", tmp ? tmp : "/tmp", name);
     assert_int_equal(model_load(dir, &x->m, &err), INF_OK);
     assert_int_equal(tok_create(dir, &x->tk, &err), INF_OK);
-    mlp_fix_write(sdir, x->m->cfg.vocab_size, x->m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
-    spec_mlp_config sc = {.dir = sdir, .target_vocab = x->m->cfg.vocab_size,
+    mlp_fix_write(x->sdir, x->m->cfg.vocab_size, x->m->cfg.hidden_size, 32, 3, 1, 0.2f, 99);
+    spec_mlp_config sc = {.dir = x->sdir, .target_vocab = x->m->cfg.vocab_size,
                           .target_hidden = x->m->cfg.hidden_size};
     if (spec_mlp_create(&sc, &x->sp, &err))
         fail_msg("spec_mlp_create: %s", err.msg);
+    run(x->m, x->tk, NULL, NULL, (policy){0, 0}, NREQ, x->off);
 }
 
 static void rand_spec_close(rand_spec *x)
@@ -223,6 +143,56 @@ static void rand_spec_close(rand_spec *x)
     x->sp->ops->destroy(x->sp);
     tok_destroy(x->tk);
     model_destroy(x->m);
+}
+
+static void test_spec_mlp_lossless_and_drafting(void **state)
+{
+    (void)state;
+    static rand_spec x;
+    rand_spec_open(&x, "mlp_spec_tiny");
+    inf_err err = {0};
+    assert_int_equal(spec_mlp_n_predict(x.sp), 3);
+    met_registry *met = NULL;
+    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
+    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
+    static char on[NREQ][4096];
+    run(x.m, x.tk, x.sp, met, (policy){0, 0}, NREQ, on);
+    for (int i = 0; i < NREQ; i++)
+        assert_string_equal(on[i], x.off[i]);
+    met_snap s;
+    met_snapshot(met, &s);
+    print_message("mlp speculator (random weights): %llu drafted, %llu accepted\n",
+                  (unsigned long long)s.counters[MET_SPEC_DRAFT_TOKENS],
+                  (unsigned long long)s.counters[MET_SPEC_ACCEPTED_TOKENS]);
+    assert_true(s.counters[MET_SPEC_DRAFT_TOKENS] > 0);
+    /* a speculator for another vocabulary or hidden size is refused */
+    spec_mlp_config sc = {.dir = x.sdir, .target_vocab = x.m->cfg.vocab_size + 1,
+                          .target_hidden = x.m->cfg.hidden_size};
+    spec_proposer *bad = NULL;
+    assert_int_equal(spec_mlp_create(&sc, &bad, &err), INF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    met_destroy(met);
+    rand_spec_close(&x);
+}
+
+/* Drafts and drafted tokens verified in a run of nreq requests of x's
+ * under policy pol; the greedy text must still be x's off. */
+static uint64_t drafted(const rand_spec *x, policy pol, int nreq, uint64_t *drafts)
+{
+    met_registry *met = NULL;
+    inf_err err = {0};
+    met_config mc = {.model_name = "tiny", .max_model_len = 128, .spec_k = 3};
+    assert_int_equal(met_create(&mc, &met, &err), INF_OK);
+    static char on[NREQ][4096];
+    run(x->m, x->tk, x->sp, met, pol, nreq, on);
+    for (int i = 0; i < nreq; i++)
+        assert_string_equal(on[i], x->off[i]);
+    met_snap s;
+    met_snapshot(met, &s);
+    met_destroy(met);
+    if (drafts)
+        *drafts = s.counters[MET_SPEC_DRAFTS];
+    return s.counters[MET_SPEC_DRAFT_TOKENS];
 }
 
 /* Adaptive disabling, as for the other proposers: with disable_by_batch_size
@@ -233,14 +203,12 @@ static void rand_spec_close(rand_spec *x)
 static void test_spec_mlp_adaptive_disabling(void **state)
 {
     (void)state;
-    rand_spec x;
+    static rand_spec x;
     rand_spec_open(&x, "mlp_spec_tiny_policy");
-    static char off[NREQ][4096];
-    run(x.m, x.tk, NULL, NULL, (policy){0, 0}, off);
-    uint64_t always = drafted(x.m, x.tk, x.sp, (policy){0, 0}, off);
-    uint64_t by_batch_off = drafted(x.m, x.tk, x.sp, (policy){1, 0}, off);
-    uint64_t by_batch_on = drafted(x.m, x.tk, x.sp, (policy){NREQ + 1, 0}, off);
-    uint64_t floored = drafted(x.m, x.tk, x.sp, (policy){0, 0.99}, off);
+    uint64_t always = drafted(&x, (policy){0, 0}, NREQ, NULL);
+    uint64_t by_batch_off = drafted(&x, (policy){1, 0}, NREQ, NULL);
+    uint64_t by_batch_on = drafted(&x, (policy){NREQ + 1, 0}, NREQ, NULL);
+    uint64_t floored = drafted(&x, (policy){0, 0.99}, NREQ, NULL);
     print_message("drafted tokens: always %llu; disable_by_batch_size 1: %llu, %d: %llu; "
                   "acceptance floor 0.99: %llu\n", (unsigned long long)always,
                   (unsigned long long)by_batch_off, NREQ + 1, (unsigned long long)by_batch_on,
@@ -260,13 +228,11 @@ static void test_spec_mlp_adaptive_disabling(void **state)
 static void test_spec_mlp_draft_length(void **state)
 {
     (void)state;
-    rand_spec x;
+    static rand_spec x;
     rand_spec_open(&x, "mlp_spec_tiny_length");
-    static char off[NREQ][4096];
-    run(x.m, x.tk, NULL, NULL, (policy){0, 0}, off);
     uint64_t d1, dn;
-    uint64_t t1 = drafted_n(x.m, x.tk, x.sp, (policy){0, 0}, 1, off, &d1);
-    uint64_t tn = drafted_n(x.m, x.tk, x.sp, (policy){0, 0}, NREQ, off, &dn);
+    uint64_t t1 = drafted(&x, (policy){0, 0}, 1, &d1);
+    uint64_t tn = drafted(&x, (policy){0, 0}, NREQ, &dn);
     print_message("alone: %llu drafts of %llu tokens; %d requests: %llu drafts of %llu tokens\n",
                   (unsigned long long)d1, (unsigned long long)t1, NREQ,
                   (unsigned long long)dn, (unsigned long long)tn);
