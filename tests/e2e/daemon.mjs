@@ -42,7 +42,8 @@ export async function startDaemon(model, extra = [], opts = {}) {
       // (and so the whole run) waiting for ever.
       proc.kill('SIGKILL');
       await exited;
-      throw new Error(`inferd not ready in ${(opts.readyMs || 30000) / 1000} s:\n${log}`);
+      throw Object.assign(new Error(`inferd not ready in ${(opts.readyMs || 30000) / 1000} s:\n${log}`),
+        { pid: proc.pid });
     }
     await new Promise((r) => setTimeout(r, 50));
   }

@@ -242,3 +242,13 @@ describe('shutdown', () => {
     assert.equal(await exited, 0);
   });
 });
+
+// The harness itself: a daemon that is not ready in time is killed before
+// startDaemon throws (left running, it kept the test file's process, and
+// so the whole e2e run, waiting for ever).
+test('startDaemon kills a daemon that is not ready in time', async () => {
+  const err = await startDaemon(model, [], { readyMs: 1 }).then(() => null, (e) => e);
+  assert.ok(err, 'a 1 ms start-up limit was met');
+  assert.match(err.message, /not ready in/);
+  assert.throws(() => process.kill(err.pid, 0), { code: 'ESRCH' });
+});
