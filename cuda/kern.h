@@ -163,6 +163,42 @@ size_t cuda_k_gemm_smem(void);
 cudaError_t cuda_k_gemm_setup(void);
 cudaError_t cuda_k_gemm_variants_setup(void);
 
+/* ---- quantized layer matrices (`--quantization int8` / `int4`) ----------
+ * The CPU backend's arithmetic (cpu/kern.h, cpu/q4.h), so the two backends
+ * differ only in their inputs (here the bf16 rows the other GEMMs read):
+ * every sum is exact in int32, so any order, tile or split gives the same
+ * bits and batch invariance costs nothing; the few float steps after it are
+ * one fixed chain per output, written with explicit rounding intrinsics. */
+
+/* Per row t < T of x [T][ldx] bf16 (K columns), the CPU's symmetric int8:
+ *   amax = max |v| (NaNs skipped); inv = amax > 0 ? 127 / amax : 0 (f32)
+ *   q = (int)rint(min(max(v * inv, -127), 127)) (NaN -> -127)
+ *   sx[t] = amax / 127
+ * into q [T][ldq] int8, columns K..ldq-1 set to 0 (ldq a multiple of 32,
+ * >= K). */
+cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q, int ldq,
+                              float *sx, cudaStream_t st);
+
+/* W8A8: y[m][n] = ((float)S * sx[m]) * sw[n], S = sum_k q[m][k] * w[n][k]
+ * (int32, exact), for m < M, n < N. w [N][ldw] int8 with ldw a multiple of
+ * 32 and >= K, columns K..ldw-1 zero; q [M][ldq] from cuda_k_quant_rows
+ * (ldq >= ldw, zero past K). */
+cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx, const int8_t *w, int ldw,
+                           const float *sw, int N, int K, float *y, int ldy, int M,
+                           cudaStream_t st);
+
+/* W4A8, the CPU's int4 (cpu/q4.h: groups of 32 along K, q in [-8, 7], an
+ * f16 scale per group). w4 [N][G][16] bytes: byte i of group g of row n
+ * holds q + 8 of k = 32g + i in its low nibble and of k = 32g + 16 + i in
+ * its high nibble (GGUF Q4_0's order); d [N][G] f16 scales. For m < M, n < N:
+ *   s_g = sum_{k in group g} q[m][k] * wq[n][k]   (int32, exact)
+ *   acc = +0; acc = fmaf((float)s_g, float(d[n][g]), acc) for g = 0..G-1
+ *   y[m][n] = acc * sx[m]
+ * q [M][ldq] from cuda_k_quant_rows, ldq >= 32 G, zero past K. */
+cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint8_t *w4,
+                           const uint16_t *d, int N, int G, float *y, int ldy, int M,
+                           cudaStream_t st);
+
 /* ids[r] for r < n: the token drawn from logits row r ([n][V] f32) with
  * rows[r]'s parameters, as smp_ draws (cuda/backend.h). One block per row.
  * rows[r].mask, when not NULL, is a device pointer to (V + 31) / 32 words:
