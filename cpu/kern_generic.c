@@ -2,6 +2,7 @@
  * plain arrays and fmaf(). Slow, exact, and the oracle the SIMD tables are
  * tested against bit for bit. */
 #include "cpu/kern.h"
+#include "engine/qdef.h"
 
 #include <math.h>
 #include <string.h>
@@ -140,23 +141,13 @@ static void geglu(float *g, const float *u, int n)
     }
 }
 
-/* kern.h's int8 quantization, one operation per statement. */
+/* kern.h's int8 quantization: qdef's definition, offset when asked. */
 static float quant(const float *v, int n, int8_t *q, int offset)
 {
-    float amax = 0.0f;
-    for (int i = 0; i < n; i++) {
-        float a = fabsf(v[i]);
-        if (a > amax) /* false for NaN */
-            amax = a;
-    }
-    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int i = 0; i < n; i++) {
-        float t = fmaxf(v[i] * inv, -127.0f); /* NaN becomes -127 */
-        t = fminf(t, 127.0f);
-        int r = (int)rintf(t);
-        q[i] = (int8_t)(offset ? (uint8_t)(r + 128) : r);
-    }
-    return amax / 127.0f;
+    float s = qdef_i8(v, n, q);
+    for (int i = 0; offset && i < n; i++)
+        q[i] = (int8_t)(uint8_t)(q[i] + 128);
+    return s;
 }
 
 /* Exact int32 sums straight off the packed layout. */

@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "cpu/hpage.h"
+#include "engine/qdef.h"
+
+_Static_assert(CPU_Q4_GROUP == QDEF_Q4_GROUP, "int4 groups are qdef's");
 
 static size_t q4_bytes(const cpu_q4w *q)
 {
@@ -79,25 +82,6 @@ void cpu_q4w_get_group(const cpu_q4w *q, int n, int g, uint8_t u[CPU_Q4_GROUP], 
     *d = *q4_scale(q, n, g);
 }
 
-/* q4.h's quantization of one group of len <= 32 values (the rest 0). */
-static void q4_group(const float *v, int len, uint8_t u[CPU_Q4_GROUP], uint16_t *d16)
-{
-    float a = 0.0f;
-    for (int i = 0; i < len; i++)
-        if (fabsf(v[i]) > fabsf(a))
-            a = v[i];
-    uint16_t h = inf_f32_to_f16(a / -8.0f);
-    if ((h & 0x7c00u) == 0x7c00u) /* beyond f16: the largest finite scale */
-        h = (uint16_t)((h & 0x8000u) | 0x7bffu);
-    float D = inf_f16_to_f32(h), inv = D != 0.0f ? 1.0f / D : 0.0f;
-    for (int i = 0; i < CPU_Q4_GROUP; i++) {
-        float t = i < len ? nearbyintf(v[i] * inv) : 0.0f;
-        t = !(t >= -8.0f) ? -8.0f : t > 7.0f ? 7.0f : t; /* NaN weights become -8 */
-        u[i] = (uint8_t)((int)t + 8);
-    }
-    *d16 = h;
-}
-
 typedef struct q4_job {
     const model_tensor *t;
     const cpu_kern *k;
@@ -116,7 +100,7 @@ static void q4_row(q4_job *j, float *row, int n)
         uint8_t u[CPU_Q4_GROUP];
         uint16_t d;
         int k0 = g * CPU_Q4_GROUP;
-        q4_group(row + k0, q->K - k0 < CPU_Q4_GROUP ? q->K - k0 : CPU_Q4_GROUP, u, &d);
+        qdef_q4_group(row + k0, q->K - k0 < CPU_Q4_GROUP ? q->K - k0 : CPU_Q4_GROUP, u, &d);
         cpu_q4w_set_group(q, n, g, u, d);
     }
 }

@@ -1,0 +1,41 @@
+#include "engine/qdef.h"
+
+#include <math.h>
+
+#include "engine/common.h"
+
+/* One operation per statement: the SIMD tables and kernels match each. */
+float qdef_i8(const float *v, int n, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(v[i]);
+        if (a > amax) /* false for NaN */
+            amax = a;
+    }
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float t = fmaxf(v[i] * inv, -127.0f); /* NaN becomes -127 */
+        t = fminf(t, 127.0f);
+        q[i] = (int8_t)(int)rintf(t);
+    }
+    return amax / 127.0f;
+}
+
+void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *d16)
+{
+    float a = 0.0f;
+    for (int i = 0; i < len; i++)
+        if (fabsf(v[i]) > fabsf(a))
+            a = v[i];
+    uint16_t h = inf_f32_to_f16(a / -8.0f);
+    if ((h & 0x7c00u) == 0x7c00u) /* beyond f16: the largest finite scale */
+        h = (uint16_t)((h & 0x8000u) | 0x7bffu);
+    float D = inf_f16_to_f32(h), inv = D != 0.0f ? 1.0f / D : 0.0f;
+    for (int i = 0; i < QDEF_Q4_GROUP; i++) {
+        float t = i < len ? nearbyintf(v[i] * inv) : 0.0f;
+        t = !(t >= -8.0f) ? -8.0f : t > 7.0f ? 7.0f : t; /* NaN weights become -8 */
+        u[i] = (uint8_t)((int)t + 8);
+    }
+    *d16 = h;
+}

@@ -1,0 +1,26 @@
+/* qdef_: the quantization rules every backend shares, as plain scalar code.
+ *
+ * The CPU's SIMD tables and the CUDA kernels compute the same values; these
+ * are the definitions they are tested against, and what the backends use to
+ * quantize weights at load, so a matrix quantized for the CPU and for a GPU
+ * holds the same integers and scales. */
+#ifndef INFERD_QDEF_H
+#define INFERD_QDEF_H
+
+#include <stdint.h>
+
+/* Symmetric int8 of n values (cpu/kern.h): amax = max |v| (NaNs skipped),
+ * inv = 127 / amax, q = round-to-nearest-even(min(max(v * inv, -127), 127))
+ * with NaN -> -127; returns the scale amax / 127 (0 when amax is 0, and then
+ * every q is 0). */
+float qdef_i8(const float *v, int n, int8_t *q);
+
+#define QDEF_Q4_GROUP 32
+
+/* One group of len <= 32 weights as 4-bit (cpu/q4.h): a = the value with
+ * the largest |a| (the first such), d = f16(a / -8) (capped at the largest
+ * finite f16), u[i] = q + 8 with q = round(v * (1 / D)) clamped to [-8, 7]
+ * (NaN -> -8) for i < len and q = 0 past it. */
+void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *d16);
+
+#endif
