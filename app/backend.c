@@ -68,6 +68,10 @@ static int open_cpu(const model *m, const app_backend_config *c, app_backend *ou
 }
 
 #ifdef INFERD_CUDA
+_Static_assert((int)CUDA_QUANT_INT8 == (int)CPU_QUANT_INT8 &&
+                   (int)CUDA_QUANT_INT4 == (int)CPU_QUANT_INT4,
+               "--quantization means the same on both devices");
+
 /* The draft's GPU shape beside a target of c: the same step, the shorter of
  * the two contexts; its pool the target's blocks. */
 static cuda_config draft_gpu_config(const model *dm, const app_backend_config *c)
@@ -95,6 +99,7 @@ static int open_cuda(const model *m, const app_backend_config *c, app_backend *o
         gc.gpu_memory_utilization = c->gpu_mem;
     gc.max_logits = c->max_seqs * (c->spec_k + 1) + ENG_PROMPT_LOGPROB_ROWS;
     gc.tensor_parallel_size = c->tp > 0 ? c->tp : 1;
+    gc.quant = c->quant; /* a draft (above) keeps its checkpoint's dtype */
     int rc = INF_OK;
     size_t per = 0, dfixed = 0, dper = 0;
     if (c->num_blocks > 0) {
@@ -138,9 +143,6 @@ int app_backend_open(const model *m, const app_backend_config *c, app_backend *o
     out->max_context = context_for(m, c);
     if (!c->device || !strcmp(c->device, "cpu"))
         return open_cpu(m, c, out, err);
-    if (model_is_w8a8(m)) /* the int8 kernels are the CPU's */
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: compressed-tensors int8 checkpoints run "
-                        "on the CPU only (--device cpu)", m->dir ? m->dir : "model");
 #ifdef INFERD_CUDA
     if (!strcmp(c->device, "cuda"))
         return open_cuda(m, c, out, err);

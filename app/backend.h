@@ -14,7 +14,7 @@ typedef struct app_backend_config {
     const char *device;   /* "cpu" or "cuda"                                 */
     int threads;          /* CPU threads; <= 0: one per online CPU           */
     const char *kernels;  /* CPU kernel table: auto, avx512bf16, avx512, ... */
-    int quant;            /* cpu_quant (app_backend_quant); CPU only         */
+    int quant;            /* cpu_quant (app_backend_quant), cuda_config.quant */
     int block_size;       /* tokens per KV block                             */
     int max_tokens;       /* tokens of one step                              */
     int max_context;      /* longest sequence                                */

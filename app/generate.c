@@ -338,7 +338,7 @@ int generate_main(int argc, char **argv)
         {"threads", ARG_INT, &o.bc.threads, "N", "CPU threads (default: all cores)"},
         {"kernels", ARG_STR, &o.bc.kernels, "NAME", "auto, avx512bf16, avx512, avx2, generic or generic-bf16 (default auto)"},
         {"device", ARG_STR, &o.bc.device, "DEV", "cpu or cuda (a CUDA build; default cpu)"},
-        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 or int4 (CPU only)"},
+        {"quantization", ARG_STR, &o.quantization, "NAME", "none (default), int8 (W8A8) or int4 (W4A8)"},
         {"max-model-len", ARG_INT, &o.max_model_len, "N", "context limit (default: the model's)"},
         {"max-num-batched-tokens", ARG_INT, &o.bc.max_tokens, "N", "tokens per forward step (default 512)"},
         {"prefill-chunk", ARG_INT, &o.chunk, "N", "prompt tokens per step (default: the step budget)"},
@@ -367,9 +367,8 @@ int generate_main(int argc, char **argv)
         return 2;
     }
     bc->quant = app_backend_quant(o.quantization);
-    if (bc->quant < 0 || (bc->quant != APP_QUANT_NONE && strcmp(bc->device, "cpu"))) {
-        fprintf(stderr, "inferd generate: --quantization is none, int8 or int4, and the "
-                        "quantized ones run on the CPU only\n");
+    if (bc->quant < 0) {
+        fprintf(stderr, "inferd generate: --quantization is none, int8 or int4\n");
         return 2;
     }
     if (bc->max_tokens < 1 || bc->block_size < 1 || o.max_tokens < 0) {

@@ -459,7 +459,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
         {"kernels", ARG_STR, &o->bc.kernels, "NAME", "CPU kernels: auto, avx512bf16, avx512, avx2, generic, generic-bf16"},
         {"quantization", ARG_STR, &o->quantization, "NAME", "none (default), int8 (W8A8) "
                                                             "or int4 (W4A8, groups of 32): "
-                                                            "the layers' weights, CPU only"},
+                                                            "the layers' weights (one GPU on CUDA)"},
         {"tensor-parallel-size", ARG_INT, &o->bc.tp, "N", "1 on the CPU"},
         {"seed", ARG_INT, &o->seed, "N", "seed for requests that bring none (default 0)"},
         {"chat-template", ARG_STR, &o->chat_template, "FILE|TEMPLATE|NAME",
@@ -537,8 +537,8 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
                       : (bc->tp != 1 && !strcmp(bc->device, "cpu"))
                           ? "--tensor-parallel-size: only 1 on the CPU"
                       : bc->quant < 0 ? "--quantization is none, int8 or int4"
-                      : (bc->quant != APP_QUANT_NONE && strcmp(bc->device, "cpu"))
-                          ? "--quantization int8 and int4 run on the CPU only (--device cpu)"
+                      : (bc->quant != APP_QUANT_NONE && bc->tp != 1)
+                          ? "--quantization int8 and int4 run on one GPU (--tensor-parallel-size 1)"
                       : (bc->gpu_mem <= 0 || bc->gpu_mem > 1)
                           ? "--gpu-memory-utilization is in (0, 1]"
                       : (o->max_num_seqs < 1 || bc->max_tokens < 1 || bc->block_size < 1 ||

@@ -25,6 +25,7 @@
 #include "cuda/check.h"
 #include "cuda/kern.h"
 #include "cuda/plan.h"
+#include "engine/qdef.h"
 
 #define MIB(x) ((double)(x) / 1048576.0)
 #define STAGE_BYTES ((size_t)16 << 20) /* upload staging, two halves */
@@ -33,6 +34,8 @@
 typedef struct bufs {
     float *x, *qkv, *delta, *gu, *logits, *part, *gws;
     uint16_t *xn, *att, *act, *fin;
+    int8_t *xq;   /* quantized GEMM input, and its scales sx (quant only) */
+    float *sx;
     int32_t *tok, *pos, *slot, *seq, *table, *rows, *dec, *tiles, *ids;
     cuda_smp_row *smp;
 } bufs;
@@ -143,6 +146,7 @@ static bufs bufs_of(const cuda_be *be, const cuda_rank *r)
         .gws = (float *)(a + r->al.gws),
         .xn = (uint16_t *)(a + r->al.xn), .att = (uint16_t *)(a + r->al.att),
         .act = (uint16_t *)(a + r->al.act), .fin = (uint16_t *)(a + r->al.fin),
+        .xq = (int8_t *)(a + r->al.xq), .sx = (float *)(a + r->al.sx),
         .tok = (int32_t *)(m + ml->tokens), .pos = (int32_t *)(m + ml->positions),
         .slot = (int32_t *)(m + ml->slots), .seq = (int32_t *)(m + ml->tok_seq),
         .table = (int32_t *)(m + ml->table), .rows = (int32_t *)(m + ml->rows),
@@ -222,6 +226,31 @@ static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int
                                        CUBLAS_GEMM_DEFAULT));
 }
 
+/* Layer l's matrix `which` (CUDA_W_*) applied to x [T][ldx] bf16: y [T][ldy]
+ * f32. Quantized matrices take x quantized per row first (cuda/kern.h). */
+static int layer_gemm(cuda_rank *r, int l, int which, const uint16_t *x, int ldx, float *y,
+                      int ldy, int T, inf_err *err)
+{
+    const cuda_wlayout *wl = &r->wl;
+    int N = (int)wl->w_rows[which], K = (int)wl->w_cols[which];
+    if (!r->d.quant)
+        return gemm(r, x, ldx, wmat(r, l, which), N, K, y, ldy, T, err);
+    const unsigned char *lw = r->w + wl->layer0 + (size_t)l * wl->layer_stride;
+    const bufs *b = &r->b;
+    int rc = CUDA_RC(err, cuda_k_quant_rows(x, ldx, K, T, b->xq, r->d.ldq, b->sx, r->st));
+    if (rc)
+        return rc;
+    if (r->d.quant == CUDA_QUANT_INT8)
+        return CUDA_RC(err, cuda_k_gemm_i8(b->xq, r->d.ldq, b->sx,
+                                           (const int8_t *)(lw + wl->w[which]),
+                                           (int)wl->w_ld[which],
+                                           (const float *)(lw + wl->w_scale[which]), N, K, y,
+                                           ldy, T, r->st));
+    return CUDA_RC(err, cuda_k_gemm_i4(b->xq, r->d.ldq, b->sx, lw + wl->w[which],
+                                       (const uint16_t *)(lw + wl->w_scale[which]), N,
+                                       (int)wl->w_ld[which], y, ldy, T, r->st));
+}
+
 /* Sums delta [T][D] over the ranks, in place (row-parallel O and down). */
 static int allreduce(cuda_be *be, int T, inf_err *err)
 {
@@ -284,15 +313,13 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
     if ((l > 0 && (rc = post_norm(be, r, l - 1, 1, T, err))) ||
         (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, l ? b->delta : NULL, wnorm(r, l, 0), d->D,
                                               be->eps, NULL, T, b->xn, r->st))) ||
-        (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_QKV), d->qkv, d->D, b->qkv, d->qkv, T,
-                   err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_QKV, b->xn, d->D, b->qkv, d->qkv, T, err)) ||
         (rc = CUDA_RC(err, cuda_k_qkv_prep(b->qkv, T, md->bias_qkv ? bias : NULL, qkg, d->Hl,
                                            d->KVl, d->hd, be->eps, r->st))) ||
         (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, &rope, d->Hl, d->KVl,
                                           d->hd, kc, vc, d->block_size, r->st))) ||
         (rc = CUDA_RC(err, attention(d, &a, s, r->st))) ||
-        (rc = gemm(r, b->att, d->Hl * d->hd, wmat(r, l, CUDA_W_O), d->D, d->Hl * d->hd, b->delta,
-                   d->D, T, err)))
+        (rc = layer_gemm(r, l, CUDA_W_O, b->att, d->Hl * d->hd, b->delta, d->D, T, err)))
         return rc;
     /* o's bias (delta as rows of one "head" of width D): rank 0 only, so the
      * all-reduce over the ranks' partial products adds it once */
@@ -312,12 +339,11 @@ static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_e
     if ((rc = post_norm(be, r, l, 0, T, err)) ||
         (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, wnorm(r, l, 1), d->D, be->eps,
                                               NULL, T, b->xn, r->st))) ||
-        (rc = gemm(r, b->xn, d->D, wmat(r, l, CUDA_W_GU), 2 * d->Fl, d->D, b->gu, 2 * d->Fl, T,
-                   err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T, err)) ||
         (rc = CUDA_RC(err, gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)
                                 : cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
         return rc;
-    return gemm(r, b->act, d->Fl, wmat(r, l, CUDA_W_DOWN), d->D, d->Fl, b->delta, d->D, T, err);
+    return layer_gemm(r, l, CUDA_W_DOWN, b->act, d->Fl, b->delta, d->D, T, err);
 }
 
 typedef int (*phase_fn)(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err);
@@ -567,6 +593,91 @@ static int up_pieces(uploader *u, unsigned char *dst, const cuda_piece *p, int n
     return rc;
 }
 
+/* bytes of host memory to dst through the staging buffers. */
+static int up_host(uploader *u, unsigned char *dst, const void *src, size_t bytes, inf_err *err)
+{
+    int rc = 0;
+    for (size_t o = 0; o < bytes && !rc; o += STAGE_BYTES) {
+        size_t n = bytes - o < STAGE_BYTES ? bytes - o : STAGE_BYTES;
+        if (!(rc = up_begin(u, err))) {
+            memcpy(u->buf[u->k], (const char *)src + o, n);
+            rc = up_end(u, dst + o, n, err);
+        }
+    }
+    return rc;
+}
+
+/* Row r of piece p as f32 (its columns c0..c0+nc) into f. */
+static void piece_row_f32(const cuda_piece *p, int64_t r, float *f)
+{
+    const model_tensor *t = p->w;
+    size_t es = inf_dtype_size(t->dtype);
+    cuda_plan_to_f32((const char *)t->data + ((size_t)(p->r0 + r) * t->cols + p->c0) * es,
+                     t->dtype, (size_t)p->nc, f);
+}
+
+/* One row of a quantized matrix: int8 (ld bytes, zeros past K, its scale
+ * in s[0]) or int4 (ld groups of 16 bytes, their f16 scales in s16), by
+ * engine/qdef's rules, as the CPU backend quantizes; a compressed-tensors
+ * int8 row as stored. */
+static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *f,
+                      unsigned char *out, float *s, uint16_t *s16)
+{
+    const model_tensor *t = p->w;
+    int K = (int)p->nc;
+    if (quant == CUDA_QUANT_INT8) {
+        memset(out, 0, (size_t)ld);
+        if (t->q8) {
+            memcpy(out, t->q8 + (size_t)(p->r0 + r) * t->cols + p->c0, (size_t)K);
+            *s = t->q8_scale[p->r0 + r];
+        } else {
+            piece_row_f32(p, r, f);
+            *s = qdef_i8(f, K, (int8_t *)out);
+        }
+        return;
+    }
+    piece_row_f32(p, r, f);
+    for (int g = 0; g < ld; g++) {
+        uint8_t u[QDEF_Q4_GROUP];
+        int k0 = g * QDEF_Q4_GROUP;
+        qdef_q4_group(f + k0, K - k0 < QDEF_Q4_GROUP ? K - k0 : QDEF_Q4_GROUP, u, &s16[g]);
+        for (int i = 0; i < 16; i++) /* cuda/kern.h: k and k + 16 share a byte */
+            out[(size_t)g * 16 + i] = (uint8_t)(u[i] | u[i + 16] << 4);
+    }
+}
+
+/* Matrix `which` of a layer, quantized on the host a chunk of rows at a
+ * time: weights to lw + wl->w[which], scales (kept on the host until the
+ * end) to lw + wl->w_scale[which]. */
+static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int which, int quant,
+                    const cuda_piece *p, int n, inf_err *err)
+{
+    size_t N = wl->w_rows[which], ld = wl->w_ld[which];
+    size_t row = quant == CUDA_QUANT_INT8 ? ld : ld * 16, sb = quant == CUDA_QUANT_INT8 ? 4 : ld * 2;
+    float *f = malloc(wl->w_cols[which] * sizeof(float));
+    unsigned char *sc = malloc(N * sb);
+    int rc = f && sc ? INF_OK : inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory quantizing");
+    unsigned char *dst = lw + wl->w[which];
+    size_t done = 0;
+    int64_t step = (int64_t)(STAGE_BYTES / row);
+    for (int i = 0; i < n && !rc; i++)
+        for (int64_t r0 = 0; r0 < p[i].nr && !rc; r0 += step) {
+            int64_t nr = p[i].nr - r0 < step ? p[i].nr - r0 : step;
+            if ((rc = up_begin(u, err)))
+                break;
+            for (int64_t r = 0; r < nr; r++, done++)
+                quant_row(&p[i], r0 + r, quant, (int)ld, f, u->buf[u->k] + (size_t)r * row,
+                          (float *)sc + done, (uint16_t *)(sc + done * sb));
+            rc = up_end(u, dst, (size_t)nr * row, err);
+            dst += (size_t)nr * row;
+        }
+    if (!rc) /* through the staging buffers, so sc may go at once */
+        rc = up_host(u, lw + wl->w_scale[which], sc, N * sb, err);
+    free(f);
+    free(sc);
+    return rc;
+}
+
 /* A 1-D weight as f32; a norm gain (gain) gets Gemma's 1 + w folded in. */
 static int up_f32(uploader *u, unsigned char *dst, const model_tensor *t, const mdesc *md,
                   int gain, inf_err *err)
@@ -653,7 +764,8 @@ static int upload(cuda_be *be, cuda_rank *r, inf_err *err)
             break;
         for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
             int n = cuda_plan_pieces(&m->layers[l], c, &r->sh, w, p);
-            rc = up_pieces(&u, lw + r->wl.w[w], p, n, err);
+            rc = r->d.quant ? up_quant(&u, lw, &r->wl, w, r->d.quant, p, n, err)
+                            : up_pieces(&u, lw + r->wl.w[w], p, n, err);
         }
     }
     int rc2 = CUDA_RC(rc ? NULL : err, cudaStreamSynchronize(r->st));
@@ -794,7 +906,16 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
     cuda_limits lim = {.max_tokens = cfg->max_tokens, .max_seqs = cfg->max_seqs,
                        .max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c),
                        .block_size = cfg->block_size, .max_logits = cfg->max_logits,
-                       .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant};
+                       .num_blocks = cfg->num_blocks, .invariant = cfg->batch_invariant,
+                       .quant = cfg->quant};
+    if (lim.quant < CUDA_QUANT_NONE || lim.quant > CUDA_QUANT_INT4)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: unknown quantization %d", lim.quant);
+    if (model_is_w8a8(m)) { /* a compressed-tensors int8 checkpoint runs as stored */
+        if (lim.quant == CUDA_QUANT_INT4)
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 "
+                            "checkpoint runs with --quantization int8 (or none), not int4");
+        lim.quant = CUDA_QUANT_INT8;
+    }
     /* every setting of the description has its kernels here (docs/cuda.md says
      * which have not run on a GPU) */
     int rc = mdesc_require(&c->desc, MD_F_ALL, "cuda", err);

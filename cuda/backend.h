@@ -1,9 +1,11 @@
 /* cuda_backend: the model's forward pass on NVIDIA GPUs, behind the be_ seam.
  *
  * Weights are uploaded once as bf16 (f32 and f16 checkpoints converted on the
- * host on the way); the paged KV cache is bf16 in device memory, sized from
+ * host on the way), or with cuda_config.quant the layer matrices as int8 or
+ * int4; the paged KV cache is bf16 in device memory, sized from
  * gpu_memory_utilization after weights and activation buffers. GEMMs run in
- * cuBLAS (bf16 in, f32 accumulate), everything else in our kernels (the .cu files).
+ * our batch-invariant kernels (cuBLAS with batch_invariant 0; quantized ones
+ * always ours), everything else in our kernels too (the .cu files).
  * Decode steps replay CUDA graphs; tensor_parallel_size > 1 shards the model
  * over that many GPUs with NCCL (docs/cuda.md: what has run on a GPU and what
  * has not).
@@ -15,6 +17,14 @@
 
 #include "engine/be.h"
 #include "engine/model.h"
+
+/* How the layer matrices are held (the values of cpu/backend.h's cpu_quant,
+ * so `--quantization` means the same on both devices). */
+enum {
+    CUDA_QUANT_NONE = 0, /* bf16                                             */
+    CUDA_QUANT_INT8 = 1, /* W8A8: int8 per output row, activations per token */
+    CUDA_QUANT_INT4 = 2  /* W4A8: int4 in groups of 32, f16 scales           */
+};
 
 typedef struct cuda_config {
     int device;                    /* first GPU; rank r uses device + r        */
@@ -51,6 +61,12 @@ typedef struct cuda_config {
                                       GEMMs and prefill tiles (results vary
                                       with the batch: cuBLAS picks kernels
                                       by the number of rows); 1               */
+    int quant;                     /* CUDA_QUANT_*: the attention and MLP
+                                      matrices quantized at upload as the CPU
+                                      quantizes them (a compressed-tensors
+                                      int8 checkpoint: as stored), their GEMMs
+                                      exact integer sums (cuda/kern.h); one
+                                      GPU only; CUDA_QUANT_NONE               */
 } cuda_config;
 
 cuda_config cuda_config_default(void);

@@ -10,6 +10,7 @@
 #define MIB(x) ((double)(x) / 1048576.0)
 
 static int imin(int a, int b) { return a < b ? a : b; }
+static int imax(int a, int b) { return a > b ? a : b; }
 static int cdiv(int a, int b) { return (a + b - 1) / b; }
 
 /* Takes `bytes` at *off and moves *off past them to the next CUDA_ALIGN
@@ -160,6 +161,20 @@ int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limit
     d->bias = c->desc.bias_qkv || c->desc.bias_o;
     d->qk_norm = c->desc.qk_norm;
     d->sandwich = c->desc.sandwich;
+    d->quant = lim->quant;
+    if (d->quant) {
+        /* a rank's slice of O and down would be quantized over its own K
+         * columns, not the row the CPU quantizes */
+        if (sh->tp > 1)
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: --quantization %s runs on one GPU "
+                            "(tensor_parallel_size 1), not %d", d->quant == 1 ? "int8" : "int4",
+                            sh->tp);
+        int k = imax(imax(d->D, d->Hl * d->hd), d->Fl);
+        if (k >= 65536) /* int32 sums stay exact below this (cpu/qw.h's CPU_QK_MAX) */
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: quantized GEMMs need K below "
+                            "65536, and this model has %d", k);
+        d->ldq = cdiv(k, 32) * 32;
+    }
     return INF_OK;
 }
 
@@ -192,8 +207,22 @@ void cuda_plan_weights(const cuda_dims *d, int tied, cuda_wlayout *w)
     if (d->bias)
         w->bias = bump(&lo, ((size_t)d->qkv + D) * sizeof(float));
     for (int i = 0; i < CUDA_W_COUNT; i++) {
-        w->w[i] = bump(&lo, w->w_rows[i] * w->w_cols[i] * 2);
-        mats += w->w_rows[i] * w->w_cols[i] * 2;
+        size_t N = w->w_rows[i], K = w->w_cols[i], b, sb = 0;
+        if (d->quant == CUDA_QUANT_INT8) {
+            w->w_ld[i] = (K + 31) / 32 * 32;
+            b = N * w->w_ld[i];
+            sb = N * sizeof(float);
+        } else if (d->quant == CUDA_QUANT_INT4) {
+            w->w_ld[i] = (K + 31) / 32;
+            b = N * w->w_ld[i] * 16;
+            sb = N * w->w_ld[i] * 2;
+        } else {
+            b = N * K * 2;
+        }
+        w->w[i] = bump(&lo, b);
+        if (sb)
+            w->w_scale[i] = bump(&lo, sb);
+        mats += b + sb;
     }
     w->layer_stride = lo;
     w->layer0 = bump(&off, lo * (size_t)d->L);
@@ -239,6 +268,10 @@ void cuda_plan_acts(const cuda_dims *d, const cuda_mlayout *m, cuda_alayout *a)
     a->act = bump(&off, T * (size_t)d->Fl * 2);
     size_t R = (size_t)d->R;
     a->fin = bump(&off, R * D * 2);
+    if (d->quant) {
+        a->xq = bump(&off, T * (size_t)d->ldq);
+        a->sx = bump(&off, T * sizeof(float));
+    }
     a->logits = bump(&off, d->lm_head ? R * (size_t)d->V * sizeof(float) : 0);
     a->part = bump(&off, (size_t)d->n_dec_max * d->KVl * d->max_splits * d->G * (d->hd + 2) *
                              sizeof(float));

@@ -117,6 +117,10 @@ typedef struct cuda_dims {
     int bias;       /* per-layer q|k|v and o biases (mdesc bias_qkv/bias_o)  */
     int qk_norm;    /* per-layer q_norm, k_norm gains                        */
     int sandwich;   /* per-layer post-attention / post-MLP norms (Gemma)     */
+    int quant;      /* the layer matrices: CUDA_QUANT_NONE (bf16), _INT8
+                       (W8A8) or _INT4 (W4A8), cuda/backend.h              */
+    int ldq;        /* bytes per quantized activation row: the widest K of
+                       a layer GEMM, rounded up to 32 (0 unquantized)      */
 } cuda_dims;
 
 /* What one forward may carry. */
@@ -128,12 +132,14 @@ typedef struct cuda_limits {
     int num_blocks; /* KV blocks asked for: 0 from the budget, > 0 fixed;
                        checked here so a bad value fails before the upload  */
     int invariant;  /* batch-invariant kernels (cuda_config.batch_invariant) */
+    int quant;      /* cuda_config.quant                                     */
 } cuda_limits;
 
 /* Fills d for shard sh. INF_ERR_UNSUPPORTED for shapes the kernels do not
  * handle (query heads that do not group over the KV heads, odd or
  * > CUDA_MAX_HEAD_DIM head_dim, more than CUDA_ATTN_ROWS query heads per KV
- * head); INF_ERR_INVALID for bad limits. */
+ * head, quantized matrices over several ranks or with K of 65,536 or more);
+ * INF_ERR_INVALID for bad limits. */
 int cuda_plan_dims(const model_config *c, const cuda_shard *sh, const cuda_limits *lim,
                    cuda_dims *d, inf_err *err);
 
@@ -163,8 +169,14 @@ typedef struct cuda_wlayout {
     size_t post_norm;    /* [2][D] f32 post-attention, post-MLP (sandwich)    */
     size_t qk_gain;      /* [2][hd] f32 (qk_norm)                              */
     size_t bias;         /* [qkv + D] f32 q|k|v then o (bias)                  */
-    size_t w[CUDA_W_COUNT];              /* bf16 matrices, inside a layer     */
+    size_t w[CUDA_W_COUNT];              /* the matrices, inside a layer: bf16
+                                            [N][K]; int8 [N][w_ld]; int4 [N][G][16]
+                                            nibbles (cuda/kern.h)              */
+    size_t w_scale[CUDA_W_COUNT];        /* quantized: int8 [N] f32 scales;
+                                            int4 [N][G] f16 (inside a layer)   */
     size_t w_rows[CUDA_W_COUNT], w_cols[CUDA_W_COUNT];
+    size_t w_ld[CUDA_W_COUNT];           /* int8: bytes per row (K rounded up
+                                            to 32); int4: groups per row       */
     size_t total;
     size_t stream_bytes; /* what one decode step reads: the layers' matrices
                             and the LM head (the roofline's numerator)        */
@@ -204,6 +216,8 @@ typedef struct cuda_alayout {
     size_t gu;      /* [T][2 Fl] f32 gate | up                               */
     size_t act;     /* [T][Fl] bf16 SwiGLU output                            */
     size_t fin;     /* [R][D] bf16 final-normed logit rows                   */
+    size_t xq;      /* [T][ldq] int8 quantized GEMM input (quant only)       */
+    size_t sx;      /* [T] f32 its scales (quant only)                       */
     size_t logits;  /* [R][V] f32 (lm_head rank; 0 bytes elsewhere)          */
     size_t part;    /* [n_dec_max][KVl][max_splits][G][hd + 2] f32 partials  */
     size_t ids;     /* [R] int32 sampled ids                                 */

@@ -427,6 +427,74 @@ static void test_cuda_plan_weights_layout(void **state)
     assert_int_equal(w1.stream_bytes, 32 * per_layer / 2);
 }
 
+/* Quantized layer matrices (cuda/kern.h): int8 rows of K rounded up to 32
+ * bytes with an f32 scale each, int4 groups of 16 bytes with an f16 scale
+ * each; disjoint and aligned, a quarter and an eighth (plus scales) of the
+ * bf16 stream; the activation arena gains the quantized input rows. Refused
+ * over several ranks, and for K of 65,536 or more (int32 sums). */
+static void test_cuda_plan_quantized_layout(void **state)
+{
+    (void)state;
+    model_config c = shape(4096, 14336, 2, 32, 8, 128, 32000);
+    c.max_position_embeddings = 4096;
+    c.intermediate_size = 14330; /* K not a multiple of 32 for down */
+    cuda_shard s;
+    cuda_plan_shard(&c, 1, 0, &s, NULL);
+    size_t D = 4096, F = 14330, Fp = 14336, V = 32000;
+    for (int quant = CUDA_QUANT_INT8; quant <= CUDA_QUANT_INT4; quant++) {
+        cuda_limits lim = {.max_tokens = 300, .max_seqs = 8, .max_ctx = 1000, .block_size = 16,
+                           .quant = quant};
+        cuda_dims d;
+        assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, NULL), INF_OK);
+        assert_int_equal(d.ldq, (int)Fp);
+        cuda_wlayout w;
+        cuda_plan_weights(&d, 0, &w);
+        size_t K[4] = {D, D, D, F}, N[4] = {6144, D, 2 * F, D}, mats = 0;
+        span sp[4 + 2 * 4 * 2];
+        int n = 0;
+        sp[n++] = (span){w.embed, V * D * 2};
+        sp[n++] = (span){w.lm_head, V * D * 2};
+        sp[n++] = (span){w.norm, D * 4};
+        sp[n++] = (span){w.rope, 4 * 64 * 8};
+        for (int l = 0; l < 2; l++)
+            for (int m = 0; m < CUDA_W_COUNT; m++) {
+                size_t base = w.layer0 + (size_t)l * w.layer_stride, b, sb;
+                assert_int_equal(w.w_rows[m], N[m]);
+                if (quant == CUDA_QUANT_INT8) {
+                    assert_int_equal(w.w_ld[m], (K[m] + 31) / 32 * 32);
+                    b = N[m] * w.w_ld[m];
+                    sb = N[m] * 4;
+                } else {
+                    assert_int_equal(w.w_ld[m], (K[m] + 31) / 32);
+                    b = N[m] * w.w_ld[m] * 16;
+                    sb = N[m] * w.w_ld[m] * 2;
+                }
+                sp[n++] = (span){base + w.w[m], b};
+                sp[n++] = (span){base + w.w_scale[m], sb};
+                mats += l == 0 ? b + sb : 0;
+            }
+        assert_layout(sp, n, w.total);
+        assert_int_equal(w.stream_bytes, 2 * mats + V * D * 2);
+        cuda_mlayout ml;
+        cuda_alayout a;
+        cuda_plan_meta(&d, &ml);
+        cuda_plan_acts(&d, &ml, &a);
+        span as[] = {{a.xq, 300 * Fp}, {a.sx, 300 * 4}, {a.fin, 300 * D * 2}, {a.ids, 300 * 4}};
+        assert_layout(as, 4, a.total);
+    }
+    inf_err err = {0};
+    cuda_dims d;
+    cuda_limits lim = {.max_tokens = 300, .max_seqs = 8, .max_ctx = 1000, .block_size = 16,
+                       .quant = CUDA_QUANT_INT4};
+    cuda_plan_shard(&c, 2, 0, &s, NULL);
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, &err), INF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "--quantization int4 runs on one GPU"));
+    c.intermediate_size = 65536;
+    cuda_plan_shard(&c, 1, 0, &s, NULL);
+    assert_int_equal(cuda_plan_dims(&c, &s, &lim, &d, &err), INF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "K below 65536, and this model has 65536"));
+}
+
 /* Activation and metadata arenas: aligned, disjoint, sized from T, S, MB;
  * block tables last in the metadata. */
 static void test_cuda_plan_acts_and_meta_layout(void **state)
@@ -976,6 +1044,7 @@ int main(void)
         cmocka_unit_test(test_cuda_plan_dims_refusals_say_why),
         cmocka_unit_test(test_cuda_plan_splitk_partitions_every_context),
         cmocka_unit_test(test_cuda_plan_weights_layout),
+        cmocka_unit_test(test_cuda_plan_quantized_layout),
         cmocka_unit_test(test_cuda_plan_acts_and_meta_layout),
         cmocka_unit_test(test_cuda_plan_kv_worked_example),
         cmocka_unit_test(test_cuda_plan_kv_too_small_says_why),

@@ -151,10 +151,8 @@ describe(`continuous batching on ${model}`, () => {
 });
 
 // scripts/gpu-check runs this suite with every daemon on --device cuda,
-// where int8 is refused at start.
-const onCuda = process.env.INFERD_E2E_DEVICE === 'cuda';
-
-describe(`int8 weights (--quantization int8) on ${model}`, { skip: onCuda && 'int8 is CPU only' }, () => {
+// where the same int8 arithmetic runs in cuda/k_quant.cu.
+describe(`int8 weights (--quantization int8) on ${model}`, () => {
   const work = workload(32);
   let expected;
 
@@ -195,8 +193,9 @@ describe(`int8 weights (--quantization int8) on ${model}`, { skip: onCuda && 'in
 });
 
 describe('--quantization usage errors', () => {
-  test('an unknown scheme, or int8 on CUDA, is a usage error', () => {
-    for (const extra of [['--quantization', 'fp4'], ['--quantization', 'int8', '--device', 'cuda']]) {
+  test('an unknown scheme, or int8 over several GPUs, is a usage error', () => {
+    for (const extra of [['--quantization', 'fp4'],
+      ['--quantization', 'int8', '--device', 'cuda', '--tensor-parallel-size', '2']]) {
       const r = spawnSync(INFERD, ['--model', model, '--port', '0', ...extra]);
       assert.equal(r.status, 2, r.stderr.toString());
       assert.match(r.stderr.toString(), /--quantization/);
