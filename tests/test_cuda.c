@@ -947,9 +947,11 @@ static void mcopy_free(mcopy *mc)
 
 enum { BS = 16, MAXB = 48, MAXT = 1024, MAXS = 64 };
 
-static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
+/* The CPU backend, its layer matrices quantized as quant says (cpu_quant). */
+static be_backend *cpu_make_q(const model *m, int T, int ctx, int nb, int quant)
 {
     cpu_config c = cpu_config_default();
+    c.quant = quant;
     c.max_tokens = T;
     c.max_context = ctx;
     c.block_size = BS;
@@ -959,6 +961,11 @@ static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
     if (cpu_backend_create(m, &c, &be, &err))
         fail_msg("cpu backend: %s", err.msg);
     return be;
+}
+
+static be_backend *cpu_make(const model *m, int T, int ctx, int nb)
+{
+    return cpu_make_q(m, T, ctx, nb, CPU_QUANT_NONE);
 }
 
 /* A backend's config for these tests; gpu_create builds it. */
@@ -1149,8 +1156,11 @@ static void test_cuda_mlp_matches_host(void **state)
  * kernels and with cuBLAS. Batch-invariant, the three are the same bits. */
 /* The GPU's logits of a 40-token sequence, at once, in chunks of 7 and
  * decoded, against the CPU backend on the same bf16-rounded weights, in
- * both GPU modes (batch-invariant: the same bits all three ways). */
-static void logits_match_cpu(const char *dir)
+ * both GPU modes (batch-invariant: the same bits all three ways). With
+ * quant (cuda_config.quant) both quantize the layer matrices from the
+ * checkpoint by the same rules, the CPU from its f32 activations and the
+ * GPU from bf16 ones, and the quantized GEMMs are exact in both GPU modes. */
+static void logits_match_cpu_q(const char *dir, int quant)
 {
     model *m = NULL;
     inf_err err = {0};
@@ -1164,14 +1174,16 @@ static void logits_match_cpu(const char *dir)
     size_t bytes = (size_t)n * V * 4;
     float *lc = malloc(bytes), *lg = malloc(bytes), *lg7 = malloc(bytes);
     float *lg1 = malloc(bytes);
-    mcopy *mc = bf16_copy(m); /* the CPU reference, once for both GPU modes */
-    be_backend *cpu = cpu_make(&mc->m, MAXT, 256, MAXB + 1);
+    mcopy *mc = quant ? NULL : bf16_copy(m); /* the CPU reference, once for both GPU modes */
+    be_backend *cpu = cpu_make_q(mc ? &mc->m : m, MAXT, 256, MAXB + 1, quant);
     seq_logits(cpu, toks, n, 0, lc);
     be_destroy(cpu);
-    mcopy_free(mc);
+    if (mc)
+        mcopy_free(mc);
     for (int inv = 1; inv >= 0; inv--) {
         cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
         gc.batch_invariant = inv;
+        gc.quant = quant;
         be_backend *gpu = gpu_create(m, &gc);
         seq_logits(gpu, toks, n, 0, lg);
         seq_logits(gpu, toks, n, 7, lg7);
@@ -1189,8 +1201,9 @@ static void logits_match_cpu(const char *dir)
                          dir, i, e, e7, e1, tol);
         }
         int same = !memcmp(lg, lg7, bytes) && !memcmp(lg, lg1, bytes);
-        print_message("%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
+        print_message("%s%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
                       "decoded); at once, in chunks and decoded: %s\n", dir,
+                      quant == CUDA_QUANT_INT8 ? " (int8)" : quant ? " (int4)" : "",
                       inv ? "batch-invariant" : "cuBLAS", worst, worst7,
                       same ? "the same bits" : "different bits");
         if (inv && !same)
@@ -1202,6 +1215,11 @@ static void logits_match_cpu(const char *dir)
     free(lg);
     free(lg7);
     free(lg1);
+}
+
+static void logits_match_cpu(const char *dir)
+{
+    logits_match_cpu_q(dir, CUDA_QUANT_NONE);
 }
 
 static void test_cuda_model_logits_match_cpu(void **state)
@@ -1229,6 +1247,40 @@ static void test_cuda_families_match_cpu(void **state)
             fail_msg("%s is missing (the Makefile makes it)", dir);
         logits_match_cpu(dir);
     }
+}
+
+/* --quantization int8 and int4 on the GPU against the CPU's, on the
+ * fixtures, a family with biases (qwen2) and Gemma 3's, and a
+ * compressed-tensors W8A8 checkpoint (int8 as stored; int4 refused). */
+static void test_cuda_quantized_match_cpu(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const char *const names[] = {"tiny", "wide", "fam-qwen2", "fam-gemma3"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
+        if (!is_dir(dir))
+            fail_msg("%s is missing (the Makefile makes it)", dir);
+        logits_match_cpu_q(dir, CUDA_QUANT_INT8);
+        logits_match_cpu_q(dir, CUDA_QUANT_INT4);
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny-w8a8", fixtures());
+    if (!is_dir(dir))
+        fail_msg("%s is missing (the Makefile makes it)", dir);
+    logits_match_cpu_q(dir, CUDA_QUANT_INT8);
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load(dir, &m, &err))
+        fail_msg("%s", err.msg);
+    cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    gc.quant = CUDA_QUANT_INT4;
+    be_backend *be = NULL;
+    assert_int_equal(cuda_backend_create(m, &gc, &be, &err), INF_ERR_UNSUPPORTED);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "runs with --quantization int8 (or none), not int4"));
+    model_destroy(m);
 }
 
 /* Greedy continuation of "Once upon a time" for 64 tokens: the GPU's
@@ -1910,6 +1962,7 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_sample_masked),
         cmocka_unit_test(test_cuda_model_logits_match_cpu),
         cmocka_unit_test(test_cuda_families_match_cpu),
+        cmocka_unit_test(test_cuda_quantized_match_cpu),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
