@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "cpu/backend.h"
+#include "cpu/kern.h"
 #include "cuda/backend.h"
 #include "cuda/kern.h"
 #include "cuda/mlp.h"
@@ -449,6 +450,257 @@ static void test_cuda_kern_gemm_invariant(void **state)
         cudaFree(dy);
         cudaFree(dy2);
         cudaFree(ws);
+    }
+}
+
+/* ---- quantized layer matrices: bit for bit against cuda/kern.h's contract ---- */
+
+/* The contract's int8 row quantization on the host, one rounding per step;
+ * returns sx. */
+static float quant_host(const uint16_t *x, int K, int8_t *q, int ldq)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(bf(x[k]));
+        if (a > amax) /* false for NaN */
+            amax = a;
+    }
+    float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int k = 0; k < ldq; k++) /* fmaxf: NaN -> -127 */
+        q[k] = k < K ? (int8_t)(int)rintf(fminf(fmaxf(bf(x[k]) * inv, -127.0f), 127.0f)) : 0;
+    return amax / 127.0f;
+}
+
+/* cuda_k_quant_rows gives the contract's q (zero padding included) and sx
+ * bits: random rows of several magnitudes, a row of zeros, NaNs (skipped by
+ * amax, -127 in q), an infinity (inv 0: finite values 0, the infinity -127),
+ * and a row scaled by exactly 1 whose halves round to even. The host
+ * computation is checked against the CPU backend's quantizer too. */
+static void test_cuda_kern_quant_rows_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { T = 8, K = 600, LDX = 608, LDQ = 640 };
+    uint16_t *x = malloc((size_t)T * LDX * 2);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < LDX; k++)
+            x[t * LDX + k] = inf_f32_to_bf16(frand() * (float)(1 << t));
+    for (int k = 0; k < K; k++)
+        x[1 * LDX + k] = k % 2 ? 0x8000 : 0; /* +0 and -0 */
+    x[2 * LDX + 5] = 0x7fc0;
+    x[2 * LDX + 50] = 0xffc0;
+    x[3 * LDX + 7] = 0x7f80;
+    const float halves[] = {-127.0f, 2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 126.5f, -126.5f};
+    const int8_t rounded[] = {-127, 2, -4, 0, 0, 2, 126, -126};
+    for (int k = 0; k < 8; k++)
+        x[4 * LDX + k] = inf_f32_to_bf16(halves[k]); /* amax 127: inv exactly 1 */
+    int8_t *want = malloc((size_t)T * LDQ), *got = malloc((size_t)T * LDQ), cq[K];
+    float want_sx[T], got_sx[T], v[K];
+    for (int t = 0; t < T; t++) {
+        want_sx[t] = quant_host(x + t * LDX, K, want + t * LDQ, LDQ);
+        for (int k = 0; k < K; k++)
+            v[k] = bf(x[t * LDX + k]);
+        float s = cpu_kern_generic.quant(v, K, cq, 0);
+        assert_memory_equal(&s, &want_sx[t], 4);
+        assert_memory_equal(cq, want + t * LDQ, K);
+    }
+    assert_memory_equal(want + 4 * LDQ, rounded, 8);
+    assert_int_equal(want[2 * LDQ + 5], -127);
+    assert_int_equal(want[2 * LDQ + 50], -127);
+    assert_int_equal(want[3 * LDQ + 7], -127);
+    assert_true(isinf(want_sx[3]) && want_sx[1] == 0.0f);
+
+    uint16_t *dx = to_dev(x, (size_t)T * LDX * 2);
+    int8_t *dq = dmalloc((size_t)T * LDQ);
+    float *dsx = dmalloc(sizeof got_sx);
+    CK(cudaMemset(dq, 0x55, (size_t)T * LDQ)); /* the padding must be written */
+    CK(cuda_k_quant_rows(dx, LDX, K, T, dq, LDQ, dsx, 0));
+    CK(cudaDeviceSynchronize());
+    to_host(got, dq, (size_t)T * LDQ);
+    to_host(got_sx, dsx, sizeof got_sx);
+    assert_memory_equal(got, want, (size_t)T * LDQ);
+    assert_memory_equal(got_sx, want_sx, sizeof got_sx);
+    cudaFree(dx);
+    cudaFree(dq);
+    cudaFree(dsx);
+    free(x);
+    free(want);
+    free(got);
+}
+
+/* The row counts of the GEMM tests: one and two passes of the decode
+ * kernels, then the tiled ones with a partial and several row tiles. */
+static const int q_ms[] = {1, 3, 8, 9, 40, 130};
+enum { Q_MMAX = 130 };
+
+/* Activations as cuda_k_quant_rows leaves them ([-127, 127], zero past K)
+ * and their scales (row 2's 0). */
+static void rand_q(int8_t *q, int ldq, int K, float *sx)
+{
+    for (int m = 0; m < Q_MMAX; m++) {
+        for (int k = 0; k < ldq; k++)
+            q[(size_t)m * ldq + k] = k < K ? (int8_t)((int)(urand() % 255) - 127) : 0;
+        sx[m] = m == 2 ? 0.0f : fabsf(frand()) * 0.01f;
+    }
+}
+
+/* Runs one quantized GEMM for every M of q_ms and compares rows 0..M-1 of
+ * y with want [Q_MMAX][N] bit for bit; row 0 of the largest M is also
+ * compared with the M = 1 run's (batch invariance, said outright). */
+typedef cudaError_t (*q_gemm_fn)(const void *ctx, int M, float *dy, int ldy);
+
+static void q_gemm_check(q_gemm_fn run, const void *ctx, int N, const float *want,
+                         const char *what)
+{
+    int ldy = N + 3;
+    size_t ybytes = (size_t)Q_MMAX * ldy * 4;
+    float *dy = dmalloc(ybytes), *y = malloc(ybytes), *row0 = malloc((size_t)N * 4);
+    for (size_t i = 0; i < sizeof q_ms / sizeof *q_ms; i++) {
+        int M = q_ms[i];
+        CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
+        CK(run(ctx, M, dy, ldy));
+        CK(cudaDeviceSynchronize());
+        to_host(y, dy, (size_t)M * ldy * 4);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++)
+                if (memcmp(&y[(size_t)m * ldy + n], &want[(size_t)m * N + n], 4))
+                    fail_msg("%s, M %d: y[%d][%d] = %a, the contract's %a", what, M, m, n,
+                             y[(size_t)m * ldy + n], want[(size_t)m * N + n]);
+        if (M == 1)
+            memcpy(row0, y, (size_t)N * 4);
+        if (M == Q_MMAX)
+            assert_memory_equal(row0, y, (size_t)N * 4);
+    }
+    print_message("%s: every M the contract's bits\n", what);
+    cudaFree(dy);
+    free(y);
+    free(row0);
+}
+
+typedef struct i8_case {
+    const int8_t *q, *w;
+    const float *sx, *sw;
+    int ldq, ldw, N, K;
+} i8_case;
+
+static cudaError_t run_i8(const void *ctx, int M, float *dy, int ldy)
+{
+    const i8_case *c = ctx;
+    return cuda_k_gemm_i8(c->q, c->ldq, c->sx, c->w, c->ldw, c->sw, c->N, c->K, dy, ldy, M, 0);
+}
+
+/* cuda_k_gemm_i8 gives the contract's bits, y = ((float)S * sx) * sw, for
+ * N not a multiple of any tile, K a multiple of 32 and not (with ldw and
+ * ldq padded), weights holding -128, and one output whose sum is past 2^24
+ * (so (float)S rounds). */
+static void test_cuda_kern_gemm_i8_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int shapes[][4] = {/* N, K, ldw, ldq */
+                             {1, 32, 32, 32}, {37, 96, 96, 96}, {300, 2080, 2080, 2080},
+                             {37, 100, 128, 160}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int N = shapes[c][0], K = shapes[c][1], ldw = shapes[c][2], ldq = shapes[c][3];
+        int8_t *q = malloc((size_t)Q_MMAX * ldq), *w = malloc((size_t)N * ldw);
+        float sx[Q_MMAX], *sw = malloc((size_t)N * 4), *want = malloc((size_t)Q_MMAX * N * 4);
+        rand_q(q, ldq, K, sx);
+        for (int n = 0; n < N; n++) {
+            for (int k = 0; k < ldw; k++)
+                w[(size_t)n * ldw + k] = k < K ? (int8_t)((int)(urand() % 256) - 128) : 0;
+            sw[n] = fabsf(frand()) * 0.01f;
+        }
+        for (int k = 0; k < K; k++) { /* y[0][0]: S near -2^25 for K = 2080 */
+            q[k] = (int8_t)(100 + urand() % 28);
+            w[k] = (int8_t)(-128 + (int)(urand() % 28));
+        }
+        for (int m = 0; m < Q_MMAX; m++)
+            for (int n = 0; n < N; n++) {
+                int32_t S = 0;
+                for (int k = 0; k < K; k++)
+                    S += (int32_t)q[(size_t)m * ldq + k] * w[(size_t)n * ldw + k];
+                want[(size_t)m * N + n] = ((float)S * sx[m]) * sw[n];
+            }
+        i8_case ic = {.q = to_dev(q, (size_t)Q_MMAX * ldq), .w = to_dev(w, (size_t)N * ldw),
+                      .sx = to_dev(sx, sizeof sx), .sw = to_dev(sw, (size_t)N * 4),
+                      .ldq = ldq, .ldw = ldw, .N = N, .K = K};
+        char what[80];
+        snprintf(what, sizeof what, "gemm_i8 N %d K %d ldw %d ldq %d", N, K, ldw, ldq);
+        q_gemm_check(run_i8, &ic, N, want, what);
+        cudaFree((void *)ic.q);
+        cudaFree((void *)ic.w);
+        cudaFree((void *)ic.sx);
+        cudaFree((void *)ic.sw);
+        free(q);
+        free(w);
+        free(sw);
+        free(want);
+    }
+}
+
+typedef struct i4_case {
+    const int8_t *q;
+    const uint8_t *w4;
+    const uint16_t *d;
+    const float *sx;
+    int ldq, N, G;
+} i4_case;
+
+static cudaError_t run_i4(const void *ctx, int M, float *dy, int ldy)
+{
+    const i4_case *c = ctx;
+    return cuda_k_gemm_i4(c->q, c->ldq, c->sx, c->w4, c->d, c->N, c->G, dy, ldy, M, 0);
+}
+
+/* cuda_k_gemm_i4 gives the contract's bits: s_g exact from the nibbles
+ * (low k = 32g + i, high 32g + 16 + i, minus 8), the fmaf chain over g in
+ * order, then times sx; random nibbles and f16 scales of both signs (and
+ * some 0), N not a multiple of any tile, G odd and even, ldq padded. */
+static void test_cuda_kern_gemm_i4_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    const int shapes[][3] = {/* N, G, ldq */ {1, 1, 32}, {37, 3, 128}, {300, 65, 2080}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int N = shapes[c][0], G = shapes[c][1], ldq = shapes[c][2], K = 32 * G;
+        size_t nd = (size_t)N * G;
+        int8_t *q = malloc((size_t)Q_MMAX * ldq);
+        uint8_t *w4 = malloc(nd * 16);
+        uint16_t *d = malloc(nd * 2);
+        float sx[Q_MMAX], *want = malloc((size_t)Q_MMAX * N * 4);
+        rand_q(q, ldq, K, sx);
+        for (size_t i = 0; i < nd * 16; i++)
+            w4[i] = (uint8_t)urand();
+        for (size_t i = 0; i < nd; i++)
+            d[i] = i % 11 == 5 ? 0 : inf_f32_to_f16(frand() * 0.01f);
+        for (int m = 0; m < Q_MMAX; m++)
+            for (int n = 0; n < N; n++) {
+                const int8_t *qm = q + (size_t)m * ldq;
+                float acc = 0.0f;
+                for (int g = 0; g < G; g++) {
+                    const uint8_t *b = w4 + ((size_t)n * G + g) * 16;
+                    int32_t s = 0;
+                    for (int i = 0; i < 16; i++)
+                        s += qm[32 * g + i] * ((b[i] & 15) - 8) +
+                             qm[32 * g + 16 + i] * ((b[i] >> 4) - 8);
+                    acc = fmaf((float)s, inf_f16_to_f32(d[(size_t)n * G + g]), acc);
+                }
+                want[(size_t)m * N + n] = acc * sx[m];
+            }
+        i4_case ic = {.q = to_dev(q, (size_t)Q_MMAX * ldq), .w4 = to_dev(w4, nd * 16),
+                      .d = to_dev(d, nd * 2), .sx = to_dev(sx, sizeof sx), .ldq = ldq, .N = N,
+                      .G = G};
+        char what[80];
+        snprintf(what, sizeof what, "gemm_i4 N %d G %d ldq %d", N, G, ldq);
+        q_gemm_check(run_i4, &ic, N, want, what);
+        cudaFree((void *)ic.q);
+        cudaFree((void *)ic.w4);
+        cudaFree((void *)ic.d);
+        cudaFree((void *)ic.sx);
+        free(q);
+        free(w4);
+        free(d);
+        free(want);
     }
 }
 
@@ -1957,6 +2209,9 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_rope_kv),
         cmocka_unit_test(test_cuda_kern_swiglu),
         cmocka_unit_test(test_cuda_kern_gemm_invariant),
+        cmocka_unit_test(test_cuda_kern_quant_rows_exact),
+        cmocka_unit_test(test_cuda_kern_gemm_i8_exact),
+        cmocka_unit_test(test_cuda_kern_gemm_i4_exact),
         cmocka_unit_test(test_cuda_kern_attention_paged),
         cmocka_unit_test(test_cuda_kern_sample_matches_smp),
         cmocka_unit_test(test_cuda_kern_sample_masked),

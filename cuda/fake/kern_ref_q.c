@@ -1,0 +1,128 @@
+/* Host references of the quantized kernels (cuda/kern.h, "quantized layer
+ * matrices") for the fake device, written from the contract: the same
+ * float operations in the same order (built with -ffp-contract=off, each
+ * `*`, `/` and fmaf is one rounding, as the device's _rn intrinsics). The
+ * argument checks are cuda/k_quant.cu's, so misuse fails alike. */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/fake/fake.h"
+#include "cuda/kern.h"
+#include "engine/common.h"
+
+static int aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
+
+typedef struct quant_args {
+    const uint16_t *x;
+    int ldx, K, T, ldq;
+    int8_t *q;
+    float *sx;
+} quant_args;
+
+static void quant_run(const void *p)
+{
+    const quant_args *a = p;
+    for (int t = 0; t < a->T; t++) {
+        const uint16_t *x = a->x + (size_t)t * a->ldx;
+        int8_t *q = a->q + (size_t)t * a->ldq;
+        float amax = 0.0f;
+        for (int k = 0; k < a->K; k++) {
+            float v = fabsf(inf_bf16_to_f32(x[k]));
+            if (v > amax) /* false for NaN */
+                amax = v;
+        }
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int k = 0; k < a->ldq; k++) {
+            float v = k < a->K ? fminf(fmaxf(inf_bf16_to_f32(x[k]) * inv, -127.0f), 127.0f)
+                               : 0.0f; /* fmaxf: NaN -> -127 */
+            q[k] = (int8_t)(int)rintf(v);
+        }
+        a->sx[t] = amax / 127.0f;
+    }
+}
+
+cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q, int ldq,
+                              float *sx, cudaStream_t st)
+{
+    (void)st;
+    if (K < 0 || ldx < K || ldq < K || ldq % 32)
+        return cudaErrorInvalidValue;
+    quant_args a = {.x = x, .ldx = ldx, .K = K, .T = T, .ldq = ldq, .q = q, .sx = sx};
+    return T > 0 ? fake_launch(quant_run, &a, sizeof a) : cudaSuccess;
+}
+
+typedef struct gemmq_args {
+    const int8_t *q, *w;
+    const uint8_t *w4;
+    const uint16_t *d;
+    const float *sx, *sw;
+    int ldq, ldw, N, K, G, ldy, M;
+    float *y;
+} gemmq_args;
+
+static void gemm_i8_run(const void *p)
+{
+    const gemmq_args *a = p;
+    for (int m = 0; m < a->M; m++)
+        for (int n = 0; n < a->N; n++) {
+            const int8_t *q = a->q + (size_t)m * a->ldq, *w = a->w + (size_t)n * a->ldw;
+            int32_t s = 0;
+            for (int k = 0; k < a->K; k++)
+                s += (int32_t)q[k] * w[k];
+            a->y[(size_t)m * a->ldy + n] = ((float)s * a->sx[m]) * a->sw[n];
+        }
+}
+
+cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx, const int8_t *w, int ldw,
+                           const float *sw, int N, int K, float *y, int ldy, int M,
+                           cudaStream_t st)
+{
+    (void)st;
+    if (K < 0 || ldw < K || ldw % 32 || ldq < ldw || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (M <= 0 || N <= 0)
+        return cudaSuccess;
+    if (!aligned16(q) || !aligned16(w))
+        return cudaErrorInvalidValue;
+    gemmq_args a = {.q = q, .w = w, .sx = sx, .sw = sw, .ldq = ldq, .ldw = ldw, .N = N,
+                    .K = K, .ldy = ldy, .M = M, .y = y};
+    return fake_launch(gemm_i8_run, &a, sizeof a);
+}
+
+static void gemm_i4_run(const void *p)
+{
+    const gemmq_args *a = p;
+    for (int m = 0; m < a->M; m++)
+        for (int n = 0; n < a->N; n++) {
+            const int8_t *q = a->q + (size_t)m * a->ldq;
+            float acc = 0.0f;
+            for (int g = 0; g < a->G; g++) {
+                const uint8_t *b = a->w4 + ((size_t)n * a->G + g) * 16;
+                int32_t s = 0;
+                for (int i = 0; i < 16; i++) /* low nibble k = 32g + i, high 32g + 16 + i */
+                    s += (int32_t)q[32 * g + i] * ((b[i] & 15) - 8) +
+                         (int32_t)q[32 * g + 16 + i] * ((b[i] >> 4) - 8);
+                acc = fmaf((float)s, inf_f16_to_f32(a->d[(size_t)n * a->G + g]), acc);
+            }
+            a->y[(size_t)m * a->ldy + n] = acc * a->sx[m];
+        }
+}
+
+cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint8_t *w4,
+                           const uint16_t *d, int N, int G, float *y, int ldy, int M,
+                           cudaStream_t st)
+{
+    (void)st;
+    if (G < 0 || (long long)ldq < 32LL * G || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (M <= 0 || N <= 0)
+        return cudaSuccess;
+    if (!aligned16(q) || !aligned16(w4))
+        return cudaErrorInvalidValue;
+    gemmq_args a = {.q = q, .w4 = w4, .d = d, .sx = sx, .ldq = ldq, .N = N, .G = G,
+                    .ldy = ldy, .M = M, .y = y};
+    return fake_launch(gemm_i4_run, &a, sizeof a);
+}
