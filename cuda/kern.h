@@ -168,7 +168,11 @@ cudaError_t cuda_k_gemm_variants_setup(void);
  * differ only in their inputs (here the bf16 rows the other GEMMs read):
  * every sum is exact in int32, so any order, tile or split gives the same
  * bits and batch invariance costs nothing; the few float steps after it are
- * one fixed chain per output, written with explicit rounding intrinsics. */
+ * one fixed chain per output, written with explicit rounding intrinsics.
+ * q, w and w4 are 16-byte aligned, ldq a multiple of 32 (16 is refused);
+ * K below 65,536 keeps every sum exact (cuda_plan_dims refuses more). A row
+ * holding inf makes a scale inf and its y NaN, whose payload may differ from
+ * the CPU's; every finite result is the same bits. */
 
 /* Per row t < T of x [T][ldx] bf16 (K columns), the CPU's symmetric int8:
  *   amax = max |v| (NaNs skipped); inv = amax > 0 ? 127 / amax : 0 (f32)

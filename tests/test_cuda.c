@@ -1406,12 +1406,31 @@ static void test_cuda_mlp_matches_host(void **state)
  * the same bf16 weights (3% of the row's range), prefilled at once, in
  * chunks of 7 and one token at a time (decode), with the batch-invariant
  * kernels and with cuBLAS. Batch-invariant, the three are the same bits. */
+/* Worst over n rows of |a - b| as a fraction of row_err's tolerance. */
+static double worst_err(const float *a, const float *b, int n, int V)
+{
+    double w = 0;
+    for (int i = 0; i < n; i++) {
+        double tol, e = row_err(a + (size_t)i * V, b + (size_t)i * V, V, &tol);
+        w = fmax(w, e / tol);
+    }
+    return w;
+}
+
 /* The GPU's logits of a 40-token sequence, at once, in chunks of 7 and
  * decoded, against the CPU backend on the same bf16-rounded weights, in
- * both GPU modes (batch-invariant: the same bits all three ways). With
- * quant (cuda_config.quant) both quantize the layer matrices from the
- * checkpoint by the same rules, the CPU from its f32 activations and the
- * GPU from bf16 ones, and the quantized GEMMs are exact in both GPU modes. */
+ * both GPU modes (batch-invariant: the same bits all three ways).
+ *
+ * With quant (cuda_config.quant) both backends quantize the layer matrices
+ * from the checkpoint by engine/qdef's rules and sum exactly, but the GPU
+ * quantizes its bf16 activations where the CPU takes f32 ones: a bf16
+ * rounding moves a value near amax by up to a quarter of an int8 step, so
+ * many int8 activations differ by one, as if quantized afresh. On the
+ * random fixtures that alone moves the logits by about the scheme's own
+ * distance from bf16 for int8 (1.1 to 2.3 tolerances on the fake device).
+ * So the quantized runs allow 2.5 tolerances, and for int4, whose distance
+ * from bf16 is 13 to 17 tolerances there, the GPU must also be within 30% of
+ * that distance: it runs the CPU's scheme, not merely some 4-bit one. */
 static void logits_match_cpu_q(const char *dir, int quant)
 {
     model *m = NULL;
@@ -1432,6 +1451,15 @@ static void logits_match_cpu_q(const char *dir, int quant)
     be_destroy(cpu);
     if (mc)
         mcopy_free(mc);
+    double k = quant ? 2.5 : 1.0, qdist = 0; /* int4's distance from bf16 on the CPU */
+    if (quant == CUDA_QUANT_INT4) {
+        mcopy *mb = bf16_copy(m);
+        be_backend *cb = cpu_make(&mb->m, MAXT, 256, MAXB + 1);
+        seq_logits(cb, toks, n, 0, lg);
+        be_destroy(cb);
+        mcopy_free(mb);
+        qdist = worst_err(lc, lg, n, V);
+    }
     for (int inv = 1; inv >= 0; inv--) {
         cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
         gc.batch_invariant = inv;
@@ -1448,9 +1476,9 @@ static void logits_match_cpu_q(const char *dir, int quant)
             double e1 = row_err(lg1 + (size_t)i * V, lc + (size_t)i * V, V, &tol);
             worst = fmax(worst, e / tol);
             worst7 = fmax(worst7, fmax(e7, e1) / tol);
-            if (e > tol || e7 > tol || e1 > tol)
+            if (e > k * tol || e7 > k * tol || e1 > k * tol)
                 fail_msg("%s position %d: |gpu - cpu| %g (chunks of 7 %g, decode %g) > %g",
-                         dir, i, e, e7, e1, tol);
+                         dir, i, e, e7, e1, k * tol);
         }
         int same = !memcmp(lg, lg7, bytes) && !memcmp(lg, lg1, bytes);
         print_message("%s%s, %s: worst |gpu - cpu| is %.2f of the tolerance (%.2f chunked or "
@@ -1458,6 +1486,12 @@ static void logits_match_cpu_q(const char *dir, int quant)
                       quant == CUDA_QUANT_INT8 ? " (int8)" : quant ? " (int4)" : "",
                       inv ? "batch-invariant" : "cuBLAS", worst, worst7,
                       same ? "the same bits" : "different bits");
+        if (qdist > 0) {
+            print_message("  int4 on the CPU is %.2f tolerances from bf16\n", qdist);
+            if (worst > 0.3 * qdist)
+                fail_msg("%s: the GPU's int4 is %.2f tolerances from the CPU's, over 30%% of "
+                         "int4's own %.2f from bf16", dir, worst, qdist);
+        }
         if (inv && !same)
             fail_msg("%s: batch-invariant logits differ between prefill at once, chunks "
                      "of 7 and decode", dir);
