@@ -18,9 +18,11 @@
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/check.h"
 #include "cuda/kern.h"
@@ -646,15 +648,69 @@ static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *
     }
 }
 
+/* Host threads that quantize one staging chunk: one core quantizes about
+ * 100 M weights a second (engine/qdef.c is scalar), so an 8B model alone
+ * would take over a minute. */
+#define QUANT_THREADS 16
+
+/* Rows [r0, r0 + nr) of piece p into out (row bytes each), their scales into
+ * sc from row index done on: a contiguous slice of the rows per thread. */
+typedef struct qchunk {
+    const cuda_piece *p;
+    int64_t r0, nr;
+    int quant, ld, nt;
+    size_t row, sb, done;
+    float *f; /* [nt][nc] one widened row per thread */
+    unsigned char *out, *sc;
+} qchunk;
+
+typedef struct qpart {
+    const qchunk *c;
+    int t;
+} qpart;
+
+static void *qchunk_run(void *arg)
+{
+    const qpart *q = arg;
+    const qchunk *c = q->c;
+    float *f = c->f + (size_t)q->t * (size_t)c->p->nc;
+    for (int64_t r = c->nr * q->t / c->nt; r < c->nr * (q->t + 1) / c->nt; r++) {
+        size_t i = c->done + (size_t)r;
+        quant_row(c->p, c->r0 + r, c->quant, c->ld, f, c->out + (size_t)r * c->row,
+                  (float *)c->sc + i, (uint16_t *)(c->sc + i * c->sb));
+    }
+    return NULL;
+}
+
+/* Every slice of c: on threads where they start, the rest on this one. */
+static void qchunk_all(const qchunk *c)
+{
+    pthread_t th[QUANT_THREADS];
+    qpart part[QUANT_THREADS];
+    int up[QUANT_THREADS] = {0};
+    for (int t = 0; t < c->nt; t++) {
+        part[t] = (qpart){.c = c, .t = t};
+        up[t] = t > 0 && pthread_create(&th[t], NULL, qchunk_run, &part[t]) == 0;
+    }
+    for (int t = 0; t < c->nt; t++)
+        if (!up[t])
+            qchunk_run(&part[t]);
+    for (int t = 1; t < c->nt; t++)
+        if (up[t])
+            pthread_join(th[t], NULL);
+}
+
 /* Matrix `which` of a layer, quantized on the host a chunk of rows at a
- * time: weights to lw + wl->w[which], scales (kept on the host until the
+ * time (qchunk_all): weights to lw + wl->w[which], scales (kept on the host until the
  * end) to lw + wl->w_scale[which]. */
 static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int which, int quant,
                     const cuda_piece *p, int n, inf_err *err)
 {
     size_t N = wl->w_rows[which], ld = wl->w_ld[which];
     size_t row = quant == CUDA_QUANT_INT8 ? ld : ld * 16, sb = quant == CUDA_QUANT_INT8 ? 4 : ld * 2;
-    float *f = malloc(wl->w_cols[which] * sizeof(float));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cores < 1 ? 1 : cores > QUANT_THREADS ? QUANT_THREADS : (int)cores;
+    float *f = malloc((size_t)nt * wl->w_cols[which] * sizeof(float));
     unsigned char *sc = malloc(N * sb);
     int rc = f && sc ? INF_OK : inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory quantizing");
     unsigned char *dst = lw + wl->w[which];
@@ -665,9 +721,11 @@ static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int 
             int64_t nr = p[i].nr - r0 < step ? p[i].nr - r0 : step;
             if ((rc = up_begin(u, err)))
                 break;
-            for (int64_t r = 0; r < nr; r++, done++)
-                quant_row(&p[i], r0 + r, quant, (int)ld, f, u->buf[u->k] + (size_t)r * row,
-                          (float *)sc + done, (uint16_t *)(sc + done * sb));
+            qchunk c = {.p = &p[i], .r0 = r0, .nr = nr, .quant = quant, .ld = (int)ld,
+                        .nt = nr < nt ? (int)nr : nt, .row = row, .sb = sb, .done = done,
+                        .f = f, .out = u->buf[u->k], .sc = sc};
+            qchunk_all(&c);
+            done += (size_t)nr;
             rc = up_end(u, dst, (size_t)nr * row, err);
             dst += (size_t)nr * row;
         }
