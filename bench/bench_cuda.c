@@ -16,12 +16,15 @@
  *            request; limit 1.8x. --spec-prompt gives its prompt as token
  *            ids (natural text the model continues as it was trained to;
  *            random ids make a draft model guess at noise)
+ *   quantized: with --quantization int8,int4 the decode and prefill figures
+ *            again for each scheme (batch-invariant), decode against the
+ *            roofline of the scheme's own bytes (no limit set for them)
  *
  * Built only with `make CUDA=1`; run by scripts/gpu-check.
  *
  *   bench_cuda --model DIR [--draft DIR] [--json FILE] [--decode-steps 128]
  *              [--prefill 2048] [--spec-k 4] [--spec-tokens 256]
- *              [--spec-prompt "1 403 407 ..."] */
+ *              [--spec-prompt "1 403 407 ..."] [--quantization int8,int4] */
 #include <cJSON.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -376,10 +379,12 @@ static double decode(be_backend *be, seqs *s, int steps)
     return t;
 }
 
-static be_backend *make(const model *m, int max_tokens, int num_blocks, int max_ctx, int inv)
+static be_backend *make(const model *m, int max_tokens, int num_blocks, int max_ctx, int inv,
+                        int quant)
 {
     cuda_config c = cuda_config_default();
     c.batch_invariant = inv;
+    c.quant = quant;
     c.max_tokens = max_tokens;
     c.max_seqs = BATCH;
     c.max_context = max_ctx;
@@ -394,19 +399,23 @@ static be_backend *make(const model *m, int max_tokens, int num_blocks, int max_
     return be;
 }
 
-/* Bytes one decode step streams (the layers' matrices and the LM head, as
- * bf16 on the device) and the matmul parameters a prefill token multiplies. */
-static void model_sizes(const model *m, size_t *stream, double *params)
+/* Bytes one decode step streams (the layers' matrices, bf16 or as quant
+ * holds them, and the bf16 LM head) and the matmul parameters a prefill
+ * token multiplies. */
+static void model_sizes(const model *m, int quant, size_t *stream, double *params)
 {
     cuda_shard sh;
     cuda_dims d;
     cuda_wlayout w;
     TRY(cuda_plan_shard(&m->cfg, 1, 0, &sh, NULL));
-    cuda_limits lim = {.max_tokens = 1, .max_seqs = 1, .max_ctx = 1, .block_size = BS};
+    cuda_limits lim = {.max_tokens = 1, .max_seqs = 1, .max_ctx = 1, .block_size = BS,
+                       .quant = quant};
     TRY(cuda_plan_dims(&m->cfg, &sh, &lim, &d, NULL));
     cuda_plan_weights(&d, 0, &w);
     *stream = w.stream_bytes;
-    *params = (double)(w.stream_bytes - (size_t)d.V * d.D * 2) / 2.0; /* no LM head */
+    *params = 0;
+    for (int i = 0; i < CUDA_W_COUNT; i++) /* no LM head */
+        *params += (double)w.w_rows[i] * (double)w.w_cols[i] * d.L;
 }
 
 /* Greedy speculative decoding of one request for `want` tokens: the draft
@@ -475,15 +484,15 @@ typedef struct figs {
     double t1, t64, tps1, tps64, tp, pflops;
 } figs;
 
-static void measure(const model *m, int inv, const int32_t *prompt, int prefill, int steps,
-                    double params, figs *f)
+static void measure(const model *m, int inv, int quant, const int32_t *prompt, int prefill,
+                    int steps, double params, figs *f)
 {
     int max_len = PROMPT + steps + 8;
     int per = (max_len + BS - 1) / BS, pre_blocks = (prefill + BS - 1) / BS;
     int blocks = BATCH * per + pre_blocks + 1;
     int max_tokens = prefill > BATCH * PROMPT ? prefill : BATCH * PROMPT;
     int max_ctx = prefill > max_len ? prefill : max_len;
-    be_backend *be = make(m, max_tokens, blocks, max_ctx, inv);
+    be_backend *be = make(m, max_tokens, blocks, max_ctx, inv, quant);
 
     /* decode, one sequence (warm-up first: captures the bucket's graph) */
     seqs s1;
@@ -533,7 +542,7 @@ static void measure(const model *m, int inv, const int32_t *prompt, int prefill,
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *draft_dir = NULL, *json = NULL, *spec_text = NULL;
+    const char *dir = NULL, *draft_dir = NULL, *json = NULL, *spec_text = NULL, *quants = "";
     int steps = 128, prefill = 2048, spec_k = 4, spec_tokens = 256, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "target model (bf16, e.g. Mistral-7B-shaped)"},
@@ -545,6 +554,8 @@ int main(int argc, char **argv)
         {"spec-tokens", ARG_INT, &spec_tokens, "N", "tokens generated per spec run (256)"},
         {"spec-prompt", ARG_STR, &spec_text, "IDS",
          "the spec figure's prompt: at least 32 token ids, space-separated (default random)"},
+        {"quantization", ARG_STR, &quants, "LIST",
+         "also measure these schemes: int8, int4 or int8,int4 (default none)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     inf_err err = {0};
@@ -557,6 +568,18 @@ int main(int argc, char **argv)
     if (spec_k < 1 || spec_k > 32 || prefill < PROMPT || steps < 1 || spec_tokens > 3000) {
         fprintf(stderr, "bench_cuda: bad sizes\n");
         return 2;
+    }
+    int qs[2], nq = 0; /* the schemes asked for, each once */
+    for (const char *q = quants; *q;) {
+        size_t n = strcspn(q, ",");
+        int v = n == 4 && !strncmp(q, "int8", 4) ? CUDA_QUANT_INT8
+                : n == 4 && !strncmp(q, "int4", 4) ? CUDA_QUANT_INT4 : 0;
+        if (!v || nq == 2 || (nq == 1 && qs[0] == v)) {
+            fprintf(stderr, "bench_cuda: --quantization is a list of int8 and int4\n");
+            return 2;
+        }
+        qs[nq++] = v;
+        q += n + (q[n] == ',');
     }
     char why[256];
     if (!cuda_available(why, sizeof why)) {
@@ -584,7 +607,7 @@ int main(int argc, char **argv)
 
     size_t stream;
     double params;
-    model_sizes(m, &stream, &params);
+    model_sizes(m, CUDA_QUANT_NONE, &stream, &params);
     int V = m->cfg.vocab_size;
     int32_t *prompt = malloc((size_t)prefill * 4);
     uint32_t x = 12345;
@@ -611,8 +634,8 @@ int main(int argc, char **argv)
         }
     }
     figs fi, fc; /* batch-invariant kernels; cuBLAS and prefill tiles */
-    measure(m, 1, prompt, prefill, steps, params, &fi);
-    measure(m, 0, prompt, prefill, steps, params, &fc);
+    measure(m, 1, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fi);
+    measure(m, 0, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fc);
     double roof = (double)stream / (bw * 1e9);
     printf("\n%-34s %14s %14s %9s %12s\n", "figure", "invariant", "vs limit", "target",
            "cuBLAS");
@@ -626,13 +649,27 @@ int main(int argc, char **argv)
            "the roofline, %.1fx at 64, %.1f%% of the GEMM rate)\n", roof * 1e3, stream / 1e9,
            bw, 100 * roof / fc.t1, fc.tps64 / fc.tps1, 100 * fc.pflops / gemm);
 
+    figs fq[2];
+    size_t qstream[2];
+    for (int i = 0; i < nq; i++) {
+        const char *name = qs[i] == CUDA_QUANT_INT8 ? "int8" : "int4";
+        model_sizes(m, qs[i], &qstream[i], &params);
+        measure(m, 1, qs[i], prompt, prefill, steps, params, &fq[i]);
+        double qroof = (double)qstream[i] / (bw * 1e9);
+        printf("%s: decode 1 sequence %.2f ms (%.1f%% of its roofline %.2f ms, %.2f GB a "
+               "step; %.2fx bf16's speed), 64 sequences %.0f t/s (%.1fx), prefill %.1f "
+               "TOP/s\n", name, fq[i].t1 * 1e3, 100 * qroof / fq[i].t1, qroof * 1e3,
+               qstream[i] / 1e9, fi.t1 / fq[i].t1, fq[i].tps64, fq[i].tps64 / fq[i].tps1,
+               fq[i].pflops);
+    }
+
     int max_tokens = prefill > BATCH * PROMPT ? prefill : BATCH * PROMPT;
     double spec_ratio = 0, acc = 0, spec_tps = 0, plain_tps = 0;
     be_backend *dbe = NULL;
     if (dm) {
         int sl = PROMPT + spec_tokens + 2 * spec_k + 2, sb = (sl + BS - 1) / BS + 1;
-        be_backend *tgt = make(m, max_tokens, sb, sl, 1);
-        dbe = make(dm, max_tokens, sb, sl, 1);
+        be_backend *tgt = make(m, max_tokens, sb, sl, 1, CUDA_QUANT_NONE);
+        dbe = make(dm, max_tokens, sb, sl, 1, CUDA_QUANT_NONE);
         seqs sq;
         seqs_init(&sq, 1, sl, 1);
         prefill_all(tgt, &sq, spec_prompt);
@@ -680,6 +717,18 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(pf, "fraction_of_gemm", f->pflops / gemm);
             cJSON_AddNumberToObject(pf, "limit", 0.6);
             cJSON_AddBoolToObject(pf, "meets_limit", f->pflops / gemm >= 0.6);
+        }
+        for (int i = 0; i < nq; i++) {
+            cJSON *q = cJSON_AddObjectToObject(o, qs[i] == CUDA_QUANT_INT8 ? "int8" : "int4");
+            double qroof = (double)qstream[i] / (bw * 1e9);
+            cJSON_AddNumberToObject(q, "weights_streamed_bytes", (double)qstream[i]);
+            cJSON_AddNumberToObject(q, "roofline_ms", qroof * 1e3);
+            cJSON_AddNumberToObject(q, "decode_1_ms_per_token", fq[i].t1 * 1e3);
+            cJSON_AddNumberToObject(q, "decode_1_fraction_of_roofline", qroof / fq[i].t1);
+            cJSON_AddNumberToObject(q, "decode_1_speed_over_bf16", fi.t1 / fq[i].t1);
+            cJSON_AddNumberToObject(q, "decode_64_tokens_per_s", fq[i].tps64);
+            cJSON_AddNumberToObject(q, "prefill_ms", fq[i].tp * 1e3);
+            cJSON_AddNumberToObject(q, "prefill_tops", fq[i].pflops);
         }
         if (dm) {
             cJSON *sp_ = cJSON_AddObjectToObject(o, "speculative");
