@@ -12,6 +12,7 @@
 #   make bench-peer [PEER=/tmp/peer] [THREADS=1] [ROUNDS=3] [PEER_ARGS=--no-int4]
 #                                       inferd's int4/bf16 beside llama.cpp's Q4_K_M/bf16
 #   make bench-spec       speculative decoding against speculation off
+#   make bench-rows [ROWS=1,2,3,4,5]  a step of R tokens of one sequence against a step of one
 #   make bench-families   decode (fraction of the memory roofline) and prefill per architecture family
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
@@ -151,7 +152,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-rows bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -448,6 +449,12 @@ bench-families: deps
 
 # Speculative decoding vs off on the TinyLlama-shaped model (made by `make bench`),
 # on prompts held out of the MLP speculator's training; SPEC_ROUNDS (1).
+# A step of R tokens of one sequence against a step of one (a verification
+# of R - 1 drafts): build/bench_pair --rows on make bench's model.
+bench-rows: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench_pair
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_rows $(if $(ROWS),--rows $(ROWS))
+
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits $(BUILD)/tok_ids
 	@BUILD=$(BUILD) $(PYTHON) scripts/bench_spec --target "$$(PYTHON=$(PYTHON) scripts/bench_model)" \
