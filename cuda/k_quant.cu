@@ -323,6 +323,19 @@ bool grid_fits(long long gx, long long gy)
 
 } // namespace
 
+// A quantized GEMM's launch: the warp kernels (a warp per weight row) for
+// decode-sized M, the tiles beyond; false when the grid would not fit.
+static bool qgemm_grid(int M, int N, bool *warp, dim3 *grid)
+{
+    *warp = M <= WARP_MAX_M;
+    long long gx = *warp ? (N + WARP_ROWS - 1) / WARP_ROWS : (N + TB - 1) / TB;
+    long long gy = *warp ? 1 : (M + TB - 1) / TB;
+    if (!grid_fits(gx, gy))
+        return false;
+    *grid = dim3((unsigned)gx, (unsigned)gy);
+    return true;
+}
+
 extern "C" cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q,
                                          int ldq, float *sx, cudaStream_t st)
 {
@@ -344,19 +357,14 @@ extern "C" cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx,
         return cudaGetLastError();
     if (!aligned16(q) || !aligned16(w))
         return cudaErrorInvalidValue;
-    if (M <= WARP_MAX_M) {
-        long long gx = (N + WARP_ROWS - 1) / WARP_ROWS;
-        if (!grid_fits(gx, 1))
-            return cudaErrorInvalidValue;
-        k_gemm_i8_warp<<<(unsigned)gx, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y,
-                                                                 ldy, M);
-    } else {
-        long long gx = (N + TB - 1) / TB, gy = (M + TB - 1) / TB;
-        if (!grid_fits(gx, gy))
-            return cudaErrorInvalidValue;
-        k_gemm_i8_tiled<<<dim3((unsigned)gx, (unsigned)gy), T_THREADS, 0, st>>>(
-            q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
-    }
+    bool warp;
+    dim3 g;
+    if (!qgemm_grid(M, N, &warp, &g))
+        return cudaErrorInvalidValue;
+    if (warp)
+        k_gemm_i8_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
+    else
+        k_gemm_i8_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
     return cudaGetLastError();
 }
 
@@ -370,18 +378,13 @@ extern "C" cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx,
         return cudaGetLastError();
     if (!aligned16(q) || !aligned16(w4))
         return cudaErrorInvalidValue;
-    if (M <= WARP_MAX_M) {
-        long long gx = (N + WARP_ROWS - 1) / WARP_ROWS;
-        if (!grid_fits(gx, 1))
-            return cudaErrorInvalidValue;
-        k_gemm_i4_warp<<<(unsigned)gx, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy,
-                                                                 M);
-    } else {
-        long long gx = (N + TB - 1) / TB, gy = (M + TB - 1) / TB;
-        if (!grid_fits(gx, gy))
-            return cudaErrorInvalidValue;
-        k_gemm_i4_tiled<<<dim3((unsigned)gx, (unsigned)gy), T_THREADS, 0, st>>>(
-            q, ldq, sx, w4, d, N, G, y, ldy, M);
-    }
+    bool warp;
+    dim3 g;
+    if (!qgemm_grid(M, N, &warp, &g))
+        return cudaErrorInvalidValue;
+    if (warp)
+        k_gemm_i4_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
+    else
+        k_gemm_i4_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
     return cudaGetLastError();
 }
