@@ -1,0 +1,18 @@
+/* cuda_upload: a rank's weights from the checkpoint into its device arena
+ * (cuda_wlayout), converted or quantized on the host on the way. */
+#ifndef INFERD_CUDA_UPLOAD_H
+#define INFERD_CUDA_UPLOAD_H
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/plan.h"
+#include "engine/model.h"
+
+/* Everything of m that shard sh holds, to the arena w laid out as wl, on
+ * stream st; returns once it is all on the device. The layer matrices go
+ * as bf16, or quantized by engine/qdef's rules when d->quant says so
+ * (docs/cuda.md, "Quantized layer matrices"). */
+int cuda_upload(const model *m, const cuda_shard *sh, const cuda_dims *d,
+                const cuda_wlayout *wl, unsigned char *w, cudaStream_t st, inf_err *err);
+
+#endif
