@@ -1,5 +1,5 @@
 /* hfq_: GPTQ and AWQ 4-bit linears dequantized at load, and the method
- * dispatch (hfq.h); compressed-tensors is in hfq_ct.c. */
+ * dispatch (hfq.h); compressed-tensors is in hfq_ct.c and hfq_fp8.c. */
 #include "hfq_int.h"
 
 #include <stdio.h>
@@ -42,12 +42,13 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     int group = hfq__jint(qc, "group_size", hfq__jint(qc, "q_group_size", 128));
     const char *fmt = hfq__jstr(qc, "checkpoint_format"), *ver = hfq__jstr(qc, "version");
     hfq *q = NULL;
+    hfq_kind ct_kind = HFQ_CT_INT8;
     int ct = method && !strcmp(method, "compressed-tensors");
     if (!cJSON_IsObject(qc) || !method)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
                       config_path);
     else if (ct)
-        rc = hfq__ct_open(qc, config_path, err);
+        rc = hfq__ct_open(qc, config_path, &ct_kind, err);
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
                       "not supported (gptq, awq, compressed-tensors)", config_path, method);
@@ -66,7 +67,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     if (!rc && !(q = calloc(1, sizeof *q)))
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", config_path);
     if (q) {
-        q->kind = ct ? HFQ_CT_INT8 : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
+        q->kind = ct ? ct_kind : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
         q->group = group;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
         snprintf(q->path, sizeof q->path, "%s", config_path);
@@ -89,6 +90,17 @@ void hfq_free(hfq *q)
 const char *hfq_method(const hfq *q)
 {
     return q->kind == HFQ_GPTQ ? "gptq" : q->kind == HFQ_AWQ ? "awq" : "compressed-tensors";
+}
+
+const char *hfq_describe(const hfq *q)
+{
+    switch (q->kind) {
+    case HFQ_GPTQ: return "gptq 4-bit (dequantized to f32 at load)";
+    case HFQ_AWQ: return "awq 4-bit (dequantized to f32 at load)";
+    case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
+                            "quantized)";
+    default: return "compressed-tensors int8";
+    }
 }
 
 int hfq_is_int8(const hfq *q)
@@ -151,6 +163,8 @@ int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t c
 {
     if (q->kind == HFQ_CT_INT8)
         return hfq__ct_bind(q, st, name, rows, cols, out, err);
+    if (q->kind == HFQ_CT_FP8)
+        return hfq__fp8_bind(q, st, name, rows, cols, out, err);
     const st_tensor *stored = st_find(st, name);
     if (stored)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be "

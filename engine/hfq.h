@@ -27,9 +27,21 @@
  *
  * is bound as it is (model_tensor.q8, scales widened to f32) for the CPU's
  * int8 kernels, which quantize activations per token as the scheme does.
- * Other methods (fp8, bitsandbytes, ...), other bit widths, AWQ's gemv
- * layouts and other compressed-tensors schemes (FP8, zero points, groups,
- * static input scales, weight-only) are refused by name. */
+ *
+ *   compressed-tensors FP8 (llm-compressor's FP8 / FP8-dynamic; format
+ *   float-quantized, weights symmetric float 8-bit per channel or per
+ *   tensor, input_activations float per token dynamic, per tensor static,
+ *   or null):
+ *         P.weight F8_E4M3 [N, K]; P.weight_scale as int8's;
+ *         W[n][k] = e4m3(weight[n][k]) * scale[n]
+ *
+ * is dequantized at load to f32 like GPTQ (one f32 multiply of two exact
+ * values), and its activations are not quantized: vLLM's weight-only FP8
+ * fallback on GPUs without FP8 arithmetic. A static P.input_scale is not
+ * read. Other methods (fp8, bitsandbytes, ...), other bit widths, AWQ's
+ * gemv layouts and other compressed-tensors schemes (F8_E5M2, FP8 blocks,
+ * zero points, groups, int8 static input scales, W8A16) are refused by
+ * name. */
 #ifndef INFERD_HFQ_H
 #define INFERD_HFQ_H
 
@@ -47,14 +59,20 @@ void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
 /* The method's name ("gptq", "awq", "compressed-tensors"). */
 const char *hfq_method(const hfq *q);
 
+/* What the checkpoint's linears become, for start-up messages:
+ * "compressed-tensors FP8 (dequantized to f32 at load; activations not
+ * quantized)", ... (a static string). */
+const char *hfq_describe(const hfq *q);
+
 /* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */
 int hfq_is_int8(const hfq *q);
 
 /* Binds name (a linear's "P.weight", absent from st or of a dtype inferd
  * does not compute in) as [rows, cols]: from P.qweight / qzeros / scales
- * (/ g_idx), dequantized to f32 owned by q; or compressed-tensors' I8
- * P.weight in place with P.weight_scale as f32 owned by q. Errors name the
- * tensor and what is wrong with it. */
+ * (/ g_idx), dequantized to f32 owned by q; compressed-tensors' I8
+ * P.weight in place with P.weight_scale as f32 owned by q; or its F8_E4M3
+ * P.weight dequantized to f32 owned by q. Errors name the tensor and what is
+ * wrong with it. */
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err);
 

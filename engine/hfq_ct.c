@@ -1,6 +1,7 @@
-/* hfq_: compressed-tensors W8A8 int8 checkpoints (llm-compressor, vLLM):
- * the config's scheme checked field by field, each linear bound as its I8
- * weights and per-row f32 scales for the int8 kernels (hfq.h). */
+/* hfq_: compressed-tensors checkpoints (llm-compressor, vLLM): the
+ * config's scheme checked field by field; W8A8 int8 linears bound as their
+ * I8 weights and per-row f32 scales for the int8 kernels (hfq.h). FP8's
+ * scheme and weights are in hfq_fp8.c. */
 #include "hfq_int.h"
 
 #include <math.h>
@@ -10,8 +11,7 @@
 
 #define CT "compressed-tensors"
 
-/* A boolean key: 1 true, 0 false, def when absent or null, -1 otherwise. */
-static int jbool(const cJSON *o, const char *k, int def)
+int hfq__jbool(const cJSON *o, const char *k, int def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!v || cJSON_IsNull(v))
@@ -25,8 +25,7 @@ static int is_null(const cJSON *o, const char *k)
     return !v || cJSON_IsNull(v);
 }
 
-/* A key's value as text for messages ("<absent>" when it is not a string). */
-static const char *shown(const cJSON *o, const char *k)
+const char *hfq__shown(const cJSON *o, const char *k)
 {
     const char *s = hfq__jstr(o, k);
     return s ? s : "<absent or not a string>";
@@ -47,37 +46,18 @@ static int ct_args(const cJSON *a, const char *path, const char *g, const char *
                         "is not supported (8)", path, g, what, bits);
     if (!type || strcmp(type, "int"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
-                        "not supported (int; float is FP8, which needs CUDA)", path, g, what,
-                        shown(a, "type"));
-    if (jbool(a, "symmetric", 1) != 1)
+                        "not supported (int; float weights are format float-quantized)", path, g, what,
+                        hfq__shown(a, "type"));
+    if (hfq__jbool(a, "symmetric", 1) != 1)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.symmetric "
                         "false is not supported (zero points; symmetric int8 only)", path, g,
                         what);
     return INF_OK;
 }
 
-static int ct_group(const cJSON *grp, const char *path, const char *g, const char *fmt,
-                    inf_err *err)
+/* The int8 scheme (W8A8) of group g past the fields every scheme shares. */
+static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *err)
 {
-    if (!cJSON_IsObject(grp))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s is not an object",
-                        path, g);
-    const char *gf = hfq__jstr(grp, "format"); /* newer files: per group */
-    fmt = gf ? gf : fmt;
-    if (!fmt)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " quantization_config has no format",
-                        path);
-    if (!strcmp(fmt, "float-quantized"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format 'float-quantized' (FP8) is "
-                        "not supported: FP8 needs CUDA, and inferd's CUDA backend has no FP8 "
-                        "path", path);
-    if (strcmp(fmt, "int-quantized") && strcmp(fmt, "naive-quantized"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format '%s' is not supported "
-                        "(int-quantized, naive-quantized)", path, fmt);
-    const cJSON *tg = cJSON_GetObjectItemCaseSensitive(grp, "targets");
-    if (!cJSON_IsArray(tg) || !cJSON_GetArraySize(tg))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.targets must be a "
-                        "non-empty list", path, g);
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
     int rc;
@@ -87,8 +67,8 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
     if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
                         "'%s' is not supported (channel, tensor)", path, g,
-                        shown(w, "strategy"));
-    if (jbool(w, "dynamic", 0) != 0)
+                        hfq__shown(w, "strategy"));
+    if (hfq__jbool(w, "dynamic", 0) != 0)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
                         "must be false", path, g);
     if (!a || cJSON_IsNull(a))
@@ -97,21 +77,51 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
                         "activations per token)", path, g);
     if ((rc = ct_args(a, path, g, "input_activations", err)))
         return rc;
-    if (jbool(a, "dynamic", 0) != 1)
+    if (hfq__jbool(a, "dynamic", 0) != 1)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
                         ".dynamic false (static input_scale) is not supported (dynamic per-token "
                         "scales)", path, g);
     const char *as = hfq__jstr(a, "strategy");
     if (!as || strcmp(as, "token"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
-                        ".strategy '%s' is not supported (token)", path, g, shown(a, "strategy"));
-    if (!is_null(grp, "output_activations"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.output_activations "
-                        "are not supported (null)", path, g);
+                        ".strategy '%s' is not supported (token)", path, g,
+                        hfq__shown(a, "strategy"));
     return INF_OK;
 }
 
-int hfq__ct_open(const cJSON *qc, const char *path, inf_err *err)
+/* Group g: *kind HFQ_CT_FP8 for format float-quantized (or naive-quantized
+ * with float weights, which stores the same F8_E4M3), else HFQ_CT_INT8. */
+static int ct_group(const cJSON *grp, const char *path, const char *g, const char *fmt,
+                    hfq_kind *kind, inf_err *err)
+{
+    if (!cJSON_IsObject(grp))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s is not an object",
+                        path, g);
+    const char *gf = hfq__jstr(grp, "format"); /* newer files: per group */
+    fmt = gf ? gf : fmt;
+    if (!fmt)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " quantization_config has no format",
+                        path);
+    if (strcmp(fmt, "int-quantized") && strcmp(fmt, "naive-quantized") &&
+        strcmp(fmt, "float-quantized"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format '%s' is not supported "
+                        "(int-quantized, float-quantized, naive-quantized)", path, fmt);
+    const cJSON *tg = cJSON_GetObjectItemCaseSensitive(grp, "targets");
+    if (!cJSON_IsArray(tg) || !cJSON_GetArraySize(tg))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.targets must be a "
+                        "non-empty list", path, g);
+    if (!is_null(grp, "output_activations"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.output_activations "
+                        "are not supported (null)", path, g);
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
+    const char *wt = cJSON_IsObject(w) ? hfq__jstr(w, "type") : NULL;
+    int fp8 = !strcmp(fmt, "float-quantized") ||
+              (!strcmp(fmt, "naive-quantized") && wt && !strcmp(wt, "float"));
+    *kind = fp8 ? HFQ_CT_FP8 : HFQ_CT_INT8;
+    return fp8 ? hfq__fp8_group(grp, path, g, err) : ct_int8(grp, path, g, err);
+}
+
+int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err)
 {
     const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
     if (!cJSON_IsObject(groups) || !groups->child)
@@ -129,9 +139,14 @@ int hfq__ct_open(const cJSON *qc, const char *path, inf_err *err)
     }
     const char *fmt = hfq__jstr(qc, "format");
     for (const cJSON *g = groups->child; g; g = g->next) {
-        int rc = ct_group(g, path, g->string ? g->string : "?", fmt, err);
+        hfq_kind k = HFQ_CT_INT8;
+        int rc = ct_group(g, path, g->string ? g->string : "?", fmt, &k, err);
         if (rc)
             return rc;
+        if (g != groups->child && k != *kind)
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups mix int8 and "
+                            "FP8 schemes (one scheme per checkpoint)", path);
+        *kind = k;
     }
     return INF_OK;
 }
@@ -159,28 +174,20 @@ static int64_t numel(const st_tensor *t)
     return n;
 }
 
-int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
-                 model_tensor *out, inf_err *err)
+int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, float **out,
+                   inf_err *err)
 {
-    const st_tensor *w = st_find(st, name);
     size_t len = strlen(name);
     char part[256];
-    if (!w || len < 6 || len - 6 + 16 >= sizeof part || strcmp(name + len - 6, "weight"))
+    if (len < 6 || len - 6 + 18 >= sizeof part || strcmp(name + len - 6, "weight"))
         return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
-    if (strcmp(w->dtype_name, "I8"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " int8 "
-                        "checkpoint's linears are I8 (others F32, F16 or BF16)", w->file, name,
-                        w->dtype_name);
-    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I8 [%lld, %lld]", w->file,
-                        name, (long long)rows, (long long)cols);
     snprintf(part, sizeof part, "%.*sweight_zero_point", (int)(len - 6), name);
     const st_tensor *zp = st_find(st, part);
     if (zp) /* symmetric files may carry all-zero points: any dtype's zero is zero bits */
         for (size_t i = 0; i < zp->nbytes; i++)
             if (((const uint8_t *)zp->data)[i])
                 return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' holds a nonzero zero "
-                                "point; only symmetric int8 is supported", zp->file, part);
+                                "point; only symmetric schemes are supported", zp->file, part);
     snprintf(part, sizeof part, "%.*sweight_scale", (int)(len - 6), name);
     const st_tensor *s = st_find(st, part);
     if (!s)
@@ -201,6 +208,27 @@ int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64
             return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is not finite", s->file, part,
                             (long long)n);
     }
+    *out = sc;
+    return INF_OK;
+}
+
+int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                 model_tensor *out, inf_err *err)
+{
+    const st_tensor *w = st_find(st, name);
+    if (!w)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    if (strcmp(w->dtype_name, "I8"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " int8 "
+                        "checkpoint's linears are I8 (others F32, F16 or BF16)", w->file, name,
+                        w->dtype_name);
+    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I8 [%lld, %lld]", w->file,
+                        name, (long long)rows, (long long)cols);
+    float *sc;
+    int rc = hfq__ct_scales(q, st, name, rows, &sc, err);
+    if (rc)
+        return rc;
     memset(out, 0, sizeof *out);
     out->dtype = INF_DTYPE_NONE;
     out->q8 = w->data;

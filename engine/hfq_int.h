@@ -1,5 +1,5 @@
-/* hfq's internals, shared by hfq.c (GPTQ, AWQ) and hfq_ct.c
- * (compressed-tensors). */
+/* hfq's internals, shared by hfq.c (GPTQ, AWQ), hfq_ct.c
+ * (compressed-tensors) and hfq_fp8.c (its FP8 scheme). */
 #ifndef INFERD_HFQ_INT_H
 #define INFERD_HFQ_INT_H
 
@@ -7,7 +7,7 @@
 
 #include <cJSON.h>
 
-typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8 } hfq_kind;
+typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_FP8 } hfq_kind;
 
 struct hfq {
     hfq_kind kind;
@@ -25,13 +25,34 @@ int hfq__jint(const cJSON *o, const char *k, int def);
 /* n floats owned by q (freed by hfq_free), or NULL. */
 float *hfq__keep(hfq *q, size_t n);
 
-/* Checks a compressed-tensors quantization_config qc: INF_OK when it is
- * W8A8 int8 as inferd runs it, else an error naming the field and value. */
-int hfq__ct_open(const cJSON *qc, const char *path, inf_err *err);
+/* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
+ * HFQ_CT_INT8 (W8A8 int8) or HFQ_CT_FP8 (FP8 weights) when it is a scheme
+ * inferd runs, else an error naming the field and value. */
+int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err);
 
-/* hfq_bind for compressed-tensors: name is I8 [rows, cols] beside its
+/* A boolean key: 1 true, 0 false, def when absent or null, -1 otherwise. */
+int hfq__jbool(const cJSON *o, const char *k, int def);
+/* A key's value as text for messages ("<absent or not a string>"). */
+const char *hfq__shown(const cJSON *o, const char *k);
+
+/* hfq_bind for compressed-tensors int8: name is I8 [rows, cols] beside its
  * name-minus-"weight" + "weight_scale". */
 int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                  model_tensor *out, inf_err *err);
+
+/* The rows per-row f32 scales (owned by q) of compressed-tensors linear name
+ * ("P.weight"): P.weight_scale, F32 / BF16 / F16 [rows, 1], [rows] or one
+ * value, every one finite; P.weight_zero_point, if present, all zero. */
+int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, float **out,
+                   inf_err *err);
+
+/* Checks compressed-tensors group g's FP8 scheme (weights and
+ * input_activations of type float): INF_OK or the field out of line. */
+int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *err);
+
+/* hfq_bind for compressed-tensors FP8: name is F8_E4M3 [rows, cols],
+ * dequantized with hfq__ct_scales into f32 owned by q. */
+int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                  model_tensor *out, inf_err *err);
 
 #endif

@@ -1,0 +1,120 @@
+/* hfq_: compressed-tensors FP8 checkpoints (llm-compressor's FP8 and
+ * FP8-dynamic schemes, format float-quantized): each linear's F8_E4M3
+ * weights dequantized once at load to f32, W[n][k] = e4m3(q[n][k]) *
+ * scale[n]. Activations then run unquantized, as vLLM's weight-only FP8
+ * fallback does on GPUs without FP8 arithmetic (hfq.h). */
+#include "hfq_int.h"
+
+#include <math.h>
+#include <string.h>
+
+#define CT "compressed-tensors"
+
+/* One FP8 args object (weights or input_activations of group g): 8 bits,
+ * type float, symmetric. */
+static int fp8_args(const cJSON *a, const char *path, const char *g, const char *what,
+                    inf_err *err)
+{
+    if (!cJSON_IsObject(a))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.%s is not an object",
+                        path, g, what);
+    int bits = hfq__jint(a, "num_bits", -1000);
+    const char *type = hfq__jstr(a, "type");
+    if (!type || strcmp(type, "float"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
+                        "not supported in an FP8 scheme (float)", path, g, what,
+                        hfq__shown(a, "type"));
+    if (bits != 8)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.num_bits %d "
+                        "is not supported with type float (8: FP8 E4M3)", path, g, what, bits);
+    if (hfq__jbool(a, "symmetric", 1) != 1)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.symmetric "
+                        "false is not supported (zero points; symmetric FP8 only)", path, g,
+                        what);
+    return INF_OK;
+}
+
+int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *err)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
+    int rc;
+    if ((rc = fp8_args(w, path, g, "weights", err)))
+        return rc;
+    const char *ws = hfq__jstr(w, "strategy");
+    if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
+                        "'%s' is not supported in an FP8 scheme (channel, tensor)", path, g,
+                        hfq__shown(w, "strategy"));
+    if (hfq__jbool(w, "dynamic", 0) != 0)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
+                        "must be false", path, g);
+    if (!a || cJSON_IsNull(a)) /* weight-only FP8 */
+        return INF_OK;
+    if ((rc = fp8_args(a, path, g, "input_activations", err)))
+        return rc;
+    /* FP8-dynamic (per token, dynamic) or FP8 (per tensor, a static
+     * input_scale tensor per linear). Both are accepted because activations
+     * are not quantized at all: the weights are dequantized to f32 and the
+     * layer runs in f32, so a static input_scale is read by nobody. */
+    const char *as = hfq__jstr(a, "strategy");
+    int dyn = hfq__jbool(a, "dynamic", 0);
+    if (!as || !((!strcmp(as, "token") && dyn == 1) || (!strcmp(as, "tensor") && dyn == 0)))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
+                        ".strategy '%s' with dynamic %s is not supported in an FP8 scheme (token "
+                        "dynamic, tensor static)", path, g, hfq__shown(a, "strategy"),
+                        dyn == 1 ? "true" : dyn == 0 ? "false" : "not a boolean");
+    return INF_OK;
+}
+
+/* OCP FP8 E4M3 ("fn": no infinities) code c as f32, exactly: sign, 4
+ * exponent bits of bias 7, 3 mantissa bits; exponent 0 is subnormal,
+ * m/8 * 2^-6; S.1111.111 is NaN. */
+static float e4m3(unsigned c)
+{
+    unsigned e = c >> 3 & 15, m = c & 7;
+    float v = e == 15 && m == 7 ? NAN
+              : e ? ldexpf((float)(8 + m), (int)e - 10) /* (1 + m/8) 2^(e-7) */
+                  : ldexpf((float)m, -9);               /* m/8 2^-6          */
+    return c & 0x80 ? -v : v;
+}
+
+int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                  model_tensor *out, inf_err *err)
+{
+    const st_tensor *w = st_find(st, name);
+    if (!w)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    if (strcmp(w->dtype_name, "F8_E4M3"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " FP8 "
+                        "checkpoint's linears are F8_E4M3 (others F32, F16 or BF16)", w->file,
+                        name, w->dtype_name);
+    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be F8_E4M3 [%lld, %lld]",
+                        w->file, name, (long long)rows, (long long)cols);
+    float *sc, lut[256];
+    int rc = hfq__ct_scales(q, st, name, rows, &sc, err);
+    if (rc)
+        return rc;
+    float *d = hfq__keep(q, (size_t)rows * (size_t)cols);
+    if (!d)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (unsigned c = 0; c < 256; c++)
+        lut[c] = e4m3(c);
+    const uint8_t *p = w->data;
+    for (int64_t n = 0; n < rows; n++)
+        for (int64_t k = 0; k < cols; k++) {
+            size_t i = (size_t)n * (size_t)cols + (size_t)k;
+            if ((p[i] & 0x7F) == 0x7F)
+                return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld][%lld] is an FP8 NaN (0x%02X)",
+                                w->file, name, (long long)n, (long long)k, p[i]);
+            d[i] = lut[p[i]] * sc[n];
+        }
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_F32;
+    out->data = d;
+    out->rows = rows;
+    out->cols = cols;
+    out->name = w->name;
+    return INF_OK;
+}
