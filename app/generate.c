@@ -275,7 +275,7 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     int n = out.n_output;
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
-                "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s, "
+                "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s%s%s, "
                 "%d threads\n",
                 o->model, n_prompt, n, out.finish == ENG_FINISH_STOP ? "eos" : "length",
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
@@ -284,6 +284,8 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
                 ab.kernels, model_is_w8a8(m) ? " (compressed-tensors int8 weights)"
                 : o->bc.quant == APP_QUANT_NONE ? ""
                 : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
+                model_quant_desc(m) && !model_is_w8a8(m) ? ", checkpoint " : "",
+                model_quant_desc(m) && !model_is_w8a8(m) ? model_quant_desc(m) : "",
                 o->bc.threads > 0 ? o->bc.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     if (met && !o->quiet)
         print_spec(spec, met);

@@ -546,6 +546,11 @@ int model_context(const model_config *cfg)
     return cfg->max_position_embeddings;
 }
 
+const char *model_quant_desc(const model *m)
+{
+    return m && m->hfq ? hfq_describe(m->hfq) : NULL;
+}
+
 int model_is_w8a8(const model *m)
 {
     return m && m->cfg.n_layers > 0 && m->layers && m->layers[0].wq.q8 != NULL;

@@ -98,7 +98,8 @@ typedef struct model {
     st_set *st;                /* owns the mappings                       */
     model_source src;          /* or another owner of the tensors (a GGUF
                                   file: gguf_model.h)                     */
-    struct hfq *hfq;           /* GPTQ / AWQ linears dequantized at load,
+    struct hfq *hfq;           /* GPTQ / AWQ / compressed-tensors FP8
+                                  linears dequantized at load,
                                   compressed-tensors int8 ones (hfq.h), or
                                   NULL                                    */
     char *dir;
@@ -128,5 +129,11 @@ size_t model_weight_bytes(const model *m);
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */
 int model_is_w8a8(const model *m);
+
+/* The pre-quantized checkpoint's scheme as inferd runs it, for start-up
+ * messages (hfq_describe: "compressed-tensors FP8 (dequantized to f32 at
+ * load; activations not quantized)", ...), or NULL for a plain checkpoint
+ * or a GGUF file. */
+const char *model_quant_desc(const model *m);
 
 #endif
