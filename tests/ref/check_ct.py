@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""compressed-tensors W8A8 int8 checkpoints (engine/hfq_ct.c) against numpy.
+"""compressed-tensors W8A8 int8 (engine/hfq_ct.c) and FP8 (engine/hfq_fp8.c)
+checkpoints against numpy.
 
 Test models are quantized and written as llm-compressor does (ct_ref.py:
 int8 weights per channel or per tensor, scales in bf16 / f16 / f32, formats
@@ -17,6 +18,21 @@ no --quantization flag (the checkpoint's own scheme). Checks:
   * the weights' -128s (which llm-compressor's amax / 127.5 scales produce)
     occur, so the kernels' handling of them is exercised;
   * unsupported schemes and broken tensors are refused naming the field.
+
+FP8 checkpoints (ct_ref.make_fp8: E4M3 weights rounded per channel or per
+tensor with amax / 448 scales in bf16 / f16 / f32; FP8-dynamic, static
+input_scale and weight-only configs; one whose layer-0 q_proj holds all 254
+non-NaN codes) are dequantized at load, activations unquantized. Checks:
+
+  * logits within check_engine's f32 bound (1e-4) of llama_ref on the
+    weights ct_ref dequantizes with its own E4M3 decoder, greedy tokens
+    equal;
+  * the same bits as inferd on that dequantized f32 checkpoint, for every
+    kernel table (so every code inferd decodes, all 254 in the all-codes
+    case, equals numpy's decoding exactly), and with --quantization int8
+    and int4 (requantized like any f32 checkpoint);
+  * every kernel table and a chunked prefill give the same bits;
+  * F8_E5M2 weights, NaN codes and other FP8 scheme variants are refused.
 
   check_ct.py --build build --fixtures build/fixtures [--shared ../shared]
 """
@@ -104,7 +120,8 @@ def edit_config(base, bad, edit):
 def refusals(build, tmp, base, failures):
     bad = os.path.join(tmp, "bad")
     cfg_cases = [
-        ("FP8", lambda q, g: q.update(format="float-quantized"), "format 'float-quantized' (FP8)"),
+        ("float-quantized with int weights", lambda q, g: q.update(format="float-quantized"),
+         "weights.type 'int' is not supported in an FP8 scheme"),
         ("W4A16 packed", lambda q, g: q.update(format="pack-quantized"), "format 'pack-quantized' is not supported"),
         ("4-bit weights", lambda q, g: g["weights"].update(num_bits=4), "weights.num_bits 4 is not supported"),
         ("float weights", lambda q, g: g["weights"].update(type="float"), "weights.type 'float' is not supported"),
@@ -158,6 +175,100 @@ def refusals(build, tmp, base, failures):
           f"checkpoints, --quantization int4")
 
 
+def check_fp8(build, tmp, label, model, kernels, failures):
+    """An FP8 checkpoint at model (its dequantized f32 twin at model-f32)."""
+    deq = model + "-f32"
+    ref = llama_ref.Llama(deq)
+    want, ids, margin = llama_ref.generate(ref, TOKENS, GREEDY, False)
+    tokens = ",".join(map(str, TOKENS))
+    name = ce.slug(label)
+    dumps = ce.dump_runs(build, tmp, name, model, tokens, kernels, (), (0, 3))
+    rel = max(float(ce.rel_err(g, want).max()) for g in ce.first_as_f64(dumps, want.shape))
+    if not rel <= ce.TOL:
+        failures.append(f"{label}: logits differ from llama_ref on the dequantized weights by "
+                        f"{rel:.2e} (> {ce.TOL})")
+    ce.check_identical(dumps, label, "logits", failures)
+    twin = ce.dump_runs(build, tmp, name + "-f32", deq, tokens, kernels)
+    same = sum(twin[k] == dumps[k] for k in twin)
+    if same != len(twin):
+        failures.append(f"{label}: logits are not bit-identical to the dequantized f32 checkpoint's "
+                        f"({same} of {len(twin)} kernel tables are)")
+    qsame = []
+    for q in ("int8", "int4"):
+        a = ce.dump_runs(build, tmp, name + "-" + q, model, tokens, kernels[:1], ["--quantization", q])
+        b = ce.dump_runs(build, tmp, name + "-f32-" + q, deq, tokens, kernels[:1], ["--quantization", q])
+        if a == b:
+            qsame.append(q)
+        else:
+            failures.append(f"{label}: --quantization {q} logits differ from the dequantized f32 "
+                            f"checkpoint's with --quantization {q}")
+    out = ce.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
+                  "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet"])
+    gen = [int(t) for t in out.split()]
+    if gen != ids:
+        failures.append(f"{label}: greedy tokens differ from the reference (min margin {margin:.2e})")
+    print(f"  {label:40s} logits rel err {rel:.1e}; {len(dumps)} runs identical; bit-identical to the "
+          f"dequantized f32 checkpoint in {same}/{len(twin)} tables and with --quantization "
+          f"{' and '.join(qsame) or 'NEITHER int8 NOR int4'}; greedy {len(gen)} {'equal' if gen == ids else 'DIFFER'}")
+
+
+def fp8_refusals(build, tmp, base, failures):
+    bad = os.path.join(tmp, "bad-fp8")
+    cfg_cases = [
+        ("FP8 4-bit float weights", lambda q, g: g["weights"].update(num_bits=4),
+         "weights.num_bits 4 is not supported with type float"),
+        ("FP8 asymmetric weights", lambda q, g: g["weights"].update(symmetric=False),
+         "weights.symmetric false is not supported (zero points; symmetric FP8 only)"),
+        ("FP8 asymmetric activations", lambda q, g: g["input_activations"].update(symmetric=False),
+         "input_activations.symmetric false"),
+        ("FP8 block strategy", lambda q, g: g["weights"].update(strategy="block", block_structure=[128, 128]),
+         "weights.strategy 'block' is not supported in an FP8 scheme"),
+        ("FP8 dynamic weights", lambda q, g: g["weights"].update(dynamic=True), "weights.dynamic must be false"),
+        ("float-quantized with int weights", lambda q, g: g["weights"].update(type="int"),
+         "weights.type 'int' is not supported in an FP8 scheme"),
+        ("FP8 weights, int8 activations", lambda q, g: g["input_activations"].update(type="int"),
+         "input_activations.type 'int' is not supported in an FP8 scheme"),
+        ("FP8 static per-token activations", lambda q, g: g["input_activations"].update(dynamic=False),
+         "input_activations.strategy 'token' with dynamic false"),
+        ("FP8 kv cache scheme", lambda q, g: q.update(kv_cache_scheme={"num_bits": 8, "type": "float"}),
+         "kv_cache_scheme"),
+        ("int8 and FP8 groups", lambda q, g: q["config_groups"].update(
+            group_1=dict(ct_ref.scheme()["config_groups"]["group_0"], format="int-quantized")),
+         "config_groups mix int8 and FP8"),
+    ]
+    for label, edit, want in cfg_cases:
+        edit_config(base, bad, edit)
+        refused(build, bad, want, label, failures)
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    L = "model.layers.0.self_attn.q_proj."
+
+    def nan(code):
+        def edit(t):
+            q = t[L + "weight"].copy()
+            q[3, 5] = code
+            t[L + "weight"] = q
+        return edit
+    tensor_cases = [  # label, edit, dtypes override, message
+        ("F8_E5M2 weights", lambda t: None, {L + "weight": "F8_E5M2"}, f"'{L}weight' has dtype F8_E5M2"),
+        ("NaN code 0x7F", nan(0x7F), None, f"{L}weight[3][5] is an FP8 NaN (0x7F)"),
+        ("NaN code 0xFF", nan(0xFF), None, f"{L}weight[3][5] is an FP8 NaN (0xFF)"),
+        ("I8 weights", lambda t: t.update({L + "weight": t[L + "weight"].view(np.int8)}), None,
+         f"'{L}weight' has dtype I8; a compressed-tensors FP8"),
+        ("missing weight_scale", lambda t: t.pop(L + "weight_scale"), None, f"without tensor '{L}weight_scale'"),
+        ("infinite scale", lambda t: t.update({L + "weight_scale": np.full((64, 1), np.inf, np.float32)}),
+         None, f"{L}weight_scale[0] is not finite"),
+    ]
+    for label, edit, dtypes, want in tensor_cases:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, dtypes)
+        refused(build, bad, want, label, failures)
+    print(f"  refused: {len(cfg_cases)} unsupported FP8 configurations, {len(tensor_cases)} broken "
+          f"FP8 checkpoints (F8_E5M2, NaN codes, ...)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -193,6 +304,31 @@ def main():
         _, lows = ct_ref.make(src, out, strategy, sdt, fmt)
         check_case(a.build, tmp, label, out, kernels, lows, failures)
     refusals(a.build, tmp, os.path.join(tmp, ce.slug(cases[0][0])), failures)
+    fp8 = [  # label, source, strategy, scale dtype, activations, format, all codes
+        ("fp8 tiny channel bf16, dynamic", os.path.join(fx, "tiny"), "channel", "bf16", "dynamic",
+         "float-quantized", False),
+        ("fp8 tiny tensor f32, static input_scale", os.path.join(fx, "tiny"), "tensor", "f32", "static",
+         "float-quantized", False),
+        ("fp8 tiny channel f16, weight-only naive", os.path.join(fx, "tiny"), "channel", "f16", "none",
+         "naive-quantized", False),
+        ("fp8 tiny all 254 codes in q_proj", os.path.join(fx, "tiny"), "channel", "f32", "dynamic",
+         "float-quantized", True),
+        ("fp8 phi3 fused channel bf16 static", os.path.join(fx, "fam-phi3"), "channel", "bf16", "static",
+         "float-quantized", False),
+        ("fp8 qwen2 biases tensor bf16", os.path.join(fx, "fam-qwen2"), "tensor", "bf16", "dynamic",
+         "float-quantized", False),
+    ]
+    if os.path.isdir(real):
+        fp8.append(("fp8 stories260K channel bf16", real, "channel", "bf16", "dynamic", "float-quantized",
+                    False))
+    print("compressed-tensors FP8 (dequantized to f32) vs numpy:")
+    for label, src, strategy, sdt, acts, fmt, codes in fp8:
+        out = os.path.join(tmp, ce.slug(label))
+        for d in (out, out + "-f32"):
+            shutil.rmtree(d, ignore_errors=True)
+        ct_ref.make_fp8(src, out, strategy, sdt, acts, fmt, codes)
+        check_fp8(a.build, tmp, label, out, kernels, failures)
+    fp8_refusals(a.build, tmp, os.path.join(tmp, ce.slug(fp8[0][0])), failures)
     if failures:
         print("FAILED:")
         for f in failures:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""compressed-tensors W8A8 int8 checkpoints, written from the format's
-description (llm-compressor's W8A8 scheme as vLLM loads it), not from
-inferd's code.
+"""compressed-tensors W8A8 int8 and FP8 checkpoints, written from the
+format's description (llm-compressor's W8A8, FP8 and FP8-dynamic schemes as
+vLLM loads them), not from inferd's code.
 
 Writing (what llm-compressor's QuantizationModifier does with scheme W8A8
 and a min-max observer, then saves with format int-quantized):
@@ -19,8 +19,22 @@ and a min-max observer, then saves with format int-quantized):
 
 Reference: llama_ref.Llama with its linears replaced by the above.
 
+FP8 (make_fp8; format float-quantized, what llm-compressor's FP8 schemes
+save): weights are OCP FP8 E4M3 ("fn": 1 sign bit, 4 exponent bits of bias
+7, 3 mantissa bits, exponent 0 subnormal m/8 * 2^-6, no infinities,
+S.1111.111 NaN), stored F8_E4M3 [N, K]; per output row (channel) or per
+matrix (tensor) scale = amax / 448 (E4M3's largest value) in the scale
+dtype, q = the E4M3 code nearest w / scale (ties to the even mantissa, as a
+float8_e4m3fn cast). W[n][k] = f32(e4m3(q)) * f32(scale[n]), one f32
+multiply. Activations: FP8-dynamic (per token, nothing stored), FP8 static
+(per tensor, an input_scale [1] per linear) or none (weight-only). The
+reference for inferd's FP8 (which dequantizes at load and leaves
+activations unquantized) is llama_ref on those dequantized f32 weights,
+also written as a plain f32 checkpoint.
+
   ct_ref.py SRC OUT [--scale-dtype bf16|f16|f32] [--strategy channel|tensor]
     writes SRC (a plain f32/bf16 checkpoint) as a W8A8 checkpoint at OUT.
+  ct_ref.py SRC OUT --fp8 [--acts dynamic|static|none] ...: as FP8.
 """
 import argparse
 import json
@@ -86,15 +100,17 @@ def scheme(fmt="int-quantized", strategy="channel", ignore=("lm_head",)):
 
 
 ST_DT = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("uint16"): "BF16",
-         np.dtype("int8"): "I8", np.dtype("int32"): "I32"}
+         np.dtype("int8"): "I8", np.dtype("int32"): "I32", np.dtype("uint8"): "F8_E4M3"}
 
 
-def write_st(path, tensors):
-    """{name: array}; uint16 arrays are written as BF16."""
+def write_st(path, tensors, dtypes=None):
+    """{name: array}; uint16 arrays are written as BF16, uint8 ones as F8_E4M3
+    unless dtypes {name: safetensors dtype} says otherwise."""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
         raw = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": ST_DT[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        dt = (dtypes or {}).get(name, ST_DT[a.dtype])
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
     hb = json.dumps(header).encode()
@@ -143,6 +159,94 @@ def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized"):
     return t, lows
 
 
+def e4m3_decode(codes):
+    """E4M3 codes (any int array) as float64 from the definition; NaN for
+    S.1111.111."""
+    c = np.asarray(codes).astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    v = np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7.0))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return np.where(c & 0x80, -v, v)
+
+
+E4M3_POS = e4m3_decode(np.arange(127))  # codes 0x00-0x7E: 0 to 448, increasing
+NAN_CODES = (0x7F, 0xFF)
+
+
+def to_e4m3(t):
+    """float64 t (already within +-448) as the nearest E4M3 codes, uint8."""
+    a = np.abs(t)
+    hi = np.clip(np.searchsorted(E4M3_POS, a), 1, 126)
+    lo = hi - 1
+    dl, dh = a - E4M3_POS[lo], E4M3_POS[hi] - a
+    code = np.where((dh < dl) | ((dh == dl) & (hi % 2 == 0)), hi, lo)
+    return (code | np.where(t < 0, 0x80, 0)).astype(np.uint8)
+
+
+def scheme_fp8(strategy="channel", acts="dynamic", fmt="float-quantized"):
+    """The quantization_config llm-compressor writes for FP8-dynamic
+    (acts dynamic), FP8 (static) or FP8 weight-only (none)."""
+    q = scheme(fmt, strategy)
+    g = q["config_groups"]["group_0"]
+    g["weights"].update(type="float")
+    if acts == "none":
+        g["input_activations"] = None
+    else:
+        g["input_activations"].update(type="float", strategy="token" if acts == "dynamic" else "tensor",
+                                      dynamic=acts == "dynamic",
+                                      observer=None if acts == "dynamic" else "minmax")
+    return q
+
+
+def dequant_fp8(q, scale):
+    """f32 W = f32(e4m3(q)) * f32(scale[n]) (scale exact float64 [N])."""
+    return e4m3_decode(q).astype(np.float32) * scale.astype(np.float32)[:, None]
+
+
+def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
+             fmt="float-quantized", all_codes=False, seed=0):
+    """src as an FP8 checkpoint at out and its dequantized weights as a plain
+    f32 checkpoint at out + "-f32"; returns {name: array written}.
+    all_codes: layer 0's q_proj holds every non-NaN code (254 of them, each
+    about equally often, shuffled) instead of rounded weights."""
+    w = llama_ref.load_weights(src)
+    rng = np.random.default_rng(seed)
+    deq_dir = out + "-f32"
+    for d in (out, deq_dir):
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(src):
+            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
+                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    t, deq = {}, {}
+    for name, v in w.items():
+        if not is_linear(name):
+            t[name] = deq[name] = v.astype(np.float32)
+            continue
+        amax = np.abs(v).max(axis=1, keepdims=True) if strategy == "channel" else np.abs(v).max(keepdims=True)
+        raw, s = to_dtype(amax / 448, scale_dtype)
+        s = np.where(s == 0, 1, s)
+        q = to_e4m3(np.clip(v / s, -448, 448))
+        if all_codes and name == "model.layers.0.self_attn.q_proj.weight":
+            ok = np.array([c for c in range(256) if c not in NAN_CODES], np.uint8)
+            q = rng.permutation(np.resize(ok, q.size)).reshape(q.shape).astype(np.uint8)
+        exact = np.broadcast_to(s, (v.shape[0], 1))[:, 0]
+        t[name] = q
+        t[name + "_scale"] = raw.reshape((v.shape[0], 1) if strategy == "channel" else (1,))
+        if acts == "static":  # read by nobody in inferd (activations stay unquantized)
+            t[name[:-len("weight")] + "input_scale"] = rng.uniform(0.01, 0.1, (1,)).astype(np.float32)
+        deq[name] = dequant_fp8(q, exact)
+    write_st(os.path.join(out, "model.safetensors"), t)
+    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
+    with open(os.path.join(src, "config.json")) as f:
+        c = json.load(f)
+    with open(os.path.join(deq_dir, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    c["quantization_config"] = scheme_fp8(strategy, acts, fmt)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    return t
+
+
 def quantize_tokens(x):
     """Rows of x (float64) as vLLM's dynamic per-token int8: (qx, s, near),
     near: per row how many values x / s fell within 2e-5 of a rounding
@@ -183,8 +287,13 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--strategy", default="channel", choices=("channel", "tensor"))
     ap.add_argument("--scale-dtype", default="bf16", choices=("bf16", "f16", "f32"))
+    ap.add_argument("--fp8", action="store_true")
+    ap.add_argument("--acts", default="dynamic", choices=("dynamic", "static", "none"))
     a = ap.parse_args()
-    make(a.src, a.out, a.strategy, a.scale_dtype)
+    if a.fp8:
+        make_fp8(a.src, a.out, a.strategy, a.scale_dtype, a.acts)
+    else:
+        make(a.src, a.out, a.strategy, a.scale_dtype)
 
 
 if __name__ == "__main__":
