@@ -1,6 +1,6 @@
 /* A quantization_config and a safetensors file through hfq_open and
  * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
- * compressed-tensors: the scheme's fields, I8 weights, scales, zero
+ * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights, scales, zero
  * points). A bound tensor must be readable whole. Input:
  * u8 rows selector, u8 cols selector, u16 JSON length, the config.json,
  * then the safetensors bytes; both go through memfds. The linear bound is
