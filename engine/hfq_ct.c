@@ -55,6 +55,20 @@ static int ct_args(const cJSON *a, const char *path, const char *g, const char *
     return INF_OK;
 }
 
+int hfq__ct_wscope(const cJSON *w, const char *path, const char *g, const char *scheme,
+                   inf_err *err)
+{
+    const char *ws = hfq__jstr(w, "strategy");
+    if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
+                        "'%s' is not supported%s (channel, tensor)", path, g,
+                        hfq__shown(w, "strategy"), scheme);
+    if (hfq__jbool(w, "dynamic", 0) != 0)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
+                        "must be false", path, g);
+    return INF_OK;
+}
+
 /* The int8 scheme (W8A8) of group g past the fields every scheme shares. */
 static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *err)
 {
@@ -63,14 +77,8 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *e
     int rc;
     if ((rc = ct_args(w, path, g, "weights", err)))
         return rc;
-    const char *ws = hfq__jstr(w, "strategy");
-    if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
-                        "'%s' is not supported (channel, tensor)", path, g,
-                        hfq__shown(w, "strategy"));
-    if (hfq__jbool(w, "dynamic", 0) != 0)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
-                        "must be false", path, g);
+    if ((rc = hfq__ct_wscope(w, path, g, "", err)))
+        return rc;
     if (!a || cJSON_IsNull(a))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
                         "null (weight-only int8, W8A16) is not supported (W8A8: int8 "

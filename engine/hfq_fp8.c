@@ -41,14 +41,8 @@ int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *e
     int rc;
     if ((rc = fp8_args(w, path, g, "weights", err)))
         return rc;
-    const char *ws = hfq__jstr(w, "strategy");
-    if (!ws || (strcmp(ws, "channel") && strcmp(ws, "tensor")))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
-                        "'%s' is not supported in an FP8 scheme (channel, tensor)", path, g,
-                        hfq__shown(w, "strategy"));
-    if (hfq__jbool(w, "dynamic", 0) != 0)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
-                        "must be false", path, g);
+    if ((rc = hfq__ct_wscope(w, path, g, " in an FP8 scheme", err)))
+        return rc;
     if (!a || cJSON_IsNull(a)) /* weight-only FP8 */
         return INF_OK;
     if ((rc = fp8_args(a, path, g, "input_activations", err)))

@@ -35,6 +35,12 @@ int hfq__jbool(const cJSON *o, const char *k, int def);
 /* A key's value as text for messages ("<absent or not a string>"). */
 const char *hfq__shown(const cJSON *o, const char *k);
 
+/* A group's weights strategy (channel or tensor) and dynamic (false), the
+ * same in every scheme; scheme ("" or " in an FP8 scheme") goes in the
+ * message. */
+int hfq__ct_wscope(const cJSON *w, const char *path, const char *g, const char *scheme,
+                   inf_err *err);
+
 /* hfq_bind for compressed-tensors int8: name is I8 [rows, cols] beside its
  * name-minus-"weight" + "weight_scale". */
 int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
