@@ -215,9 +215,33 @@ static void model__shape_str(const st_tensor *t, char *buf, size_t cap)
 
 /* What the weights were opened from, for "missing tensor" messages. */
 typedef struct model__binder {
-    const model *m;
+    model *m;
     char src[256];
 } model__binder;
+
+/* A misaligned tensor's aligned copy, owned by the model (model.copies). */
+typedef struct model_copy {
+    struct model_copy *next;
+    max_align_t data[]; /* the bytes, aligned for any element type */
+} model_copy;
+
+/* t's data, or, where the file leaves it misaligned for its element type
+ * (safetensors does not align; U8 tensors before it shift the rest), an
+ * aligned copy made once: the kernels load elements as their type. NULL
+ * when out of memory. */
+static const void *model__aligned(model *m, const st_tensor *t)
+{
+    size_t es = inf_dtype_size(t->dtype);
+    if (es <= 1 || (uintptr_t)t->data % es == 0)
+        return t->data;
+    model_copy *c = malloc(sizeof *c + t->nbytes);
+    if (!c)
+        return NULL;
+    memcpy(c->data, t->data, t->nbytes);
+    c->next = m->copies;
+    m->copies = c;
+    return c->data;
+}
 
 /* Binds name, which must be [rows, cols] (rows DIM_1: a 1-D [cols]). */
 static int model__bind(const model__binder *b, const char *name, model__dim rows, model__dim cols,
@@ -247,7 +271,10 @@ static int model__bind(const model__binder *b, const char *name, model__dim rows
                         model__dim_key(cols));
     }
     out->dtype = t->dtype;
-    out->data = t->data;
+    out->data = model__aligned(b->m, t);
+    if (!out->data)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory copying tensor '%s' to aligned "
+                        "memory", t->file, name);
     out->rows = r;
     out->cols = k;
     out->name = t->name;
@@ -483,6 +510,10 @@ void model_destroy(model *m)
     if (m->src.free)
         m->src.free(m->src.self);
     hfq_free(m->hfq);
+    for (model_copy *c = m->copies, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
     free(m->layers);
     free(m->dir);
     free(m);

@@ -102,6 +102,11 @@ typedef struct model {
                                   linears dequantized at load,
                                   compressed-tensors int8 ones (hfq.h), or
                                   NULL                                    */
+    struct model_copy *copies; /* tensors whose data in the file is not
+                                  aligned to their element size, copied
+                                  once to aligned memory (safetensors
+                                  does not align data; typed loads need
+                                  it)                                     */
     char *dir;
 } model;
 
