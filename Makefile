@@ -295,6 +295,10 @@ $(FIXTURES)/famtok-%/config.json: scripts/make_model.py $$(TOKPKG)$$(FAMTOK_$$*)
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
 $(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
 	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
+# and an FP8 copy of tiny (dequantized at load), for the CUDA backend's tests
+FIXTURE_MODELS += $(FIXTURES)/tiny-fp8/config.json
+$(FIXTURES)/%-fp8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
+	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-fp8 --fp8
 $(FIXTURES)/tiny/config.json: scripts/make_model.py
 	$(PYTHON) scripts/make_model.py $(FIXTURES)/tiny --seed 1 >/dev/null
 $(FIXTURES)/wide-bf16/config.json: scripts/make_model.py

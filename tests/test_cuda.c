@@ -1537,7 +1537,9 @@ static void test_cuda_families_match_cpu(void **state)
 
 /* --quantization int8 and int4 on the GPU against the CPU's, on the
  * fixtures, a family with biases (qwen2) and Gemma 3's, and a
- * compressed-tensors W8A8 checkpoint (int8 as stored; int4 refused). */
+ * compressed-tensors W8A8 checkpoint (int8 as stored; int4 refused); and a
+ * compressed-tensors FP8 checkpoint (dequantized to f32 at load) as bf16,
+ * int8 and int4. */
 static void test_cuda_quantized_match_cpu(void **state)
 {
     (void)state;
@@ -1552,6 +1554,11 @@ static void test_cuda_quantized_match_cpu(void **state)
         logits_match_cpu_q(dir, CUDA_QUANT_INT4);
     }
     char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny-fp8", fixtures());
+    if (!is_dir(dir))
+        fail_msg("%s is missing (the Makefile makes it)", dir);
+    for (int q = CUDA_QUANT_NONE; q <= CUDA_QUANT_INT4; q++)
+        logits_match_cpu_q(dir, q);
     snprintf(dir, sizeof dir, "%s/tiny-w8a8", fixtures());
     if (!is_dir(dir))
         fail_msg("%s is missing (the Makefile makes it)", dir);
