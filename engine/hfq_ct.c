@@ -31,27 +31,27 @@ const char *hfq__shown(const cJSON *o, const char *k)
     return s ? s : "<absent or not a string>";
 }
 
-/* One 8-bit symmetric int quantization args object (weights or
- * input_activations of group g): INF_OK or the first field out of line. */
-static int ct_args(const cJSON *a, const char *path, const char *g, const char *what,
-                   inf_err *err)
+int hfq__ct_args(const cJSON *a, const char *path, const char *g, const char *what, int fp8,
+                 inf_err *err)
 {
     if (!cJSON_IsObject(a))
         return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.%s is not an object",
                         path, g, what);
-    int bits = hfq__jint(a, "num_bits", -1000);
     const char *type = hfq__jstr(a, "type");
+    if (!type || strcmp(type, fp8 ? "float" : "int"))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
+                        "not supported%s", path, g, what, hfq__shown(a, "type"),
+                        fp8 ? " in an FP8 scheme (float)"
+                            : " (int; float weights are format float-quantized)");
+    int bits = hfq__jint(a, "num_bits", -1000);
     if (bits != 8)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.num_bits %d "
-                        "is not supported (8)", path, g, what, bits);
-    if (!type || strcmp(type, "int"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
-                        "not supported (int; float weights are format float-quantized)", path, g, what,
-                        hfq__shown(a, "type"));
+                        "is not supported%s", path, g, what, bits,
+                        fp8 ? " with type float (8: FP8 E4M3)" : " (8)");
     if (hfq__jbool(a, "symmetric", 1) != 1)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.symmetric "
-                        "false is not supported (zero points; symmetric int8 only)", path, g,
-                        what);
+                        "false is not supported (zero points; symmetric %s only)", path, g, what,
+                        fp8 ? "FP8" : "int8");
     return INF_OK;
 }
 
@@ -75,7 +75,7 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *e
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
     int rc;
-    if ((rc = ct_args(w, path, g, "weights", err)))
+    if ((rc = hfq__ct_args(w, path, g, "weights", 0, err)))
         return rc;
     if ((rc = hfq__ct_wscope(w, path, g, "", err)))
         return rc;
@@ -83,7 +83,7 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *e
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
                         "null (weight-only int8, W8A16) is not supported (W8A8: int8 "
                         "activations per token)", path, g);
-    if ((rc = ct_args(a, path, g, "input_activations", err)))
+    if ((rc = hfq__ct_args(a, path, g, "input_activations", 0, err)))
         return rc;
     if (hfq__jbool(a, "dynamic", 0) != 1)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
@@ -220,21 +220,30 @@ int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, flo
     return INF_OK;
 }
 
+int hfq__ct_linear(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   const char *dtype, const char *scheme, const st_tensor **w, float **sc,
+                   inf_err *err)
+{
+    const st_tensor *t = st_find(st, name);
+    if (!t)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    if (strcmp(t->dtype_name, dtype))
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " %s "
+                        "checkpoint's linears are %s (others F32, F16 or BF16)", t->file, name,
+                        t->dtype_name, scheme, dtype);
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be %s [%lld, %lld]", t->file,
+                        name, dtype, (long long)rows, (long long)cols);
+    *w = t;
+    return hfq__ct_scales(q, st, name, rows, sc, err);
+}
+
 int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                  model_tensor *out, inf_err *err)
 {
-    const st_tensor *w = st_find(st, name);
-    if (!w)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
-    if (strcmp(w->dtype_name, "I8"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " int8 "
-                        "checkpoint's linears are I8 (others F32, F16 or BF16)", w->file, name,
-                        w->dtype_name);
-    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I8 [%lld, %lld]", w->file,
-                        name, (long long)rows, (long long)cols);
+    const st_tensor *w;
     float *sc;
-    int rc = hfq__ct_scales(q, st, name, rows, &sc, err);
+    int rc = hfq__ct_linear(q, st, name, rows, cols, "I8", "int8", &w, &sc, err);
     if (rc)
         return rc;
     memset(out, 0, sizeof *out);

@@ -10,42 +10,18 @@
 
 #define CT "compressed-tensors"
 
-/* One FP8 args object (weights or input_activations of group g): 8 bits,
- * type float, symmetric. */
-static int fp8_args(const cJSON *a, const char *path, const char *g, const char *what,
-                    inf_err *err)
-{
-    if (!cJSON_IsObject(a))
-        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.%s is not an object",
-                        path, g, what);
-    int bits = hfq__jint(a, "num_bits", -1000);
-    const char *type = hfq__jstr(a, "type");
-    if (!type || strcmp(type, "float"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.type '%s' is "
-                        "not supported in an FP8 scheme (float)", path, g, what,
-                        hfq__shown(a, "type"));
-    if (bits != 8)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.num_bits %d "
-                        "is not supported with type float (8: FP8 E4M3)", path, g, what, bits);
-    if (hfq__jbool(a, "symmetric", 1) != 1)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.%s.symmetric "
-                        "false is not supported (zero points; symmetric FP8 only)", path, g,
-                        what);
-    return INF_OK;
-}
-
 int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *err)
 {
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
     int rc;
-    if ((rc = fp8_args(w, path, g, "weights", err)))
+    if ((rc = hfq__ct_args(w, path, g, "weights", 1, err)))
         return rc;
     if ((rc = hfq__ct_wscope(w, path, g, " in an FP8 scheme", err)))
         return rc;
     if (!a || cJSON_IsNull(a)) /* weight-only FP8 */
         return INF_OK;
-    if ((rc = fp8_args(a, path, g, "input_activations", err)))
+    if ((rc = hfq__ct_args(a, path, g, "input_activations", 1, err)))
         return rc;
     /* FP8-dynamic (per token, dynamic) or FP8 (per tensor, a static
      * input_scale tensor per linear). Both are accepted because activations
@@ -76,18 +52,9 @@ static float e4m3(unsigned c)
 int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                   model_tensor *out, inf_err *err)
 {
-    const st_tensor *w = st_find(st, name);
-    if (!w)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
-    if (strcmp(w->dtype_name, "F8_E4M3"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " FP8 "
-                        "checkpoint's linears are F8_E4M3 (others F32, F16 or BF16)", w->file,
-                        name, w->dtype_name);
-    if (w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be F8_E4M3 [%lld, %lld]",
-                        w->file, name, (long long)rows, (long long)cols);
+    const st_tensor *w;
     float *sc, lut[256];
-    int rc = hfq__ct_scales(q, st, name, rows, &sc, err);
+    int rc = hfq__ct_linear(q, st, name, rows, cols, "F8_E4M3", "FP8", &w, &sc, err);
     if (rc)
         return rc;
     float *d = hfq__keep(q, (size_t)rows * (size_t)cols);

@@ -35,10 +35,23 @@ int hfq__jbool(const cJSON *o, const char *k, int def);
 /* A key's value as text for messages ("<absent or not a string>"). */
 const char *hfq__shown(const cJSON *o, const char *k);
 
+/* One 8-bit symmetric args object (weights or input_activations of group
+ * g) of type int (fp8 0) or float (fp8 1): INF_OK or the first field out of
+ * line. */
+int hfq__ct_args(const cJSON *a, const char *path, const char *g, const char *what, int fp8,
+                 inf_err *err);
+
 /* A group's weights strategy (channel or tensor) and dynamic (false), the
  * same in every scheme; scheme ("" or " in an FP8 scheme") goes in the
  * message. */
 int hfq__ct_wscope(const cJSON *w, const char *path, const char *g, const char *scheme,
+                   inf_err *err);
+
+/* Linear name of a compressed-tensors scheme (messages: "int8", "FP8"):
+ * *w the tensor, which must be dtype [rows, cols], and *sc its
+ * hfq__ct_scales. */
+int hfq__ct_linear(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   const char *dtype, const char *scheme, const st_tensor **w, float **sc,
                    inf_err *err);
 
 /* hfq_bind for compressed-tensors int8: name is I8 [rows, cols] beside its
