@@ -273,6 +273,8 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     fflush(stdout);
     double t2 = inf_now();
     int n = out.n_output;
+    /* a pre-quantized checkpoint's scheme (W8A8's is said with the kernels) */
+    const char *ckpt = model_is_w8a8(m) ? NULL : model_quant_desc(m);
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
                 "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s%s%s, "
@@ -284,8 +286,7 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
                 ab.kernels, model_is_w8a8(m) ? " (compressed-tensors int8 weights)"
                 : o->bc.quant == APP_QUANT_NONE ? ""
                 : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
-                model_quant_desc(m) && !model_is_w8a8(m) ? ", checkpoint " : "",
-                model_quant_desc(m) && !model_is_w8a8(m) ? model_quant_desc(m) : "",
+                ckpt ? ", checkpoint " : "", ckpt ? ckpt : "",
                 o->bc.threads > 0 ? o->bc.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     if (met && !o->quiet)
         print_spec(spec, met);

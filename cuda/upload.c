@@ -113,9 +113,9 @@ static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *
     }
 }
 
-/* Host threads that quantize one staging chunk: one core quantizes about
- * 100 M weights a second (engine/qdef.c is scalar), so an 8B model alone
- * would take over a minute. */
+/* Host threads that quantize one staging chunk: engine/qdef.c is scalar,
+ * so one thread would hold up the start of a large model (not timed: no
+ * GPU was lent to measure the upload). */
 #define QUANT_THREADS 16
 
 /* Rows [r0, r0 + nr) of piece p into out (row bytes each), their scales into
