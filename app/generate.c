@@ -161,7 +161,8 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
         *bad_file = 1; /* a usage problem: the id, the token, the network (exit 2) */
         goto done;
     }
-    if ((rc = model_load(dir, &m, err)))
+    model_load_opts lo = app_backend_load_opts(&o->bc);
+    if ((rc = model_load_with(dir, &lo, &m, err)))
         goto done;
     const model_config *c = &m->cfg;
     /* the engine detokenizes (stop checks, text out), so even ids in and out

@@ -267,7 +267,8 @@ static void *load(void *arg)
         log_msg(a->log, LOG_INFO, "loader", NULL, "%s: %s", o->model, dir);
     if (a->tok_dir)
         log_msg(a->log, LOG_INFO, "loader", NULL, "tokenizer %s: %s", o->tokenizer, a->tok_dir);
-    rc = model_load(dir, &a->m, &a->err);
+    model_load_opts lo = app_backend_load_opts(&o->bc);
+    rc = model_load_with(dir, &lo, &a->m, &a->err);
     if (!rc) {
         a->last_pct = a->last_decile = -1;
         model_prefetch(a->m, on_progress, a);
@@ -355,7 +356,7 @@ static void *load(void *arg)
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
             model_is_w8a8(a->m) ? "compressed-tensors int8"
-            : model_quant_desc(a->m) ? model_quant_desc(a->m) /* GPTQ, AWQ, FP8: dequantized */
+            : model_quant_desc(a->m) ? model_quant_desc(a->m) /* GPTQ, AWQ, FP8: as run */
                                      : inf_dtype_name(a->m->layers[0].wq.dtype),
             o->bc.quant == APP_QUANT_NONE || model_is_w8a8(a->m) ? ""
             : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"

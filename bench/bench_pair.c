@@ -14,6 +14,9 @@
  * drafts is R rows), interleaved in the same way, and prints each step's
  * cost over the first size's.
  *
+ * --quantization int8|int4 runs both models so (a GPTQ / AWQ checkpoint's
+ * own codes with int4, as `serve` loads it).
+ *
  *   bench_pair --model A --beside B [--steps 100] [--kernels auto] [--threads N]
  *   bench_pair --model A --rows 1,2,3,4,5 [--steps 100] [...] */
 #include <stdio.h>
@@ -45,13 +48,16 @@ typedef struct side {
     int nt;
 } side;
 
-static int side_open(side *s, const char *kernels, int threads, int steps, inf_err *err)
+static int side_open(side *s, const char *kernels, int quant, int threads, int steps,
+                     inf_err *err)
 {
-    int rc = model_load(s->dir, &s->m, err);
+    model_load_opts lo = {.packed_q4 = quant == CPU_QUANT_INT4};
+    int rc = model_load_with(s->dir, &lo, &s->m, err);
     if (rc)
         return rc;
     cpu_config cc = cpu_config_default();
     cc.kernels = kernels;
+    cc.quant = quant;
     cc.n_threads = threads;
     cc.max_tokens = MAX_LEN;
     cc.max_context = MAX_LEN + MAX_ROWS;
@@ -189,7 +195,7 @@ static void report_rows(side *s, int n)
 
 int main(int argc, char **argv)
 {
-    const char *a_dir = NULL, *b_dir = NULL, *kernels = "auto", *rows_list = NULL;
+    const char *a_dir = NULL, *b_dir = NULL, *kernels = "auto", *rows_list = NULL, *qname = NULL;
     int steps = 100, threads = 0, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &a_dir, "DIR", "first model (the baseline)"},
@@ -199,11 +205,12 @@ int main(int argc, char **argv)
         {"steps", ARG_INT, &steps, "N", "timed decode steps per model (default 100)"},
         {"kernels", ARG_STR, &kernels, "NAME", "auto, avx512bf16, avx512, avx2, generic or generic-bf16"},
         {"threads", ARG_INT, &threads, "N", "threads (default: all cores)"},
+        {"quantization", ARG_STR, &qname, "NAME", "none, int8 or int4 (both models)"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]), rows[MAX_SIDES] = {1, 1}, n = 2;
     inf_err err = {0};
     if (args_parse(specs, n_specs, argc - 1, argv + 1, &help, &err) || help || !a_dir ||
-        !b_dir == !rows_list || steps < 1 || steps > 100000 ||
+        !b_dir == !rows_list || steps < 1 || steps > 100000 || cpu_quant_parse(qname) < 0 ||
         (rows_list && (n = parse_rows(rows_list, rows)) < 0)) {
         fprintf(stderr, "%s\nusage: bench_pair --model A (--beside B | --rows LIST) [options]\n",
                 err.msg);
@@ -218,7 +225,7 @@ int main(int argc, char **argv)
     }
     int rc = 0;
     for (int i = 0; i < n && !rc; i++)
-        rc = side_open(&s[i], kernels, threads, steps, &err);
+        rc = side_open(&s[i], kernels, cpu_quant_parse(qname), threads, steps, &err);
     for (int i = 0; i < n && !rc; i++) /* pages the weights in */
         for (int k = 0; k < 4 && !rc; k++)
             rc = side_decode(&s[i], 0, &err);

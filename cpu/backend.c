@@ -690,15 +690,14 @@ size_t cpu_backend_weight_bytes(const be_backend *base)
             for (int i = 0; i < QW_N; i++) {
                 const model_tensor *t = layer_matrix(&be->m->layers[l], i);
                 n += cpu_qw_bytes(be->qw[(size_t)l * QW_N + i]);
-                n -= (size_t)t->rows * t->cols * (t->q8 ? 1 : inf_dtype_size(t->dtype)) +
-                     (t->q8 ? (size_t)t->rows * sizeof(float) : 0);
+                n -= model_tensor_bytes(t);
             }
     if (be->q4)
         for (int l = 0; l < be->L; l++)
             for (int i = 0; i < QW_N; i++) {
                 const model_tensor *t = layer_matrix(&be->m->layers[l], i);
                 n += cpu_q4w_bytes(be->q4[(size_t)l * QW_N + i]);
-                n -= (size_t)t->rows * t->cols * inf_dtype_size(t->dtype);
+                n -= model_tensor_bytes(t);
             }
     return n;
 }
@@ -776,6 +775,9 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     if (model_is_w8a8(m) && quant != CPU_QUANT_INT8)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "cpu: a compressed-tensors int8 checkpoint "
                         "runs with --quantization int8 (or none), not int4");
+    if (model_has_q4(m) && quant != CPU_QUANT_INT4) /* the loader was told int4 */
+        return inf_fail(err, INF_ERR_INVALID, "cpu: the model's 4-bit codes were bound for "
+                        "--quantization int4, not %s", quant == CPU_QUANT_INT8 ? "int8" : "none");
     int max_ctx = cfg->max_context > 0 ? cfg->max_context : model_context(c);
     int rc; /* every setting of the description is computed here */
     if ((rc = mdesc_require(&c->desc, MD_F_ALL, "cpu", err)))

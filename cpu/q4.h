@@ -31,7 +31,14 @@
  * q + 8 for row 16j + r at k = 32g + 4p + i in its low nibble and at
  * k = 32g + 4(p + 4) + i in its high nibble (p < 4, i < 4): what one 512-bit
  * register of 16 rows x 4 k wants after a shift and a mask. One tile reads
- * one contiguous stream. */
+ * one contiguous stream.
+ *
+ * Zero points (a GPTQ / AWQ checkpoint's own codes, packed as stored): the
+ * same record with 64 more bytes, each row's zero z in [0, 16] for the group
+ * (CPU_Q4_RECZ), and w = d * (u - z) for the stored code u in [0, 15];
+ * s_g = sum u * qx - z * sum qx, at most 32 * 128 * 16 in size, so the same
+ * exact sums and chain. The symmetric layout is the case z = 8, without the
+ * bytes. */
 #ifndef INFERD_CPU_Q4_H
 #define INFERD_CPU_Q4_H
 
@@ -42,6 +49,7 @@
 #define CPU_Q4_GROUP 32
 #define CPU_Q4_ROWS 64
 #define CPU_Q4_REC (4 * 256 + 64 * 2)
+#define CPU_Q4_RECZ (CPU_Q4_REC + 64)
 
 /* y[m][n] = sx[m] * sum_g D[n][g] * s_g for m < M and the caller's columns. */
 typedef struct cpu_mm4 {
@@ -54,6 +62,7 @@ typedef struct cpu_mm4 {
     float *y;            /* [M][ldy]                                        */
     size_t ldy;
     int M, N, G;         /* G = K / 32 rounded up                           */
+    int zp;              /* records with zero points (CPU_Q4_RECZ)           */
 } cpu_mm4;
 
 typedef struct cpu_q4k {
@@ -76,16 +85,19 @@ typedef struct cpu_q4w {
     int N, K;        /* N output rows of K inputs                   */
     int G;           /* groups per row: K / 32 rounded up            */
     int tiles;       /* N / 64 rounded up                            */
-    uint8_t *w;      /* tiles * G * CPU_Q4_REC bytes, on 2 MiB pages */
+    int zp;          /* a zero point per group (records CPU_Q4_RECZ) */
+    uint8_t *w;      /* tiles * G * record bytes, on 2 MiB pages     */
 } cpu_q4w;
 
 /* Quantizes t (f32, f16 or bf16) as above, converting rows with k->to_f32,
- * on pool's threads when pool is not NULL. */
+ * on pool's threads when pool is not NULL; a GPTQ / AWQ linear bound as its
+ * codes (t->q4, model.h) is packed as stored, with its zero points. */
 int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_q4w **out,
                    inf_err *err);
 
-/* An empty matrix (all q = 0, scales 0) to fill with cpu_q4w_set_group. */
-int cpu_q4w_alloc(int N, int K, const char *name, cpu_q4w **out, inf_err *err);
+/* An empty matrix (all q = 0, scales 0; with zp, zeros 8) to fill with
+ * cpu_q4w_set_group (and cpu_q4w_set_zero). */
+int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err *err);
 
 /* Stores group g of row n: 32 values q + 8 in [0, 15] (one per byte) and
  * the f16 scale d. */
@@ -93,6 +105,12 @@ void cpu_q4w_set_group(cpu_q4w *q, int n, int g, const uint8_t u[CPU_Q4_GROUP], 
 
 /* Reads it back (for tests). */
 void cpu_q4w_get_group(const cpu_q4w *q, int n, int g, uint8_t u[CPU_Q4_GROUP], uint16_t *d);
+
+/* Group g of row n's zero point z in [0, 16] (a zp matrix's only; GPTQ's
+ * v1 format stores z - 1 in 4 bits), and
+ * reading it back: 8 in a symmetric matrix. */
+void cpu_q4w_set_zero(cpu_q4w *q, int n, int g, uint8_t z);
+int cpu_q4w_zero(const cpu_q4w *q, int n, int g);
 
 void cpu_q4w_destroy(cpu_q4w *q); /* NULL-safe */
 

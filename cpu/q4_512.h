@@ -22,21 +22,25 @@
 
 enum { Q4MR = 4 };
 
-ALWAYS void q4_tile(const int VNNI, const int MR, const cpu_mm4 *a, int m0, int n)
+ALWAYS void q4_tile(const int VNNI, const int MR, const int ZP, const cpu_mm4 *a, int m0, int n)
 {
     (void)VNNI;
+    const size_t REC = ZP ? CPU_Q4_RECZ : CPU_Q4_REC;
     __m512 acc[4 * Q4MR];
 #pragma GCC unroll 16
     for (int i = 0; i < 4 * MR; i++)
         acc[i] = _mm512_setzero_ps();
     const __m512i lo = _mm512_set1_epi8(0x0f), ones = _mm512_set1_epi16(1);
-    const uint8_t *w = a->w + (size_t)(n / CPU_Q4_ROWS) * a->G * CPU_Q4_REC;
+    const uint8_t *w = a->w + (size_t)(n / CPU_Q4_ROWS) * a->G * REC;
     for (int g = 0; g < a->G; g++) {
-        const uint8_t *rec = w + (size_t)g * CPU_Q4_REC;
-        _mm_prefetch((const char *)rec + 8 * CPU_Q4_REC, _MM_HINT_T0);
+        const uint8_t *rec = w + (size_t)g * REC;
+        _mm_prefetch((const char *)rec + 8 * REC, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(rec + 1024 + 32 * j)));
+            /* the 16 rows' zeros as int32 lanes, whose high int16 halves are 0 */
+            __m512i z = ZP ? _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(rec + CPU_Q4_REC + 16 * j)))
+                           : _mm512_setzero_si512();
             __m512i wu[8];
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
@@ -72,7 +76,11 @@ ALWAYS void q4_tile(const int VNNI, const int MR, const cpu_mm4 *a, int m0, int 
                     }
                     s = _mm512_madd_epi16(s16, ones);
                 }
-                s = _mm512_sub_epi32(s, _mm512_set1_epi32(a->xs8[(size_t)(m0 + i) * a->ldxs + g]));
+                int32_t xs8 = a->xs8[(size_t)(m0 + i) * a->ldxs + g];
+                /* z * sum qx by vpmaddwd: the sum fits int16 (|sum| <= 32 * 127),
+                 * and z's high half multiplies the sum's sign bits by 0 */
+                s = _mm512_sub_epi32(s, ZP ? _mm512_madd_epi16(z, _mm512_set1_epi32(xs8 / 8))
+                                           : _mm512_set1_epi32(xs8));
                 acc[4 * i + j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[4 * i + j]);
             }
         }
@@ -91,15 +99,25 @@ ALWAYS void q4_tile(const int VNNI, const int MR, const cpu_mm4 *a, int m0, int 
 }
 
 typedef void (*q4_tile_fn)(const cpu_mm4 *a, int m0, int n);
-#define Q4TILE(V, MR, NAME)                                  \
+#define Q4TILE(V, MR, ZP, NAME)                              \
     static void NAME(const cpu_mm4 *a, int m0, int n)        \
     {                                                        \
-        q4_tile(V, MR, a, m0, n);                            \
+        q4_tile(V, MR, ZP, a, m0, n);                        \
     }
 
+/* The tiles of one table: symmetric ones (NAME) and with zero points
+ * (NAME##_zp), Q4MR of each. */
+#define Q4TILES(V, NAME)                                                              \
+    Q4TILE(V, 1, 0, NAME##1) Q4TILE(V, 2, 0, NAME##2) Q4TILE(V, 3, 0, NAME##3)        \
+    Q4TILE(V, 4, 0, NAME##4) Q4TILE(V, 1, 1, NAME##z1) Q4TILE(V, 2, 1, NAME##z2)      \
+    Q4TILE(V, 3, 1, NAME##z3) Q4TILE(V, 4, 1, NAME##z4)                               \
+    static const q4_tile_fn NAME[2][Q4MR] = {{NAME##1, NAME##2, NAME##3, NAME##4},    \
+                                             {NAME##z1, NAME##z2, NAME##z3, NAME##z4}};
+
 /* Column tiles in order, each over all rows in groups of Q4MR. */
-ALWAYS void q4_run(const q4_tile_fn *tiles, const cpu_mm4 *a, int n0, int n1)
+ALWAYS void q4_run(const q4_tile_fn tables[2][Q4MR], const cpu_mm4 *a, int n0, int n1)
 {
+    const q4_tile_fn *tiles = tables[a->zp != 0];
     for (int n = n0; n < n1 && n < a->N; n += CPU_Q4_ROWS)
         for (int m = 0; m < a->M; m += Q4MR)
             tiles[(a->M - m < Q4MR ? a->M - m : Q4MR) - 1](a, m, n);

@@ -1,8 +1,7 @@
 /* The AVX-512 int4 kernel without VNNI (q4_512.h): vpmaddubsw products. */
 #include "cpu/q4_512.h"
 
-Q4TILE(0, 1, t1) Q4TILE(0, 2, t2) Q4TILE(0, 3, t3) Q4TILE(0, 4, t4)
-static const q4_tile_fn tiles[Q4MR] = {t1, t2, t3, t4};
+Q4TILES(0, tiles)
 
 static void mm4(const cpu_mm4 *a, int n0, int n1)
 {

@@ -2,8 +2,7 @@
  * -mavx512vnni, apart from code that must run on CPUs without it. */
 #include "cpu/q4_512.h"
 
-Q4TILE(1, 1, t1) Q4TILE(1, 2, t2) Q4TILE(1, 3, t3) Q4TILE(1, 4, t4)
-static const q4_tile_fn tiles[Q4MR] = {t1, t2, t3, t4};
+Q4TILES(1, tiles)
 
 static void mm4(const cpu_mm4 *a, int n0, int n1)
 {

@@ -13,14 +13,15 @@ static void mm4(const cpu_mm4 *a, int n0, int n1)
             const int8_t *x = a->x + (size_t)m * a->ldx;
             float acc = 0.0f;
             for (int g = 0; g < a->G; g++) {
-                const uint8_t *rec = a->w + ((size_t)t * a->G + g) * CPU_Q4_REC;
+                const uint8_t *rec = a->w + ((size_t)t * a->G + g) * (a->zp ? CPU_Q4_RECZ : CPU_Q4_REC);
                 int32_t s = 0;
                 for (int k = 0; k < CPU_Q4_GROUP; k++) {
                     int st = k / 4, p = st % 4;
                     uint8_t b = rec[j * 256 + p * 64 + r * 4 + k % 4];
                     s += (int32_t)(st >= 4 ? b >> 4 : b & 0x0f) * x[g * CPU_Q4_GROUP + k];
                 }
-                s -= a->xs8[(size_t)m * a->ldxs + g];
+                int32_t xs8 = a->xs8[(size_t)m * a->ldxs + g]; /* 8 * sum of qx */
+                s -= a->zp ? rec[CPU_Q4_REC + n % CPU_Q4_ROWS] * (xs8 / 8) : xs8;
                 uint16_t d;
                 memcpy(&d, rec + 4 * 256 + 2 * (n % CPU_Q4_ROWS), 2);
                 acc = fmaf((float)s, inf_f16_to_f32(d), acc);

@@ -12,12 +12,17 @@
 
 _Static_assert(CPU_Q4_GROUP == QDEF_Q4_GROUP, "int4 groups are qdef's");
 
-static size_t q4_bytes(const cpu_q4w *q)
+static size_t q4_rec(const cpu_q4w *q)
 {
-    return (size_t)q->tiles * q->G * CPU_Q4_REC;
+    return q->zp ? CPU_Q4_RECZ : CPU_Q4_REC;
 }
 
-int cpu_q4w_alloc(int N, int K, const char *name, cpu_q4w **out, inf_err *err)
+static size_t q4_bytes(const cpu_q4w *q)
+{
+    return (size_t)q->tiles * q->G * q4_rec(q);
+}
+
+int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err *err)
 {
     *out = NULL;
     /* s_g is bounded per group, but the float chain is not: the limit only
@@ -32,6 +37,7 @@ int cpu_q4w_alloc(int N, int K, const char *name, cpu_q4w **out, inf_err *err)
     q->K = K;
     q->G = (K + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
     q->tiles = (N + CPU_Q4_ROWS - 1) / CPU_Q4_ROWS;
+    q->zp = zp != 0;
     q->w = cpu_hpage_alloc(q4_bytes(q));
     if (!q->w) {
         size_t mib = q4_bytes(q) >> 20;
@@ -39,9 +45,12 @@ int cpu_q4w_alloc(int N, int K, const char *name, cpu_q4w **out, inf_err *err)
         return inf_fail(err, INF_ERR_NOMEM, "int4: cannot allocate %zu MiB for %s", mib,
                         name ? name : "a weight");
     }
-    /* every weight q = 0 (nibble 8); the scales (zeroed pages) are 0 */
-    for (size_t r = 0; r < (size_t)q->tiles * q->G; r++)
-        memset(q->w + r * CPU_Q4_REC, 0x88, 4 * 256);
+    /* every weight q = 0 (nibble 8, zero 8); the scales (zeroed pages) are 0 */
+    for (size_t r = 0; r < (size_t)q->tiles * q->G; r++) {
+        memset(q->w + r * q4_rec(q), 0x88, 4 * 256);
+        if (q->zp)
+            memset(q->w + r * q4_rec(q) + CPU_Q4_REC, 8, 64);
+    }
     *out = q;
     return INF_OK;
 }
@@ -52,13 +61,30 @@ static uint8_t *q4_at(const cpu_q4w *q, int n, int g, int k, int *shift)
     int t = n / CPU_Q4_ROWS, j = (n % CPU_Q4_ROWS) / 16, r = n % 16;
     int s = k / 4, i = k % 4, p = s % 4;
     *shift = s >= 4 ? 4 : 0;
-    return q->w + ((size_t)t * q->G + g) * CPU_Q4_REC + (size_t)j * 256 + p * 64 + r * 4 + i;
+    return q->w + ((size_t)t * q->G + g) * q4_rec(q) + (size_t)j * 256 + p * 64 + r * 4 + i;
 }
 
 static uint16_t *q4_scale(const cpu_q4w *q, int n, int g)
 {
     int t = n / CPU_Q4_ROWS;
-    return (uint16_t *)(q->w + ((size_t)t * q->G + g) * CPU_Q4_REC + 4 * 256) + n % CPU_Q4_ROWS;
+    return (uint16_t *)(q->w + ((size_t)t * q->G + g) * q4_rec(q) + 4 * 256) + n % CPU_Q4_ROWS;
+}
+
+static uint8_t *q4_zero_at(const cpu_q4w *q, int n, int g)
+{
+    int t = n / CPU_Q4_ROWS;
+    return q->w + ((size_t)t * q->G + g) * q4_rec(q) + CPU_Q4_REC + n % CPU_Q4_ROWS;
+}
+
+void cpu_q4w_set_zero(cpu_q4w *q, int n, int g, uint8_t z)
+{
+    if (q->zp)
+        *q4_zero_at(q, n, g) = z;
+}
+
+int cpu_q4w_zero(const cpu_q4w *q, int n, int g)
+{
+    return q->zp ? *q4_zero_at(q, n, g) : 8;
 }
 
 void cpu_q4w_set_group(cpu_q4w *q, int n, int g, const uint8_t u[CPU_Q4_GROUP], uint16_t d)
@@ -91,9 +117,31 @@ typedef struct q4_job {
                         a tile is one thread's                   */
 } q4_job;
 
+/* Row n of a GPTQ / AWQ linear's codes (model.h), as stored. */
+static void q4_row_codes(q4_job *j, int n)
+{
+    cpu_q4w *q = j->q;
+    const model_tensor *t = j->t;
+    const uint8_t *c = t->q4 + (size_t)n * (size_t)(q->K / 2);
+    for (int g = 0; g < q->G; g++) {
+        uint8_t u[CPU_Q4_GROUP];
+        size_t b = (size_t)n * q->G + g;
+        for (int k = 0; k < CPU_Q4_GROUP; k++) { /* past K any code: activations are 0 */
+            int kk = g * CPU_Q4_GROUP + k;
+            u[k] = kk < q->K ? (uint8_t)(c[kk / 2] >> (4 * (kk % 2)) & 15) : 0;
+        }
+        cpu_q4w_set_group(q, n, g, u, t->q4_scale[b]);
+        cpu_q4w_set_zero(q, n, g, t->q4_zero[b]);
+    }
+}
+
 static void q4_row(q4_job *j, float *row, int n)
 {
     cpu_q4w *q = j->q;
+    if (j->t->q4) {
+        q4_row_codes(j, n);
+        return;
+    }
     size_t es = inf_dtype_size(j->t->dtype);
     j->k->to_f32((const char *)j->t->data + (size_t)n * q->K * es, j->t->dtype, row, q->K);
     for (int g = 0; g < q->G; g++) {
@@ -126,8 +174,11 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
     if (t->rows > INT32_MAX || t->cols > INT32_MAX)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "int4: %s is too large",
                         t->name ? t->name : "a weight");
+    if (t->q4 && t->cols % 2)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "int4: %s has %lld inputs; codes come in pairs",
+                        t->name ? t->name : "a weight", (long long)t->cols);
     cpu_q4w *q;
-    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, t->name, &q, err);
+    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, t->q4 != NULL, t->name, &q, err);
     if (rc)
         return rc;
     int nt = pool ? cpu_pool_size(pool) : 1;
@@ -177,7 +228,7 @@ cpu_mm4 cpu_q4w_args(const cpu_q4w *q, const int8_t *x, size_t ldx, const int32_
                      size_t ldxs, const float *sx, float *y, size_t ldy, int M)
 {
     cpu_mm4 a = {.x = x, .ldx = ldx, .xs8 = xs8, .ldxs = ldxs, .sx = sx, .w = q->w, .y = y,
-                 .ldy = ldy, .M = M, .N = q->N, .G = q->G};
+                 .ldy = ldy, .M = M, .N = q->N, .G = q->G, .zp = q->zp};
     return a;
 }
 

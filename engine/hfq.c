@@ -94,9 +94,22 @@ const char *hfq_method(const hfq *q)
 
 const char *hfq_describe(const hfq *q)
 {
+    int gptq = q->kind == HFQ_GPTQ;
     switch (q->kind) {
-    case HFQ_GPTQ: return "gptq 4-bit (dequantized to f32 at load)";
-    case HFQ_AWQ: return "awq 4-bit (dequantized to f32 at load)";
+    case HFQ_GPTQ:
+    case HFQ_AWQ:
+        if (q->packed_q4 && q->n_requant) /* desc_act, or groups across 32s */
+            return gptq ? "gptq 4-bit (groups not whole 32s of inputs in order: dequantized to "
+                          "f32, then requantized to int4)"
+                        : "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
+                          "requantized to int4)";
+        if (q->packed_q4)
+            return gptq ? "gptq 4-bit (codes, scales and zeros as stored; activations int8 per "
+                          "token)"
+                        : "awq 4-bit (codes, scales and zeros as stored; activations int8 per "
+                          "token)";
+        return gptq ? "gptq 4-bit (dequantized to f32 at load)"
+                    : "awq 4-bit (dequantized to f32 at load)";
     case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
                             "quantized)";
     default: return "compressed-tensors int8";
@@ -108,7 +121,7 @@ int hfq_is_int8(const hfq *q)
     return q && q->kind == HFQ_CT_INT8;
 }
 
-float *hfq__keep(hfq *q, size_t n)
+void *hfq__keep_bytes(hfq *q, size_t n)
 {
     if (q->n_bufs == q->cap) {
         int cap = q->cap ? 2 * q->cap : 64;
@@ -118,10 +131,21 @@ float *hfq__keep(hfq *q, size_t n)
         q->bufs = b;
         q->cap = cap;
     }
-    float *p = malloc(n * sizeof(float));
+    void *p = malloc(n ? n : 1);
     if (p)
         q->bufs[q->n_bufs++] = p;
     return p;
+}
+
+float *hfq__keep(hfq *q, size_t n)
+{
+    return hfq__keep_bytes(q, n * sizeof(float));
+}
+
+void hfq_set_packed_q4(hfq *q, int on)
+{
+    if (q)
+        q->packed_q4 = on;
 }
 
 /* prefix + part ("qweight", ...) of dtype name with shape [r, c]. */
@@ -158,6 +182,76 @@ static float f16_at(const st_tensor *t, size_t i)
     return inf_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
 }
 
+/* Where one linear's codes and zeros are. */
+typedef struct gq_src {
+    int awq, zero_plus1;
+    int64_t N;
+    const st_tensor *qw, *qz;
+    int slot[8]; /* AWQ: output 8j + o is in nibble slot[o] */
+} gq_src;
+
+static int gq_code(const gq_src *s, int64_t n, int64_t k)
+{
+    if (s->awq)
+        return (int)(u32_at(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
+    return (int)(u32_at(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
+}
+
+static int gq_zero(const gq_src *s, int64_t n, int64_t g)
+{
+    uint32_t v = u32_at(s->qz, (size_t)(g * (s->N / 8) + n / 8));
+    if (s->awq)
+        return (int)(v >> (4 * s->slot[n % 8]) & 15);
+    return (int)(v >> (4 * (n % 8)) & 15) + s->zero_plus1;
+}
+
+/* W[n][k] = scale * (q - zero) in f32 (exact: an f16 times a small integer). */
+static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
+                  const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+{
+    const int64_t N = s->N;
+    float *w = hfq__keep(q, (size_t)N * (size_t)K);
+    if (!w)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < N; n++)
+            w[(size_t)n * (size_t)K + (size_t)k] = f16_at(sc, (size_t)(grp[k] * N + n)) *
+                                                   (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
+    q->n_requant += q->packed_q4;
+    out->dtype = INF_F32;
+    out->data = w;
+    return INF_OK;
+}
+
+/* The codes as stored (model_tensor.q4): two per byte, and each 32 inputs'
+ * scale and zero, which their group's are. */
+static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
+                    const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+{
+    const int64_t N = s->N, B = (K + 31) / 32;
+    uint8_t *u = hfq__keep_bytes(q, (size_t)N * (size_t)(K / 2));
+    uint16_t *d = hfq__keep_bytes(q, (size_t)N * (size_t)B * sizeof *d);
+    uint8_t *z = hfq__keep_bytes(q, (size_t)N * (size_t)B);
+    if (!u || !d || !z)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k += 2)
+            u[n * (K / 2) + k / 2] = (uint8_t)(gq_code(s, n, k) | gq_code(s, n, k + 1) << 4);
+        for (int64_t b = 0; b < B; b++) {
+            int64_t g = grp[32 * b];
+            const uint8_t *p = (const uint8_t *)sc->data + 2 * (size_t)(g * N + n);
+            d[n * B + b] = (uint16_t)(p[0] | p[1] << 8);
+            z[n * B + b] = (uint8_t)gq_zero(s, n, g);
+        }
+    }
+    out->dtype = INF_DTYPE_NONE;
+    out->data = NULL;
+    out->q4 = u;
+    out->q4_scale = d;
+    out->q4_zero = z;
+    return INF_OK;
+}
+
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err)
 {
@@ -188,38 +282,36 @@ int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t c
         (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
         (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
         return rc;
-    float *w = hfq__keep(q, (size_t)N * (size_t)K);
-    if (!w)
+    int64_t *grp = malloc(sizeof *grp * (size_t)K);
+    if (!grp)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
-    static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-    int awq_slot[8]; /* output 8j + o is in nibble awq_slot[o] */
-    for (int i = 0; i < 8; i++)
-        awq_slot[awq_order[i]] = i;
+    int in_order = 1; /* each input's group is k / group_size */
     for (int64_t k = 0; k < K; k++) {
-        int64_t g = k / gs;
+        grp[k] = k / gs;
         if (gi) {
             int32_t v = (int32_t)u32_at(gi, (size_t)k);
-            if (v < 0 || v >= G)
+            if (v < 0 || v >= G) {
+                free(grp);
                 return inf_fail(err, INF_ERR_FORMAT, "%s: %s.g_idx[%lld] is %d, outside 0..%lld",
                                 gi->file, prefix, (long long)k, v, (long long)G - 1);
-            g = v;
-        }
-        for (int64_t n = 0; n < N; n++) {
-            int qv, zv;
-            if (awq) {
-                int s = awq_slot[n % 8];
-                qv = (int)(u32_at(qw, (size_t)(k * (N / 8) + n / 8)) >> (4 * s) & 15);
-                zv = (int)(u32_at(qz, (size_t)(g * (N / 8) + n / 8)) >> (4 * s) & 15);
-            } else {
-                qv = (int)(u32_at(qw, (size_t)((k / 8) * N + n)) >> (4 * (k % 8)) & 15);
-                zv = (int)(u32_at(qz, (size_t)(g * (N / 8) + n / 8)) >> (4 * (n % 8)) & 15) +
-                     q->zero_plus1;
             }
-            w[(size_t)n * (size_t)K + (size_t)k] = f16_at(sc, (size_t)(g * N + n)) * (float)(qv - zv);
+            in_order &= v == grp[k];
+            grp[k] = v;
         }
     }
-    out->dtype = INF_F32;
-    out->data = w;
+    static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    gq_src src = {.awq = awq, .N = N, .qw = qw, .qz = qz, .zero_plus1 = q->zero_plus1};
+    for (int i = 0; i < 8; i++)
+        src.slot[awq_order[i]] = i;
+    /* the int4 kernels take the codes as stored when every 32 inputs share
+     * a group: groups of whole 32s in order, or one per row */
+    if (q->packed_q4 && in_order && (gs == K || gs % 32 == 0))
+        rc = gq_codes(q, &src, sc, grp, prefix, K, out, err);
+    else
+        rc = gq_f32(q, &src, sc, grp, prefix, K, out, err);
+    free(grp);
+    if (rc)
+        return rc;
     out->rows = N;
     out->cols = K;
     out->name = qw->name;

@@ -13,6 +13,8 @@ struct hfq {
     hfq_kind kind;
     int group;       /* group_size; <= 0: one group per row */
     int zero_plus1;  /* GPTQ v1 stores zero - 1                */
+    int packed_q4;   /* bind 4-bit codes where they fit (hfq.h) */
+    int n_requant;   /* linears that did not, bound as f32      */
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
     int n_bufs, cap;
@@ -22,8 +24,9 @@ struct hfq {
 const char *hfq__jstr(const cJSON *o, const char *k);
 /* An integer key, or def when absent; -1000 when not an integer. */
 int hfq__jint(const cJSON *o, const char *k, int def);
-/* n floats owned by q (freed by hfq_free), or NULL. */
+/* n floats (n bytes) owned by q (freed by hfq_free), or NULL. */
 float *hfq__keep(hfq *q, size_t n);
+void *hfq__keep_bytes(hfq *q, size_t n);
 
 /* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
  * HFQ_CT_INT8 (W8A8 int8) or HFQ_CT_FP8 (FP8 weights) when it is a scheme

@@ -324,6 +324,12 @@ static model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n)
         v.q8 = t->q8 + (size_t)(r0 * t->cols);
         v.q8_scale = t->q8_scale + r0;
     }
+    if (t->q4) {
+        size_t b = (size_t)(t->cols + 31) / 32;
+        v.q4 = t->q4 + (size_t)r0 * (size_t)(t->cols / 2);
+        v.q4_scale = t->q4_scale + (size_t)r0 * b;
+        v.q4_zero = t->q4_zero + (size_t)r0 * b;
+    }
     v.rows = n;
     return v;
 }
@@ -467,6 +473,11 @@ static int model__bind_all(model *m, inf_err *err)
 
 int model_load_dir(const char *dir, model **out, inf_err *err)
 {
+    return model_load_dir_with(dir, NULL, out, err);
+}
+
+int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, inf_err *err)
+{
     *out = NULL;
     char *path = NULL;
     model *m = calloc(1, sizeof *m);
@@ -477,6 +488,7 @@ int model_load_dir(const char *dir, model **out, inf_err *err)
     }
     if ((rc = model_config_load(path, &m->cfg, err)) || (rc = hfq_open(path, &m->hfq, err)))
         goto fail;
+    hfq_set_packed_q4(m->hfq, o && o->packed_q4);
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
@@ -519,10 +531,12 @@ void model_destroy(model *m)
     free(m);
 }
 
-static size_t model__bytes(const model_tensor *t)
+size_t model_tensor_bytes(const model_tensor *t)
 {
     if (t->q8)
         return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
+    if (t->q4) /* codes, and an f16 scale and a zero per 32 */
+        return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32));
     return (size_t)t->rows * (size_t)t->cols * inf_dtype_size(t->dtype);
 }
 
@@ -532,7 +546,7 @@ size_t model_weight_bytes(const model *m)
         return 0;
     /* The embedding is a row lookup per token, not a matrix read: it counts
      * only as the lm_head, once, when tied. */
-    size_t n = model__bytes(&m->norm) + model__bytes(&m->lm_head);
+    size_t n = model_tensor_bytes(&m->norm) + model_tensor_bytes(&m->lm_head);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo,
@@ -540,7 +554,7 @@ size_t model_weight_bytes(const model *m)
                                     &l->bq, &l->bk, &l->bv, &l->bo, &l->q_norm, &l->k_norm,
                                     &l->post_attn_norm, &l->post_ffn_norm};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
-            n += model__bytes(ts[j]);
+            n += model_tensor_bytes(ts[j]);
     }
     return n;
 }
@@ -580,6 +594,19 @@ int model_context(const model_config *cfg)
 const char *model_quant_desc(const model *m)
 {
     return m && m->hfq ? hfq_describe(m->hfq) : NULL;
+}
+
+int model_has_q4(const model *m)
+{
+    for (int i = 0; m && i < m->cfg.n_layers; i++) {
+        const model_layer *l = &m->layers[i];
+        const model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
+                                    &l->w_down};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+            if (ts[j]->q4)
+                return 1;
+    }
+    return 0;
 }
 
 int model_is_w8a8(const model *m)

@@ -56,6 +56,14 @@ typedef struct model_tensor {
      * path (--quantization int8) reads it. */
     const int8_t *q8;          /* [rows, cols] in [-128, 127], mapped     */
     const float *q8_scale;     /* [rows]                                  */
+    /* A GPTQ / AWQ 4-bit linear bound as its codes (model_load_opts
+     * .packed_q4): dtype INF_DTYPE_NONE, data NULL, and W[n][k] =
+     * f16(q4_scale[n][b]) * (u - q4_zero[n][b]) for b = k / 32 and the code
+     * u of byte q4[n * cols / 2 + k / 2] (k even: low nibble); only the
+     * int4 path (--quantization int4) reads it. */
+    const uint8_t *q4;         /* [rows, cols / 2]                        */
+    const uint16_t *q4_scale;  /* [rows, ceil(cols / 32)] f16 bits         */
+    const uint8_t *q4_zero;    /* [rows, ceil(cols / 32)] in [0, 16]       */
 } model_tensor;
 
 typedef struct model_layer {
@@ -119,6 +127,18 @@ typedef struct model {
 int model_load(const char *dir, model **out, inf_err *err);
 int model_load_dir(const char *dir, model **out, inf_err *err);
 
+/* How a checkpoint is bound, for the backend that will run it. */
+typedef struct model_load_opts {
+    int packed_q4; /* GPTQ / AWQ 4-bit linears whose groups are whole 32s
+                      of inputs in order (no desc_act permutation) as their
+                      codes (model_tensor.q4) for the CPU's int4 kernels,
+                      instead of dequantized to f32 */
+} model_load_opts;
+
+/* model_load / model_load_dir with o (NULL: all 0). */
+int model_load_with(const char *dir, const model_load_opts *o, model **out, inf_err *err);
+int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, inf_err *err);
+
 /* Unmaps and frees; NULL-safe. */
 void model_destroy(model *m);
 
@@ -128,8 +148,14 @@ void model_destroy(model *m);
 void model_prefetch(const model *m, void (*progress)(void *user, size_t done, size_t total),
                     void *user);
 
-/* Bytes of weights the forward pass reads per token (all matrices once). */
+/* Bytes of weights the forward pass reads per token (all matrices once),
+ * and one tensor's share. */
 size_t model_weight_bytes(const model *m);
+size_t model_tensor_bytes(const model_tensor *t);
+
+/* 1 when a layer matrix is bound as 4-bit codes (model_tensor.q4): only the
+ * CPU's int4 path runs them. */
+int model_has_q4(const model *m);
 
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */

@@ -2,7 +2,8 @@
  * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
  * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights, scales, zero
  * points). A bound tensor must be readable whole. Input:
- * u8 rows selector, u8 cols selector, u16 JSON length, the config.json,
+ * u8 rows selector (its top bit: GPTQ / AWQ codes kept as stored,
+ * hfq_set_packed_q4), u8 cols selector, u16 JSON length, the config.json,
  * then the safetensors bytes; both go through memfds. The linear bound is
  * "l.weight", rows and cols multiples of 8 up to 64. */
 #include <stdio.h>
@@ -43,12 +44,22 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     if (cfd >= 0 && sfd >= 0 && hfq_open(cpath, &q, &err) == INF_OK && q &&
         st_open_file(spath, &st, &err) == INF_OK) {
         model_tensor t = {0};
+        hfq_set_packed_q4(q, data[0] >> 7);
         if (hfq_bind(q, st, "l.weight", rows, cols, &t, &err) == INF_OK) {
-            if (t.rows != rows || t.cols != cols || (!t.data && !(t.q8 && t.q8_scale)))
+            if (t.rows != rows || t.cols != cols ||
+                (!t.data && !(t.q8 && t.q8_scale) && !(t.q4 && t.q4_scale && t.q4_zero)))
                 abort();
             volatile float acc = 0; /* ASan sees a read past what was bound */
-            for (int64_t i = 0; i < rows * cols; i++)
-                acc += t.q8 ? (float)t.q8[i] * t.q8_scale[i / cols] : ((const float *)t.data)[i];
+            int64_t B = (cols + 31) / 32;
+            for (int64_t i = 0; i < rows * cols; i++) {
+                int64_t n = i / cols, k = i % cols, b = n * B + k / 32;
+                acc += t.q8   ? (float)t.q8[i] * t.q8_scale[n]
+                       : t.q4 ? inf_f16_to_f32(t.q4_scale[b]) *
+                                    (float)((t.q4[i / 2] >> (4 * (k % 2)) & 15) - t.q4_zero[b])
+                              : ((const float *)t.data)[i];
+                if (t.q4 && t.q4_zero[b] > 16)
+                    abort();
+            }
             (void)acc;
         }
     }

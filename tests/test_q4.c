@@ -1,7 +1,8 @@
 /* int4 kernels (cpu/q4.h): every table equals the portable one bit for bit
  * over shapes with row, column and group tails; a row's result does not
  * depend on the rows computed with it or on how columns are split; packing
- * round-trips; and the result is the float64 value of the same integers.
+ * round-trips; and the result is the float64 value of the same integers;
+ * the same for matrices with zero points (a GPTQ / AWQ tensor's codes).
  * (The quantization itself is checked against numpy by tests/ref/check_q4.py.) */
 #include <math.h>
 #include <setjmp.h>
@@ -49,14 +50,19 @@ static int setup(void **state)
 typedef struct fix {
     int M, N, K;
     float *w, *x;        /* [N][K], [M][K] */
+    uint8_t *codes, *zero; /* zp: a GPTQ-style tensor's codes and zeros */
+    uint16_t *scale;
     cpu_q4w *q;
     int8_t *qx;          /* [M][G*32] */
     int32_t *xs8;        /* [M][G] */
     float *sx;
 } fix;
 
-static void fix_make(fix *f, int M, int N, int K)
+/* zp: the weights are codes with a zero point per 32 (model_tensor.q4),
+ * zeros over all of [0, 16]; K is then made even. */
+static void fix_make_zp(fix *f, int M, int N, int K, int zp)
 {
+    K += zp && K % 2;
     f->M = M, f->N = N, f->K = K;
     f->w = malloc(sizeof(float) * (size_t)N * K);
     f->x = malloc(sizeof(float) * (size_t)M * K);
@@ -65,6 +71,25 @@ static void fix_make(fix *f, int M, int N, int K)
     for (int i = 0; i < M * K; i++)
         f->x[i] = frand();
     model_tensor t = {.dtype = INF_F32, .data = f->w, .rows = N, .cols = K, .name = "w"};
+    int B = (K + 31) / 32;
+    f->codes = f->zero = NULL;
+    f->scale = NULL;
+    if (zp) {
+        f->codes = malloc((size_t)N * K / 2);
+        f->zero = malloc((size_t)N * B);
+        f->scale = malloc(sizeof(uint16_t) * (size_t)N * B);
+        for (int i = 0; i < N * K / 2; i++) {
+            frand();
+            f->codes[i] = (uint8_t)(rng_state >> 40);
+        }
+        for (int i = 0; i < N * B; i++) {
+            f->zero[i] = (uint8_t)(i % 17);
+            f->scale[i] = inf_f32_to_f16(frand() * 0.05f);
+        }
+        f->codes[0] = 0xf0; /* codes 0 and 15 against zero 0 */
+        t = (model_tensor){.dtype = INF_DTYPE_NONE, .rows = N, .cols = K, .name = "w",
+                           .q4 = f->codes, .q4_scale = f->scale, .q4_zero = f->zero};
+    }
     inf_err err;
     assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &f->q, &err), 0);
     int G = f->q->G;
@@ -76,9 +101,15 @@ static void fix_make(fix *f, int M, int N, int K)
                                     f->qx + (size_t)m * G * 32, f->xs8 + (size_t)m * G);
 }
 
+static void fix_make(fix *f, int M, int N, int K)
+{
+    fix_make_zp(f, M, N, K, 0);
+}
+
 static void fix_free(fix *f)
 {
     free(f->w), free(f->x), free(f->qx), free(f->xs8), free(f->sx);
+    free(f->codes), free(f->zero), free(f->scale);
     cpu_q4w_destroy(f->q);
 }
 
@@ -99,11 +130,12 @@ static void test_q4_tables_match_oracle_all_shapes(void **state)
     const int Ms[] = {1, 2, 3, 4, 5, 9};
     const int Ns[] = {1, 15, 64, 65, 130};
     const int Ks[] = {1, 31, 32, 33, 100, 600};
+    for (int zp = 0; zp < 2; zp++)
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
         for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
             for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
                 fix f;
-                fix_make(&f, Ms[mi], Ns[ni], Ks[ki]);
+                fix_make_zp(&f, Ms[mi], Ns[ni], Ks[ki], zp);
                 int M = f.M, N = f.N, G = f.q->G;
                 float *ref = calloc((size_t)M * N, sizeof(float));
                 float *y = calloc((size_t)M * N, sizeof(float));
@@ -115,9 +147,19 @@ static void test_q4_tables_match_oracle_all_shapes(void **state)
                             uint8_t u[32];
                             uint16_t d;
                             cpu_q4w_get_group(f.q, n, g, u, &d);
+                            int z = cpu_q4w_zero(f.q, n, g);
+                            if (zp) { /* the tensor's own code, scale and zero */
+                                size_t b = (size_t)n * G + g;
+                                assert_int_equal(z, f.zero[b]);
+                                assert_int_equal(d, f.scale[b]);
+                                for (int i = 0; i < 32 && g * 32 + i < f.K; i++) {
+                                    int k = g * 32 + i;
+                                    assert_int_equal(u[i], f.codes[((size_t)n * f.K + k) / 2] >> (4 * (k % 2)) & 15);
+                                }
+                            }
                             long s = 0;
                             for (int i = 0; i < 32; i++)
-                                s += (long)(u[i] - 8) * f.qx[(size_t)m * G * 32 + g * 32 + i];
+                                s += (long)(u[i] - z) * f.qx[(size_t)m * G * 32 + g * 32 + i];
                             want += (double)s * inf_f16_to_f32(d);
                             mag += fabs((double)s * inf_f16_to_f32(d));
                         }
@@ -129,8 +171,8 @@ static void test_q4_tables_match_oracle_all_shapes(void **state)
                     memset(y, 0, sizeof(float) * (size_t)M * N);
                     run(tables[t], &f, 0, M, y, 0, N);
                     if (memcmp(y, ref, sizeof(float) * (size_t)M * N))
-                        fail_msg("%s int4 differs from generic: M=%d N=%d K=%d", tables[t]->name,
-                                 M, N, f.K);
+                        fail_msg("%s int4 differs from generic: M=%d N=%d K=%d zp=%d",
+                                 tables[t]->name, M, N, f.K, zp);
                 }
                 free(ref), free(y);
                 fix_free(&f);
@@ -143,8 +185,9 @@ static void test_q4_row_and_split_invariant(void **state)
 {
     (void)state;
     enum { M = 37, N = 200, K = 300 };
+    for (int zp = 0; zp < 2; zp++) {
     fix f;
-    fix_make(&f, M, N, K);
+    fix_make_zp(&f, M, N, K, zp);
     float *all = malloc(sizeof(float) * M * N), *part = malloc(sizeof(float) * M * N);
     for (int t = 0; t < n_tables; t++) {
         run(tables[t], &f, 0, M, all, 0, N);
@@ -162,6 +205,7 @@ static void test_q4_row_and_split_invariant(void **state)
     }
     free(all), free(part);
     fix_free(&f);
+    }
 }
 
 /* set_group / get_group round-trip at every position of a record, and the
@@ -171,7 +215,7 @@ static void test_q4_pack_roundtrip(void **state)
     (void)state;
     cpu_q4w *q;
     inf_err err;
-    assert_int_equal(cpu_q4w_alloc(70, 70, "t", &q, &err), 0);
+    assert_int_equal(cpu_q4w_alloc(70, 70, 0, "t", &q, &err), 0);
     uint8_t u[32], v[32];
     uint16_t d;
     cpu_q4w_get_group(q, 69, 2, v, &d);
@@ -192,6 +236,42 @@ static void test_q4_pack_roundtrip(void **state)
             assert_int_equal(d, n * 3 + g);
         }
     cpu_q4w_destroy(q);
+}
+
+/* Zeros round-trip in a zp matrix (fresh: 8), a symmetric one reads 8, and
+ * a zp matrix whose zeros are all 8 computes the symmetric one's bits with
+ * the same codes and scales on every table. */
+static void test_q4_zero_points(void **state)
+{
+    (void)state;
+    enum { M = 5, N = 70, K = 96, G = K / 32 };
+    fix f;
+    fix_make(&f, M, N, K);
+    cpu_q4w *z;
+    inf_err err;
+    assert_int_equal(cpu_q4w_alloc(N, K, 1, "z", &z, &err), 0);
+    assert_int_equal(cpu_q4w_zero(z, 69, 2), 8);
+    assert_int_equal(cpu_q4w_zero(f.q, 3, 1), 8);
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            uint8_t u[32];
+            uint16_t d;
+            cpu_q4w_get_group(f.q, n, g, u, &d);
+            cpu_q4w_set_group(z, n, g, u, d);
+            cpu_q4w_set_zero(z, n, g, (uint8_t)(n % 17));
+            assert_int_equal(cpu_q4w_zero(z, n, g), n % 17);
+            cpu_q4w_set_zero(z, n, g, 8);
+        }
+    float want[M * N], got[M * N];
+    for (int t = 0; t < n_tables; t++) {
+        run(tables[t], &f, 0, M, want, 0, N);
+        cpu_mm4 a = cpu_q4w_args(z, f.qx, (size_t)G * 32, f.xs8, (size_t)G, f.sx, got, N, M);
+        assert_int_equal(a.zp, 1);
+        tables[t]->mm4(&a, 0, N);
+        assert_memory_equal(got, want, sizeof got);
+    }
+    cpu_q4w_destroy(z);
+    fix_free(&f);
 }
 
 /* A GGUF Q4_0 matrix as ggml writes it (each group's largest |value| at
@@ -259,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_q4_tables_match_oracle_all_shapes),
         cmocka_unit_test(test_q4_row_and_split_invariant),
         cmocka_unit_test(test_q4_pack_roundtrip),
+        cmocka_unit_test(test_q4_zero_points),
         cmocka_unit_test(test_q4_from_q4_0_is_lossless),
         cmocka_unit_test(test_q4_select_follows_kernel_table),
     };

@@ -16,8 +16,17 @@ descriptions, not from inferd's code:
   W[n][k] = scale[g][n] * (q - zero[g][n])
 
 Checks: logits bit-identical to a plain f32 checkpoint of numpy's unpacked
-weights and the same greedy tokens; --quantization int4 runs on it; and
-unsupported configurations and broken tensors are refused by name.
+weights and the same greedy tokens; unsupported configurations and broken
+tensors are refused by name; and --quantization int4:
+
+  * where every 32 inputs share a group (group_size a multiple of 32 or -1,
+    no desc_act permutation) the checkpoint's own codes, zeros and scales
+    run: llama_ref's W4A8 with those integers (weights (q - zero) per 32
+    inputs with the group's scale, activations int8 per token) within
+    check_engine's int8 bounds, every kernel table and a chunked prefill
+    bit-identical, the same greedy tokens as that reference;
+  * elsewhere (desc_act, groups of 40) the unpacked weights are requantized:
+    bit-identical to --quantization int4 on the plain f32 checkpoint.
 
   check_hfq.py --build build --fixtures build/fixtures
 """
@@ -34,7 +43,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+import check_engine as ce  # noqa: E402
 import gguf_ref  # noqa: E402  (read_safetensors)
+import llama_ref  # noqa: E402
 
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -111,7 +122,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
         for f in os.listdir(src):
             if not f.endswith(".safetensors") and not f.endswith(".index.json"):
                 shutil.copy(os.path.join(src, f), os.path.join(d, f))
-    qt, deq = {}, {}
+    qt, deq, codes = {}, {}, {}
     for name, v in w.items():
         prefix = name[:-len(".weight")]
         if not any(prefix.endswith(s) for s in LINEARS):
@@ -124,6 +135,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
         if desc_act:  # GPTQ's act-order: groups over a permutation of the inputs
             g_idx = g_idx[np.argsort(rng.permutation(K))]
         q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G)
+        codes[name] = (q, zero, scale, g_idx)
         if method == "gptq":
             qw, qz = pack_gptq(q, zero, not v2)
             qt[prefix + ".g_idx"] = g_idx.astype(np.int32)
@@ -143,7 +155,52 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
         qc.update({"version": "gemm", "zero_point": True})
     c["quantization_config"] = qc
     json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=2)
-    return qt
+    return qt, codes
+
+
+def w4a8_codes(codes):
+    """The checkpoint's integers as llama_ref's int4 weights: per 32 inputs
+    (q - zero) [N, B, 32] (zero-padded past K) and the group's scale [N, B],
+    for groups that are whole 32s of inputs."""
+    out = {}
+    for name, (q, zero, scale, g_idx) in codes.items():
+        N, K = q.shape
+        B = -(-K // 32)
+        e = np.zeros((N, B * 32))
+        e[:, :K] = q - zero[g_idx].T
+        d = scale.astype(np.float64)[g_idx[::32]].T  # the group of each 32's first input
+        out[name] = (e.reshape(N, B, 32), d)
+    return out
+
+
+def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failures):
+    """--quantization int4 on a checkpoint whose codes run as stored,
+    against llama_ref's W4A8 of those integers."""
+    ids = [int(t) for t in tokens.split(",")]
+    ref = llama_ref.Llama(deq, "int4")
+    ref.qw.update(w4a8_codes(codes))
+    want, _, _ = llama_ref.generate(ref, ids, 0, False)
+    tie = ref.first_tie
+    gen_ref = llama_ref.Llama(deq, "int4")
+    gen_ref.qw = ref.qw
+    _, gen_ids, margin = llama_ref.generate(gen_ref, ids, 30, False)
+    dumps = ce.dump_runs(build, tmp, tag + "-codes", model, tokens, kernels,
+                         ["--quantization", "int4"], (0, 3))
+    rel = np.max([ce.rel_err(g, want) for g in ce.first_as_f64(dumps, want.shape)], axis=0)
+    at = len(rel) if tie is None else tie
+    exact = float(rel[:at].max()) if at else 0.0
+    loose = float(rel[at:].max()) if at < len(rel) else 0.0
+    if not exact <= ce.TOL_INT8:
+        failures.append(f"{tag}: int4 logits of positions 0-{at - 1} differ from W4A8 of the "
+                        f"checkpoint's codes by {exact:.2e} (> {ce.TOL_INT8})")
+    if not loose <= ce.TOL_INT8_TIES:
+        failures.append(f"{tag}: int4 logits from position {at} differ from W4A8 of the "
+                        f"checkpoint's codes by {loose:.2e} (> {ce.TOL_INT8_TIES})")
+    ce.check_identical(dumps, tag, "int4 logits", failures)
+    got = greedy(build, model, tokens, ["--quantization", "int4"])
+    if got != [str(i) for i in gen_ids]:
+        failures.append(f"{tag}: int4 greedy tokens differ from W4A8 of the checkpoint's codes")
+    return exact, at, loose, len(dumps), margin
 
 
 def run(cmd, ok=True):
@@ -159,9 +216,10 @@ def logits(build, model, tokens, out, extra=()):
     return np.fromfile(out, "<f4")
 
 
-def greedy(build, model, tokens):
+def greedy(build, model, tokens, extra=()):
     return run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
-                "--max-tokens", "30", "--ignore-eos", "--output-ids", "--quiet"]).stdout.split()
+                "--max-tokens", "30", "--ignore-eos", "--output-ids", "--quiet"]
+               + list(extra)).stdout.split()
 
 
 def refused(build, model, want, label, failures):
@@ -180,30 +238,48 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     failures = []
     tokens = "1,7,3,12,9,4,30,2,11,5"
+    kernels = ce.supported_kernels(a.build, os.path.join(a.fixtures, "tiny"))
     print("GPTQ / AWQ vs numpy:")
     cases = [("gptq", 32, False, False), ("gptq", 32, True, False), ("gptq", -1, False, True),
-             ("awq", 32, False, False)]
+             ("awq", 32, False, False), ("gptq", 64, False, False)]
     for src_name in ("tiny", "wide"):
         src = os.path.join(a.fixtures, src_name)
         for method, group, desc, v2 in cases:
+            if src_name == "wide" and group == 64:
+                continue
             if src_name == "wide" and group > 0:
                 group = 40  # wide's 80 / 600-input rows: groups of 40
             tag = (f"{src_name}-{method}{'_v2' if v2 else ''}-"
                    f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}")
             out, deq = os.path.join(tmp, tag), os.path.join(tmp, tag + "-deq")
-            make(src, out, deq, method, group, desc, v2)
+            _, codes = make(src, out, deq, method, group, desc, v2)
             x = logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"))
             y = logits(a.build, deq, tokens, os.path.join(tmp, tag + "-deq.f32"))
             same = x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32))
             geq = greedy(a.build, out, tokens) == greedy(a.build, deq, tokens)
-            z = logits(a.build, out, tokens, os.path.join(tmp, tag + "-int4.f32"), ["--quantization", "int4"])
-            e4 = float((np.abs(z - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
             if not same:
                 failures.append(f"{tag}: logits differ from numpy's unpacked weights'")
             if not geq:
                 failures.append(f"{tag}: greedy tokens differ from numpy's unpacked weights'")
             print(f"  {tag:28s} logits {'bit-identical' if same else 'DIFFER'} to numpy's unpacked "
-                  f"weights, greedy {'equal' if geq else 'DIFFER'}; with --quantization int4 {e4:.1e}")
+                  f"weights, greedy {'equal' if geq else 'DIFFER'}")
+            z = logits(a.build, out, tokens, os.path.join(tmp, tag + "-int4.f32"), ["--quantization", "int4"])
+            zr = logits(a.build, deq, tokens, os.path.join(tmp, tag + "-deq-int4.f32"),
+                        ["--quantization", "int4"])
+            e4 = float((np.abs(z - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
+            r4 = float((np.abs(zr - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
+            if not desc and (group < 0 or group % 32 == 0):
+                exact, at, loose, runs, margin = check_codes_int4(a.build, tmp, tag, out, deq, codes,
+                                                                  tokens, kernels, failures)
+                ties = f"from position {at} {loose:.1e}" if at < 10 else "no near ties"
+                print(f"    int4, codes as stored: {exact:.1e} from W4A8 of them ({ties}), {runs} "
+                      f"runs identical; from the f32 logits {e4:.1e} (requantized: {r4:.1e})")
+            else:
+                if not np.array_equal(z.view(np.uint32), zr.view(np.uint32)):
+                    failures.append(f"{tag}: int4 (requantized) differs from int4 on the plain "
+                                    "checkpoint")
+                print(f"    int4, requantized (groups not whole 32s in order): bit-identical to "
+                      f"int4 on the plain checkpoint; from the f32 logits {e4:.1e}")
     # refusals
     base = os.path.join(tmp, "tiny-gptq-g32")  # made above
     bad = os.path.join(tmp, "bad")
@@ -222,7 +298,7 @@ def main():
     shutil.rmtree(bad, ignore_errors=True)
     os.makedirs(bad)
     src = os.path.join(a.fixtures, "tiny")
-    qt = make(src, bad, os.path.join(tmp, "bad-deq"), "gptq", 32)
+    qt, _ = make(src, bad, os.path.join(tmp, "bad-deq"), "gptq", 32)
     qt["model.layers.0.self_attn.q_proj.g_idx"] = np.full_like(qt["model.layers.0.self_attn.q_proj.g_idx"], 99)
     write_st(os.path.join(bad, "model.safetensors"), qt)
     refused(a.build, bad, "q_proj.g_idx[0] is 99", "g_idx out of range", failures)

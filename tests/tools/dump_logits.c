@@ -69,7 +69,9 @@ int main(int argc, char **argv)
     kv_seq seq = {0};
     batch_builder *bb = NULL;
     float *logits = NULL, *hidden = NULL;
-    int rc = model_load(dir, &m, &err);
+    /* a GPTQ / AWQ checkpoint's codes as stored for int4, as serve loads it */
+    model_load_opts lo = {.packed_q4 = cpu_quant_parse(quant) == CPU_QUANT_INT4};
+    int rc = model_load_with(dir, &lo, &m, &err);
     if (rc)
         goto done;
     int V = m->cfg.vocab_size;
