@@ -152,7 +152,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-rows bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-rows bench-gptq bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -458,6 +458,12 @@ bench-families: deps
 bench-rows: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_pair
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_rows $(if $(ROWS),--rows $(ROWS))
+
+# A GPTQ checkpoint's own codes on the int4 kernels (zero points) beside
+# inferd's symmetric int4, interleaved: build/bench_pair --quantization int4.
+bench-gptq: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bench_pair
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_gptq
 
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits $(BUILD)/tok_ids

@@ -15,6 +15,7 @@
 #include "cpu/pool.h"
 #include "cpu/q4.h"
 #include "cpu/qw.h"
+#include "engine/qdef.h"
 
 /* A layer's norms, in this order in cpu_be.norms. */
 enum { NORM_ATTN, NORM_FFN, NORM_POST_ATTN, NORM_POST_FFN, NORM_N };
@@ -232,6 +233,7 @@ typedef struct quant_arg {
     const float *x;
     size_t ldx;
     int K;
+    float in_scale; /* > 0: static (compressed-tensors), else per token */
 } quant_arg;
 
 /* Row t of the input into be->xq (as qx + 128), K padded with zeros (128). */
@@ -239,7 +241,14 @@ static void op_quant(cpu_be *be, int t, const void *arg)
 {
     const quant_arg *qa = arg;
     uint8_t *q = be->xq + (size_t)t * be->ldq;
-    be->xs[t] = be->k->quant(qa->x + (size_t)t * qa->ldx, qa->K, (int8_t *)q, 1);
+    if (qa->in_scale > 0) {
+        qdef_i8_static(qa->x + (size_t)t * qa->ldx, qa->K, qa->in_scale, (int8_t *)q);
+        for (int k = 0; k < qa->K; k++)
+            q[k] = (uint8_t)(q[k] ^ 0x80); /* qx + 128 */
+        be->xs[t] = qa->in_scale;
+    } else {
+        be->xs[t] = be->k->quant(qa->x + (size_t)t * qa->ldx, qa->K, (int8_t *)q, 1);
+    }
     for (int k = qa->K; k % 4; k++)
         q[k] = 128;
 }
@@ -272,6 +281,10 @@ static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int fi
     }
     if (j.quant) {
         quant_arg qa = {.x = x, .ldx = ldx, .K = be->qw[(size_t)l * QW_N + first]->K};
+        for (int i = 0; i < n; i++) { /* vLLM's rule for linears fused on one input */
+            float s = layer_matrix(&be->m->layers[l], first + i)->q8_in_scale;
+            qa.in_scale = s > qa.in_scale ? s : qa.in_scale;
+        }
         per_token(be, T, op_quant, &qa);
     }
     for (int i = 0; i < n; i++) {

@@ -680,6 +680,9 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
     if (model_has_q4(m)) /* app/ loads them so for the CPU's int4 alone */
         return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: GPTQ / AWQ linears bound as 4-bit codes "
                         "run on the CPU's int4 kernels; load them dequantized for the GPU");
+    if (model_is_w8a8(m) && m->layers[0].wq.q8_in_scale > 0) /* cuda_k_quant_rows: per token */
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 checkpoint "
+                        "with static input scales runs on the CPU only (--device cpu)");
     if (model_is_w8a8(m)) { /* a compressed-tensors int8 checkpoint runs as stored */
         if (lim.quant == CUDA_QUANT_INT4)
             return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 "

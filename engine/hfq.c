@@ -110,6 +110,7 @@ const char *hfq_describe(const hfq *q)
                           "token)";
         return gptq ? "gptq 4-bit (dequantized to f32 at load)"
                     : "awq 4-bit (dequantized to f32 at load)";
+    case HFQ_CT_INT8S: return "compressed-tensors int8 (static input scales)";
     case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
                             "quantized)";
     default: return "compressed-tensors int8";
@@ -118,7 +119,7 @@ const char *hfq_describe(const hfq *q)
 
 int hfq_is_int8(const hfq *q)
 {
-    return q && q->kind == HFQ_CT_INT8;
+    return q && (q->kind == HFQ_CT_INT8 || q->kind == HFQ_CT_INT8S);
 }
 
 void *hfq__keep_bytes(hfq *q, size_t n)
@@ -255,7 +256,7 @@ static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t 
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err)
 {
-    if (q->kind == HFQ_CT_INT8)
+    if (q->kind == HFQ_CT_INT8 || q->kind == HFQ_CT_INT8S)
         return hfq__ct_bind(q, st, name, rows, cols, out, err);
     if (q->kind == HFQ_CT_FP8)
         return hfq__fp8_bind(q, st, name, rows, cols, out, err);

@@ -21,12 +21,14 @@
  *
  *   compressed-tensors W8A8 int8 (llm-compressor; format int-quantized or
  *   naive-quantized, weights symmetric int8 per channel or per tensor,
- *   input_activations symmetric int8 dynamic per token):
+ *   input_activations symmetric int8 dynamic per token, or static per
+ *   tensor with P.input_scale: model_tensor.q8_in_scale):
  *         P.weight I8 [N, K]; P.weight_scale F32/BF16/F16 [N, 1] (channel)
  *         or one value (tensor); W[n][k] = weight[n][k] * scale[n]
  *
  * is bound as it is (model_tensor.q8, scales widened to f32) for the CPU's
- * int8 kernels, which quantize activations per token as the scheme does.
+ * int8 kernels, which quantize activations as the scheme says (per token,
+ * or with the static scale).
  *
  *   compressed-tensors FP8 (llm-compressor's FP8 / FP8-dynamic; format
  *   float-quantized, weights symmetric float 8-bit per channel or per
@@ -40,7 +42,7 @@
  * fallback on GPUs without FP8 arithmetic. A static P.input_scale is not
  * read. Other methods (fp8, bitsandbytes, ...), other bit widths, AWQ's
  * gemv layouts and other compressed-tensors schemes (F8_E5M2, FP8 blocks,
- * zero points, groups, int8 static input scales, W8A16) are refused by
+ * zero points, groups, W8A16) are refused by
  * name. */
 #ifndef INFERD_HFQ_H
 #define INFERD_HFQ_H

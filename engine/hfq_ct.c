@@ -69,8 +69,9 @@ int hfq__ct_wscope(const cJSON *w, const char *path, const char *g, const char *
     return INF_OK;
 }
 
-/* The int8 scheme (W8A8) of group g past the fields every scheme shares. */
-static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *err)
+/* The int8 scheme (W8A8) of group g past the fields every scheme shares:
+ * activations per token and dynamic, or per tensor and static (*stat 1). */
+static int ct_int8(const cJSON *grp, const char *path, const char *g, int *stat, inf_err *err)
 {
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(grp, "input_activations");
@@ -82,18 +83,20 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, inf_err *e
     if (!a || cJSON_IsNull(a))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
                         "null (weight-only int8, W8A16) is not supported (W8A8: int8 "
-                        "activations per token)", path, g);
+                        "activations per token or static per tensor)", path, g);
     if ((rc = hfq__ct_args(a, path, g, "input_activations", 0, err)))
         return rc;
-    if (hfq__jbool(a, "dynamic", 0) != 1)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
-                        ".dynamic false (static input_scale) is not supported (dynamic per-token "
-                        "scales)", path, g);
+    int dyn = hfq__jbool(a, "dynamic", 0);
     const char *as = hfq__jstr(a, "strategy");
-    if (!as || strcmp(as, "token"))
+    if (dyn < 0)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.input_activations"
+                        ".dynamic must be true or false", path, g);
+    if (!as || strcmp(as, dyn ? "token" : "tensor"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations"
-                        ".strategy '%s' is not supported (token)", path, g,
-                        hfq__shown(a, "strategy"));
+                        ".strategy '%s' is not supported with dynamic %s (%s)", path, g,
+                        hfq__shown(a, "strategy"), dyn ? "true" : "false",
+                        dyn ? "token" : "tensor: one static input_scale per linear");
+    *stat = !dyn;
     return INF_OK;
 }
 
@@ -125,8 +128,13 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
     const char *wt = cJSON_IsObject(w) ? hfq__jstr(w, "type") : NULL;
     int fp8 = !strcmp(fmt, "float-quantized") ||
               (!strcmp(fmt, "naive-quantized") && wt && !strcmp(wt, "float"));
-    *kind = fp8 ? HFQ_CT_FP8 : HFQ_CT_INT8;
-    return fp8 ? hfq__fp8_group(grp, path, g, err) : ct_int8(grp, path, g, err);
+    if (fp8) {
+        *kind = HFQ_CT_FP8;
+        return hfq__fp8_group(grp, path, g, err);
+    }
+    int stat = 0, rc = ct_int8(grp, path, g, &stat, err);
+    *kind = stat ? HFQ_CT_INT8S : HFQ_CT_INT8;
+    return rc;
 }
 
 int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err)
@@ -152,8 +160,8 @@ int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err
         if (rc)
             return rc;
         if (g != groups->child && k != *kind)
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups mix int8 and "
-                            "FP8 schemes (one scheme per checkpoint)", path);
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups mix schemes "
+                            "(int8 dynamic, int8 static, FP8: one per checkpoint)", path);
         *kind = k;
     }
     return INF_OK;
@@ -238,6 +246,27 @@ int hfq__ct_linear(hfq *q, const st_set *st, const char *name, int64_t rows, int
     return hfq__ct_scales(q, st, name, rows, sc, err);
 }
 
+/* name's P.input_scale: one finite positive value (F32, BF16 or F16). */
+static int ct_input_scale(const st_set *st, const char *name, const char *file, float *out,
+                          inf_err *err)
+{
+    size_t len = strlen(name);
+    char part[256];
+    snprintf(part, sizeof part, "%.*sinput_scale", (int)(len - 6), name);
+    const st_tensor *s = st_find(st, part);
+    if (!s)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " static int8 checkpoint without tensor "
+                        "'%s'", file, part);
+    if (s->dtype == INF_DTYPE_NONE || numel(s) != 1)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be one F32, BF16 or F16 value",
+                        s->file, part);
+    *out = scale_at(s, 0);
+    if (!isfinite(*out) || !(*out > 0))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %g; a static input scale is finite and "
+                        "positive", s->file, part, (double)*out);
+    return INF_OK;
+}
+
 int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                  model_tensor *out, inf_err *err)
 {
@@ -246,10 +275,14 @@ int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64
     int rc = hfq__ct_linear(q, st, name, rows, cols, "I8", "int8", &w, &sc, err);
     if (rc)
         return rc;
+    float in = 0; /* dynamic */
+    if (q->kind == HFQ_CT_INT8S && (rc = ct_input_scale(st, name, w->file, &in, err)))
+        return rc;
     memset(out, 0, sizeof *out);
     out->dtype = INF_DTYPE_NONE;
     out->q8 = w->data;
     out->q8_scale = sc;
+    out->q8_in_scale = in;
     out->rows = rows;
     out->cols = cols;
     out->name = w->name;

@@ -7,7 +7,8 @@
 
 #include <cJSON.h>
 
-typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_FP8 } hfq_kind;
+/* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear */
+typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8 } hfq_kind;
 
 struct hfq {
     hfq_kind kind;
@@ -29,7 +30,8 @@ float *hfq__keep(hfq *q, size_t n);
 void *hfq__keep_bytes(hfq *q, size_t n);
 
 /* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
- * HFQ_CT_INT8 (W8A8 int8) or HFQ_CT_FP8 (FP8 weights) when it is a scheme
+ * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales) or
+ * HFQ_CT_FP8 (FP8 weights) when it is a scheme
  * inferd runs, else an error naming the field and value. */
 int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err);
 

@@ -56,6 +56,9 @@ typedef struct model_tensor {
      * path (--quantization int8) reads it. */
     const int8_t *q8;          /* [rows, cols] in [-128, 127], mapped     */
     const float *q8_scale;     /* [rows]                                  */
+    float q8_in_scale;         /* > 0: a static input scale (the linears
+                                  sharing an input use their largest);
+                                  0: activations quantized per token      */
     /* A GPTQ / AWQ 4-bit linear bound as its codes (model_load_opts
      * .packed_q4): dtype INF_DTYPE_NONE, data NULL, and W[n][k] =
      * f16(q4_scale[n][b]) * (u - q4_zero[n][b]) for b = k / 32 and the code

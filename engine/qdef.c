@@ -22,6 +22,15 @@ float qdef_i8(const float *v, int n, int8_t *q)
     return amax / 127.0f;
 }
 
+void qdef_i8_static(const float *v, int n, float s, int8_t *q)
+{
+    for (int i = 0; i < n; i++) {
+        float t = fmaxf(v[i] / s, -127.0f); /* NaN becomes -127 */
+        t = fminf(t, 127.0f);
+        q[i] = (int8_t)(int)rintf(t);
+    }
+}
+
 void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *d16)
 {
     float a = 0.0f;

@@ -15,6 +15,11 @@
  * every q is 0). */
 float qdef_i8(const float *v, int n, int8_t *q);
 
+/* v [n] with a static scale s > 0 (compressed-tensors' per-tensor input
+ * scale): q = rint(min(max(v / s, -127), 127)), NaN to -127, as qdef_i8
+ * clamps (vLLM clamps at -128; the vpmaddubsw kernels need |q| <= 127). */
+void qdef_i8_static(const float *v, int n, float s, int8_t *q);
+
 #define QDEF_Q4_GROUP 32
 
 /* One group of len <= 32 weights as 4-bit (cpu/q4.h): a = the value with

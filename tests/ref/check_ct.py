@@ -57,14 +57,21 @@ GREEDY = 40
 
 
 def reference(model, prompt):
-    """(prompt logits [n, V], greedy ids, min margin, first near-tie position)."""
-    m = ct_ref.W8A8(model)
+    """(prompt logits [n, V], greedy ids, min margin, first near-tie position,
+    static activations below -127.5 steps). Static activations are clamped
+    at -127 as inferd does (vLLM: -128); the count says where that mattered."""
+    m = ct_ref.W8A8(model, static_lo=-127)
     logits, ids, margin = llama_ref.generate(m, prompt, GREEDY, False)
-    return logits, ids, margin, m.first_tie
+    return logits, ids, margin, m.first_tie, m.clamped_low
 
 
-def check_case(build, tmp, label, model, kernels, lows, failures):
-    want, ids, margin, tie = reference(model, TOKENS)
+def check_case(build, tmp, label, model, kernels, lows, failures, clamp=None):
+    """clamp: for static input scales, whether activations must reach the
+    clamp's low end (True) or stay inside it (False: vLLM's scheme exactly)."""
+    want, ids, margin, tie, low = reference(model, TOKENS)
+    if clamp is not None and (low > 0) != clamp:
+        failures.append(f"{label}: {low} static activations below -127.5 steps (expected "
+                        f"{'some' if clamp else 'none'})")
     tokens = ",".join(map(str, TOKENS))
     name = ce.slug(label)
     dumps = ce.dump_runs(build, tmp, name, model, tokens, kernels, (), (0, 3))
@@ -96,8 +103,9 @@ def check_case(build, tmp, label, model, kernels, lows, failures):
             failures.append(f"{label}: greedy tokens differ from the reference at token {k} "
                             f"(reference min margin {margin:.2e})")
     ties = f"from position {at} on {loose:.1e}" if at < len(rel) else "no near ties"
+    clamped = f"; {low} activations clamped at -127" if clamp is not None else ""
     print(f"  {label:40s} logits rel err {exact:.1e} to position {at - 1}, {ties}; "
-          f"{len(dumps)} runs identical; {lows} weights at -128; greedy {len(gen)} {note}")
+          f"{len(dumps)} runs identical; {lows} weights at -128; greedy {len(gen)} {note}{clamped}")
 
 
 def refused(build, model, want, label, failures):
@@ -128,10 +136,13 @@ def refusals(build, tmp, base, failures):
         ("zero points", lambda q, g: g["weights"].update(symmetric=False), "weights.symmetric false"),
         ("group strategy", lambda q, g: g["weights"].update(strategy="group", group_size=128),
          "weights.strategy 'group' is not supported"),
-        ("static input scales", lambda q, g: g["input_activations"].update(dynamic=False, strategy="tensor"),
-         "input_activations.dynamic false (static input_scale)"),
-        ("per-tensor activations", lambda q, g: g["input_activations"].update(strategy="tensor"),
-         "input_activations.strategy 'tensor' is not supported"),
+        ("static input scales without the tensors",
+         lambda q, g: g["input_activations"].update(dynamic=False, strategy="tensor"),
+         "static int8 checkpoint without tensor 'model.layers.0.self_attn.q_proj.input_scale'"),
+        ("static per-token activations", lambda q, g: g["input_activations"].update(dynamic=False),
+         "input_activations.strategy 'token' is not supported with dynamic false"),
+        ("per-tensor dynamic activations", lambda q, g: g["input_activations"].update(strategy="tensor"),
+         "input_activations.strategy 'tensor' is not supported with dynamic true"),
         ("asymmetric activations", lambda q, g: g["input_activations"].update(symmetric=False),
          "input_activations.symmetric false"),
         ("weight-only", lambda q, g: g.update(input_activations=None), "input_activations null"),
@@ -173,6 +184,32 @@ def refusals(build, tmp, base, failures):
         failures.append(f"refusal int4: exit {r.returncode}, {r.stderr.strip()!r}")
     print(f"  refused: {len(cfg_cases)} unsupported configurations, {len(tensor_cases)} broken "
           f"checkpoints, --quantization int4")
+
+
+def static_refusals(build, tmp, base, failures):
+    """Broken input_scale tensors of a static checkpoint."""
+    bad = os.path.join(tmp, "bad-static")
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    S = "model.layers.0.mlp.up_proj.input_scale"
+    cases = [
+        ("missing input_scale", lambda t: t.pop(S), f"without tensor '{S}'"),
+        ("zero input_scale", lambda t: t.update({S: np.zeros(1, np.float32)}),
+         f"{S} is 0; a static input scale is finite and positive"),
+        ("negative input_scale", lambda t: t.update({S: np.full(1, -0.5, np.float32)}),
+         f"{S} is -0.5; a static input scale is finite and positive"),
+        ("infinite input_scale", lambda t: t.update({S: np.full(1, np.inf, np.float32)}),
+         f"{S} is inf"),
+        ("two input_scale values", lambda t: t.update({S: np.ones(2, np.float32)}),
+         f"'{S}' must be one F32, BF16 or F16 value"),
+    ]
+    for label, edit, want in cases:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t)
+        refused(build, bad, want, label, failures)
+    print(f"  refused: {len(cases)} broken input scales")
 
 
 def check_fp8(build, tmp, label, model, kernels, failures):
@@ -234,7 +271,7 @@ def fp8_refusals(build, tmp, base, failures):
          "kv_cache_scheme"),
         ("int8 and FP8 groups", lambda q, g: q["config_groups"].update(
             group_1=dict(ct_ref.scheme()["config_groups"]["group_0"], format="int-quantized")),
-         "config_groups mix int8 and FP8"),
+         "config_groups mix schemes"),
     ]
     for label, edit, want in cfg_cases:
         edit_config(base, bad, edit)
@@ -304,6 +341,23 @@ def main():
         _, lows = ct_ref.make(src, out, strategy, sdt, fmt)
         check_case(a.build, tmp, label, out, kernels, lows, failures)
     refusals(a.build, tmp, os.path.join(tmp, ce.slug(cases[0][0])), failures)
+    static = [  # label, source, strategy, scale dtype, margin over the calibrated amax, clamped
+        ("static tiny channel bf16 scales", os.path.join(fx, "tiny"), "channel", "bf16", 1.5, False),
+        ("static tiny tensor f32, clamped", os.path.join(fx, "tiny"), "tensor", "f32", 0.5, True),
+        ("static phi3 fused qkv/gate_up f16", os.path.join(fx, "fam-phi3"), "channel", "f16", 1.5,
+         False),
+        ("static qwen2 biases bf16", os.path.join(fx, "fam-qwen2"), "channel", "bf16", 1.5, False),
+    ]
+    if os.path.isdir(real):
+        static.append(("static stories260K channel bf16, clamped", real, "channel", "bf16", 1.25,
+                       True))
+    print("compressed-tensors W8A8 int8, static input scales, vs numpy:")
+    for label, src, strategy, sdt, margin, clamp in static:
+        out = os.path.join(tmp, ce.slug(label))
+        shutil.rmtree(out, ignore_errors=True)
+        _, lows = ct_ref.make(src, out, strategy, sdt, "int-quantized", "static", margin)
+        check_case(a.build, tmp, label, out, kernels, lows, failures, clamp)
+    static_refusals(a.build, tmp, os.path.join(tmp, ce.slug(static[0][0])), failures)
     fp8 = [  # label, source, strategy, scale dtype, activations, format, all codes
         ("fp8 tiny channel bf16, dynamic", os.path.join(fx, "tiny"), "channel", "bf16", "dynamic",
          "float-quantized", False),

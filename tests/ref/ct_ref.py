@@ -15,6 +15,11 @@ and a min-max observer, then saves with format int-quantized):
   input activations, strategy token, dynamic: nothing stored; at run time
       each token x is quantized with s = amax(|x|) / 127,
       qx = clamp(round(x / s), -128, 127) (vLLM's dynamic per-token int8).
+  input activations, strategy tensor, static: P.input_scale [1] per linear
+      (calibrated: amax of the linear's inputs over calibration tokens /
+      127.5), qx = clamp(round_half_even(x / s), -128, 127) with s that
+      scale; linears that vLLM fuses on one input (q, k, v; gate, up) use
+      the largest of their scales.
   y = (qx . q[n]) * s * scale[n] (+ bias, kept in float).
 
 Reference: llama_ref.Llama with its linears replaced by the above.
@@ -32,7 +37,7 @@ reference for inferd's FP8 (which dequantizes at load and leaves
 activations unquantized) is llama_ref on those dequantized f32 weights,
 also written as a plain f32 checkpoint.
 
-  ct_ref.py SRC OUT [--scale-dtype bf16|f16|f32] [--strategy channel|tensor]
+  ct_ref.py SRC OUT [--scale-dtype bf16|f16|f32] [--strategy channel|tensor] [--static]
     writes SRC (a plain f32/bf16 checkpoint) as a W8A8 checkpoint at OUT.
   ct_ref.py SRC OUT --fp8 [--acts dynamic|static|none] ...: as FP8.
 """
@@ -81,8 +86,9 @@ def quantize_weight(w, strategy, scale_dtype):
     return q, raw.reshape((w.shape[0], 1) if strategy == "channel" else (1,)), exact
 
 
-def scheme(fmt="int-quantized", strategy="channel", ignore=("lm_head",)):
-    """The quantization_config llm-compressor writes for W8A8 int8."""
+def scheme(fmt="int-quantized", strategy="channel", ignore=("lm_head",), acts="dynamic"):
+    """The quantization_config llm-compressor writes for W8A8 int8 (acts
+    static: per-tensor static input scales)."""
     return {
         "quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
         "global_compression_ratio": None, "kv_cache_scheme": None, "sparsity_config": {},
@@ -93,7 +99,8 @@ def scheme(fmt="int-quantized", strategy="channel", ignore=("lm_head",)):
                         "dynamic": False, "group_size": None, "block_structure": None,
                         "actorder": None, "observer": "minmax", "observer_kwargs": {}},
             "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
-                                  "strategy": "token", "dynamic": True, "group_size": None,
+                                  "strategy": "token" if acts == "dynamic" else "tensor",
+                                  "dynamic": acts == "dynamic", "group_size": None,
                                   "block_structure": None, "actorder": None, "observer": None,
                                   "observer_kwargs": {}}}},
     }
@@ -134,13 +141,38 @@ def read_raw(path):
     return out
 
 
-def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized"):
-    """src as a W8A8 checkpoint at out; returns ({name: array written}, the count of -128s)."""
+# Linears vLLM fuses on one input, by the leaf name of any of them.
+FUSED = {leaf: grp for grp in (("q_proj", "k_proj", "v_proj", "qkv_proj"),
+                               ("gate_proj", "up_proj", "gate_up_proj")) for leaf in grp}
+CALIB = [2, 19, 33, 5, 8, 41, 13, 3, 27, 11, 6, 50]  # not check_ct's test tokens
+
+
+class Calibrate(llama_ref.Llama):
+    """The float decoder recording each linear's largest |input|."""
+
+    def __init__(self, model_dir):
+        super().__init__(model_dir)
+        self.amax = {}
+
+    def linear(self, x, name, bias=False):
+        self.amax[name] = max(self.amax.get(name, 0.0), float(np.abs(x).max()))
+        return super().linear(x, name, bias)
+
+
+def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized", acts="dynamic",
+         margin=1.0):
+    """src as a W8A8 checkpoint at out; returns ({name: array written}, the count of -128s).
+    acts static: an input_scale per linear, amax over CALIB * margin / 127.5."""
     w = llama_ref.load_weights(src)
     os.makedirs(out, exist_ok=True)
     for f in os.listdir(src):
         if not f.endswith(".safetensors") and not f.endswith(".index.json"):
             shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    amax = {}
+    if acts == "static":
+        cal = Calibrate(src)
+        llama_ref.generate(cal, CALIB, 0, False)
+        amax = cal.amax
     t, lows = {}, 0
     for name, v in w.items():
         if not is_linear(name):
@@ -150,10 +182,19 @@ def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized"):
         lows += int((q == -128).sum())
         t[name] = q
         t[name + "_scale"] = raw
+        if acts == "static":
+            base, leaf = name.rsplit(".", 2)[0], name.split(".")[-2]
+            a = max(amax[f"{base}.{p}.weight"] for p in FUSED.get(leaf, (leaf,))
+                    if f"{base}.{p}.weight" in amax)
+            # k and up a little larger than their siblings (one input, so
+            # observers agree in real files): the largest-of-fused rule counts
+            a *= {"k_proj": 1.3, "up_proj": 1.2}.get(leaf, 1.0)
+            t[name[:-len("weight")] + "input_scale"] = to_dtype(np.array([a * margin / 127.5]),
+                                                               scale_dtype)[0]
     write_st(os.path.join(out, "model.safetensors"), t)
     with open(os.path.join(src, "config.json")) as f:
         c = json.load(f)
-    c["quantization_config"] = scheme(fmt, strategy)
+    c["quantization_config"] = scheme(fmt, strategy, acts=acts)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=2)
     return t, lows
@@ -258,12 +299,29 @@ def quantize_tokens(x):
     return np.clip(np.rint(t), -128, 127), np.where(amax > 0, s, 0), near
 
 
-class W8A8(llama_ref.Llama):
-    """The decoder with each int8 linear computed as the scheme defines."""
+def quantize_static(x, s, lo=-128):
+    """Rows of x (float64) with the static scale s: (qx, near) as
+    quantize_tokens; lo: the clamp's low end (vLLM's -128; inferd's -127)."""
+    t = x / s
+    near = (np.abs(t - np.floor(t) - 0.5) < 2e-5).sum(axis=1)
+    return np.clip(np.rint(t), lo, 127), near
 
-    def __init__(self, model_dir):
+
+class W8A8(llama_ref.Llama):
+    """The decoder with each int8 linear computed as the scheme defines
+    (static_lo: the low end of the static clamp)."""
+
+    def __init__(self, model_dir, static_lo=-128):
         super().__init__(model_dir)
         self.near_ties, self.first_tie = 0, None
+        self.static_lo, self.clamped_low = static_lo, 0
+
+    def in_scale(self, name):
+        """A static input scale for linear name: the largest of those fused on its input."""
+        base, leaf = name.rsplit(".", 2)[0], name.split(".")[-2]
+        v = [float(self.w[k].reshape(-1)[0]) for k in
+             (f"{base}.{p}.input_scale" for p in FUSED.get(leaf, (leaf,))) if k in self.w]
+        return max(v) if v else None
 
     def linear(self, x, name, bias=False):
         if name + "_scale" not in self.w:
@@ -272,7 +330,13 @@ class W8A8(llama_ref.Llama):
         q = self.w[name]
         s = self.w[name + "_scale"].reshape(-1)
         s = np.broadcast_to(s, (q.shape[0],))
-        qx, sx, near = quantize_tokens(x)
+        si = self.in_scale(name)
+        if si is None:
+            qx, sx, near = quantize_tokens(x)
+        else:
+            qx, near = quantize_static(x, si, self.static_lo)
+            self.clamped_low += int((x / si < -127.5).sum())
+            sx = np.full(x.shape[0], si)
         rows = np.nonzero(near)[0]
         self.near_ties += int(near.sum())
         if rows.size:
@@ -289,11 +353,12 @@ def main():
     ap.add_argument("--scale-dtype", default="bf16", choices=("bf16", "f16", "f32"))
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--acts", default="dynamic", choices=("dynamic", "static", "none"))
+    ap.add_argument("--static", action="store_true", help="W8A8 with static input scales")
     a = ap.parse_args()
     if a.fp8:
         make_fp8(a.src, a.out, a.strategy, a.scale_dtype, a.acts)
     else:
-        make(a.src, a.out, a.strategy, a.scale_dtype)
+        make(a.src, a.out, a.strategy, a.scale_dtype, acts="static" if a.static else "dynamic")
 
 
 if __name__ == "__main__":
