@@ -122,7 +122,9 @@ def refusals(build, tmp, base, failures):
     cfg_cases = [
         ("float-quantized with int weights", lambda q, g: q.update(format="float-quantized"),
          "weights.type 'int' is not supported in an FP8 scheme"),
-        ("W4A16 packed", lambda q, g: q.update(format="pack-quantized"), "format 'pack-quantized' is not supported"),
+        ("W8A8 as pack-quantized", lambda q, g: q.update(format="pack-quantized"),
+         "input_activations are not supported in a pack-quantized scheme"),
+        ("unknown format", lambda q, g: q.update(format="marlin-24"), "format 'marlin-24' is not supported"),
         ("4-bit weights", lambda q, g: g["weights"].update(num_bits=4), "weights.num_bits 4 is not supported"),
         ("float weights", lambda q, g: g["weights"].update(type="float"), "weights.type 'float' is not supported"),
         ("zero points", lambda q, g: g["weights"].update(symmetric=False), "weights.symmetric false"),
@@ -234,7 +236,7 @@ def fp8_refusals(build, tmp, base, failures):
          "kv_cache_scheme"),
         ("int8 and FP8 groups", lambda q, g: q["config_groups"].update(
             group_1=dict(ct_ref.scheme()["config_groups"]["group_0"], format="int-quantized")),
-         "config_groups mix int8 and FP8"),
+         "config_groups mix FP8 and int8 schemes"),
     ]
     for label, edit, want in cfg_cases:
         edit_config(base, bad, edit)
