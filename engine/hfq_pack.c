@@ -42,66 +42,47 @@ int hfq__pack_group(const cJSON *grp, const char *path, const char *g, hfq_pack 
         return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.weights is not an object",
                         path, g);
     if (a && !cJSON_IsNull(a))
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.input_activations "
-                        "are not supported" PQ " (null: weight-only W4A16 / W8A16)",
-                        path, g);
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
+                        "are not supported" PQ " (null: weight-only W4A16 / W8A16)", path, g);
     const char *type = hfq__jstr(w, "type");
     if (!type || strcmp(type, "int"))
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.weights.type '%s' "
-                        "is not supported" PQ " (int)",
-                        path, g, hfq__shown(w, "type"));
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.type '%s' "
+                        "is not supported" PQ " (int)", path, g, hfq__shown(w, "type"));
     int bits = hfq__jint(w, "num_bits", -1000);
     if (bits != 4 && bits != 8)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.weights.num_bits "
-                        "%d is not supported" PQ " (4, 8)",
-                        path, g, bits);
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.num_bits %d "
+                        "is not supported" PQ " (4, 8)", path, g, bits);
     int sym = hfq__jbool(w, "symmetric", 1);
     if (sym < 0)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: " CT " config_groups.%s.weights.symmetric is "
-                        "not a boolean",
-                        path, g);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.weights.symmetric is "
+                        "not a boolean", path, g);
     if (hfq__jbool(w, "dynamic", 0) != 0)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.weights.dynamic "
-                        "must be false",
-                        path, g);
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.dynamic "
+                        "must be false", path, g);
     int gs = hfq__jint(w, "group_size", 0);
     const cJSON *sv = cJSON_GetObjectItemCaseSensitive(w, "strategy");
     const char *strategy = hfq__jstr(w, "strategy");
     if (!sv || cJSON_IsNull(sv)) /* compressed-tensors infers it from group_size */
         strategy = gs > 0 ? "group" : gs == -1 ? "channel" : "tensor";
     if (!strategy || (strcmp(strategy, "channel") && strcmp(strategy, "group")))
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.weights.strategy "
-                        "'%s' is not supported" PQ " (channel, group)",
-                        path, g, strategy ? strategy : hfq__shown(w, "strategy"));
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.strategy "
+                        "'%s' is not supported" PQ " (channel, group)", path, g,
+                        strategy ? strategy : hfq__shown(w, "strategy"));
     int group = !strcmp(strategy, "group");
     if (group && gs <= 0)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: " CT " config_groups.%s.weights.group_size "
-                        "must be a positive integer with strategy group",
-                        path, g);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.weights.group_size must "
+                        "be a positive integer with strategy group", path, g);
     if (!group && gs != 0 && gs != -1)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: " CT " config_groups.%s.weights.group_size "
-                        "must be null or -1 with strategy channel",
-                        path, g);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.weights.group_size must "
+                        "be null or -1 with strategy channel", path, g);
     const char *shown;
     int act = actorder(w, &shown);
     if (act < 0)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: " CT " config_groups.%s.weights.actorder "
-                        "'%s' is not supported (group, weight, null)",
-                        path, g, shown);
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights.actorder "
+                        "'%s' is not supported (group, weight, null)", path, g, shown);
     if (act && !group)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: " CT " config_groups.%s.weights.actorder "
-                        "'%s' needs strategy group",
-                        path, g, shown);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.weights.actorder '%s' "
+                        "needs strategy group", path, g, shown);
     out->bits = bits;
     out->group = group ? gs : 0;
     out->sym = sym;
@@ -159,11 +140,10 @@ static int check_parts(const hfq *q, const st_set *st, pack_parts *p, int64_t N,
         return rc;
     if (strcmp(t->dtype_name, "I32") || t->ndim != 2 || t->shape[0] != N ||
         t->shape[1] != (K + pf - 1) / pf)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: tensor '%s' must be I32 [%lld, %lld] (%d-bit "
-                        "values of [%lld, %lld], %d per int32)",
-                        t->file, t->name, (long long)N, (long long)((K + pf - 1) / pf),
-                        q->pack.bits, (long long)N, (long long)K, pf);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I32 [%lld, %lld] (%d-bit "
+                        "values of [%lld, %lld], %d per int32)", t->file, t->name, (long long)N,
+                        (long long)((K + pf - 1) / pf), q->pack.bits, (long long)N, (long long)K,
+                        pf);
     t = find(st, p, "weight_shape");
     if ((rc = want(q, t, p->prefix, "weight_shape", err)))
         return rc;
@@ -173,18 +153,15 @@ static int check_parts(const hfq *q, const st_set *st, pack_parts *p, int64_t N,
                         t->name);
     int64_t r = i64 ? le64(t, 0) : (int32_t)le32(t, 0), c = i64 ? le64(t, 1) : (int32_t)le32(t, 1);
     if (r != N || c != K)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: tensor '%s' is [%lld, %lld]; config.json makes "
-                        "this linear [%lld, %lld]",
-                        t->file, t->name, (long long)r, (long long)c, (long long)N, (long long)K);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' is [%lld, %lld]; config.json makes "
+                        "this linear [%lld, %lld]", t->file, t->name, (long long)r, (long long)c,
+                        (long long)N, (long long)K);
     t = p->scale = find(st, p, "weight_scale");
     if ((rc = want(q, t, p->prefix, "weight_scale", err)))
         return rc;
     if (t->dtype == INF_DTYPE_NONE || t->ndim != 2 || t->shape[0] != N || t->shape[1] != G)
-        return inf_fail(err, INF_ERR_FORMAT,
-                        "%s: tensor '%s' must be F32, BF16 or F16 [%lld, "
-                        "%lld]",
-                        t->file, t->name, (long long)N, (long long)G);
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be F32, BF16 or F16 "
+                        "[%lld, %lld]", t->file, t->name, (long long)N, (long long)G);
     return INF_OK;
 }
 
@@ -201,10 +178,8 @@ static int zeros(const hfq *q, const st_set *st, pack_parts *p, int64_t N, int64
         if (t) /* a symmetric file may carry all-zero points; any dtype's zero is zero bits */
             for (size_t i = 0; i < t->nbytes; i++)
                 if (((const uint8_t *)t->data)[i])
-                    return inf_fail(err, INF_ERR_FORMAT,
-                                    "%s: tensor '%s' holds a nonzero zero "
-                                    "point in a symmetric scheme",
-                                    t->file, t->name);
+                    return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' holds a nonzero zero "
+                                    "point in a symmetric scheme", t->file, t->name);
         for (int64_t i = 0; i < N * G; i++)
             zp[i] = off;
         return INF_OK;
@@ -223,20 +198,16 @@ static int zeros(const hfq *q, const st_set *st, pack_parts *p, int64_t N, int64
         for (int64_t i = 0; i < N * G; i++) {
             int v = ((const int8_t *)t->data)[i];
             if (v < -off || v >= off)
-                return inf_fail(err, INF_ERR_FORMAT,
-                                "%s: %s[%lld][%lld] is %d, outside %d..%d "
-                                "(%d bits)",
-                                t->file, t->name, (long long)(i / G), (long long)(i % G), v, -off,
-                                off - 1, bits);
+                return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld][%lld] is %d, outside %d..%d "
+                                "(%d bits)", t->file, t->name, (long long)(i / G),
+                                (long long)(i % G), v, -off, off - 1, bits);
             zp[i] = v + off;
         }
         return INF_OK;
     }
-    return inf_fail(err, INF_ERR_FORMAT,
-                    "%s: tensor '%s' must be I32 [%lld, %lld] (packed along "
-                    "the rows) or I8 [%lld, %lld]",
-                    t->file, t->name, (long long)((N + pf - 1) / pf), (long long)G, (long long)N,
-                    (long long)G);
+    return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I32 [%lld, %lld] (packed along "
+                    "the rows) or I8 [%lld, %lld]", t->file, t->name,
+                    (long long)((N + pf - 1) / pf), (long long)G, (long long)N, (long long)G);
 }
 
 /* The group of every input, grp[k]: k / group, or weight_g_idx (actorder
@@ -269,15 +240,16 @@ static int groups(const hfq *q, const st_set *st, pack_parts *p, int64_t K, int6
         if (v < 0 || v >= G)
             rc = inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is %d, outside 0..%lld", t->file,
                           t->name, (long long)k, v, (long long)G - 1);
-        else
-            count[grp[k] = v]++;
+        else {
+            grp[k] = v;
+            count[v]++;
+        }
     }
     for (int64_t g = 0; g < G && !rc; g++)
         if (count[g] != gs)
-            rc = inf_fail(err, INF_ERR_FORMAT,
-                          "%s: %s puts %lld inputs in group %lld; each "
-                          "group holds group_size %lld",
-                          t->file, t->name, (long long)count[g], (long long)g, (long long)gs);
+            rc = inf_fail(err, INF_ERR_FORMAT, "%s: %s puts %lld inputs in group %lld; each group "
+                          "holds group_size %lld", t->file, t->name, (long long)count[g],
+                          (long long)g, (long long)gs);
     free(count);
     return rc;
 }
@@ -287,11 +259,9 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
 {
     const st_tensor *stored = st_find(st, name);
     if (stored)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: tensor '%s' has dtype %s; a " CT " "
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; a " CT " "
                         "pack-quantized checkpoint's linears are P.weight_packed I32 (others F32, "
-                        "F16 or BF16)",
-                        stored->file, name, stored->dtype_name);
+                        "F16 or BF16)", stored->file, name, stored->dtype_name);
     pack_parts p = {0};
     size_t len = strlen(name);
     if (len < 6 || len - 6 >= sizeof p.prefix || strcmp(name + len - 6, "weight"))
@@ -299,10 +269,9 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     memcpy(p.prefix, name, len - 6);
     const int64_t N = rows, K = cols, gs = q->pack.group ? q->pack.group : K;
     if (K % gs)
-        return inf_fail(err, INF_ERR_UNSUPPORTED,
-                        "%s: %s has %lld inputs, not a multiple of "
-                        "group_size %lld (compressed-tensors has no short last group)",
-                        q->path, name, (long long)K, (long long)gs);
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s has %lld inputs, not a multiple of "
+                        "group_size %lld (compressed-tensors has no short last group)", q->path,
+                        name, (long long)K, (long long)gs);
     const int64_t G = K / gs;
     int rc = check_parts(q, st, &p, N, K, G, err);
     if (rc)
