@@ -1,5 +1,5 @@
 /* hfq_: GPTQ and AWQ 4-bit linears dequantized at load, and the method
- * dispatch (hfq.h); compressed-tensors is in hfq_ct.c and hfq_fp8.c. */
+ * dispatch (hfq.h); compressed-tensors is in hfq_ct.c, hfq_fp8.c and hfq_pack.c. */
 #include "hfq_int.h"
 
 #include <stdio.h>
@@ -43,12 +43,13 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     const char *fmt = hfq__jstr(qc, "checkpoint_format"), *ver = hfq__jstr(qc, "version");
     hfq *q = NULL;
     hfq_kind ct_kind = HFQ_CT_INT8;
+    hfq_pack pack = {0};
     int ct = method && !strcmp(method, "compressed-tensors");
     if (!cJSON_IsObject(qc) || !method)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
                       config_path);
     else if (ct)
-        rc = hfq__ct_open(qc, config_path, &ct_kind, err);
+        rc = hfq__ct_open(qc, config_path, &ct_kind, &pack, err);
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
                       "not supported (gptq, awq, compressed-tensors)", config_path, method);
@@ -70,6 +71,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
         q->kind = ct ? ct_kind : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
         q->group = group;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
+        q->pack = pack;
         snprintf(q->path, sizeof q->path, "%s", config_path);
         *out = q;
     }
@@ -113,6 +115,9 @@ const char *hfq_describe(const hfq *q)
     case HFQ_CT_INT8S: return "compressed-tensors int8 (static input scales)";
     case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
                             "quantized)";
+    case HFQ_CT_PACK:
+        return q->pack.bits == 8 ? "compressed-tensors W8A16 (dequantized to f32 at load)"
+                                 : "compressed-tensors W4A16 (dequantized to f32 at load)";
     default: return "compressed-tensors int8";
     }
 }
@@ -260,6 +265,8 @@ int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t c
         return hfq__ct_bind(q, st, name, rows, cols, out, err);
     if (q->kind == HFQ_CT_FP8)
         return hfq__fp8_bind(q, st, name, rows, cols, out, err);
+    if (q->kind == HFQ_CT_PACK)
+        return hfq__pack_bind(q, st, name, rows, cols, out, err);
     const st_tensor *stored = st_find(st, name);
     if (stored)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be "

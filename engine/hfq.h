@@ -1,5 +1,6 @@
 /* hfq_: Hugging Face pre-quantized checkpoints, by config.json's
- * quantization_config: GPTQ and AWQ 4-bit linear layers.
+ * quantization_config: GPTQ and AWQ 4-bit linear layers, and
+ * compressed-tensors' int8, FP8 and pack-quantized (W4A16 / W8A16) schemes.
  *
  * A quantized linear `P.weight` [N out, K in] is stored as
  *
@@ -40,9 +41,25 @@
  * is dequantized at load to f32 like GPTQ (one f32 multiply of two exact
  * values), and its activations are not quantized: vLLM's weight-only FP8
  * fallback on GPUs without FP8 arithmetic. A static P.input_scale is not
- * read. Other methods (fp8, bitsandbytes, ...), other bit widths, AWQ's
- * gemv layouts and other compressed-tensors schemes (F8_E5M2, FP8 blocks,
- * zero points, groups, W8A16) are refused by
+ * read.
+ *
+ *   compressed-tensors W4A16 / W8A16 (llm-compressor's W4A16, W4A16_ASYM,
+ *   W8A16; format pack-quantized, weights int of 4 or 8 bits per channel or
+ *   per group of group_size inputs, symmetric or with zero points,
+ *   input_activations null):
+ *         P.weight_packed I32 [N, ceil(K/(32/b))]: input k's q + 2^(b-1) in bits
+ *         b(k % (32/b)) of word k/(32/b); P.weight_shape I64/I32 [2];
+ *         P.weight_scale F32/BF16/F16 [N, G]; P.weight_zero_point (not
+ *         symmetric) I32 [ceil(N/(32/b)), G], zero + 2^(b-1) packed the same way
+ *         down the rows, or I8 [N, G] (older files); P.weight_g_idx I32 [K]
+ *         (actorder group): the group of input k, else k / group_size;
+ *         W[n][k] = scale[n][g] * (q - zero[n][g])
+ *
+ * is dequantized at load to f32 like GPTQ: the integer difference, then one
+ * f32 multiply (exact for bf16 and f16 scales). Other methods (fp8,
+ * bitsandbytes, ...), other bit widths, AWQ's gemv layouts and other
+ * compressed-tensors schemes (F8_E5M2, FP8 blocks, zero points or groups
+ * outside pack-quantized, W4A8) are refused by
  * name. */
 #ifndef INFERD_HFQ_H
 #define INFERD_HFQ_H
@@ -79,8 +96,9 @@ int hfq_is_int8(const hfq *q);
  * does not compute in) as [rows, cols]: from P.qweight / qzeros / scales
  * (/ g_idx), dequantized to f32 owned by q; compressed-tensors' I8
  * P.weight in place with P.weight_scale as f32 owned by q; or its F8_E4M3
- * P.weight dequantized to f32 owned by q. Errors name the tensor and what is
- * wrong with it. */
+ * P.weight dequantized to f32 owned by q; or its pack-quantized
+ * P.weight_packed parts dequantized to f32 owned by q. Errors name the
+ * tensor and what is wrong with it. */
 int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
              model_tensor *out, inf_err *err);
 

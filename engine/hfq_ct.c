@@ -1,7 +1,7 @@
 /* hfq_: compressed-tensors checkpoints (llm-compressor, vLLM): the
  * config's scheme checked field by field; W8A8 int8 linears bound as their
  * I8 weights and per-row f32 scales for the int8 kernels (hfq.h). FP8's
- * scheme and weights are in hfq_fp8.c. */
+ * scheme and weights are in hfq_fp8.c, pack-quantized's in hfq_pack.c. */
 #include "hfq_int.h"
 
 #include <math.h>
@@ -82,8 +82,9 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, int *stat,
         return rc;
     if (!a || cJSON_IsNull(a))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.input_activations "
-                        "null (weight-only int8, W8A16) is not supported (W8A8: int8 "
-                        "activations per token or static per tensor)", path, g);
+                        "null (weight-only int8) is not supported (W8A8: int8 activations per "
+                        "token or static per tensor; W8A16 checkpoints are format "
+                        "pack-quantized)", path, g);
     if ((rc = hfq__ct_args(a, path, g, "input_activations", 0, err)))
         return rc;
     int dyn = hfq__jbool(a, "dynamic", 0);
@@ -101,9 +102,10 @@ static int ct_int8(const cJSON *grp, const char *path, const char *g, int *stat,
 }
 
 /* Group g: *kind HFQ_CT_FP8 for format float-quantized (or naive-quantized
- * with float weights, which stores the same F8_E4M3), else HFQ_CT_INT8. */
+ * with float weights, which stores the same F8_E4M3), HFQ_CT_PACK (*pack
+ * filled) for pack-quantized, else HFQ_CT_INT8. */
 static int ct_group(const cJSON *grp, const char *path, const char *g, const char *fmt,
-                    hfq_kind *kind, inf_err *err)
+                    hfq_kind *kind, hfq_pack *pack, inf_err *err)
 {
     if (!cJSON_IsObject(grp))
         return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s is not an object",
@@ -114,9 +116,10 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
         return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " quantization_config has no format",
                         path);
     if (strcmp(fmt, "int-quantized") && strcmp(fmt, "naive-quantized") &&
-        strcmp(fmt, "float-quantized"))
+        strcmp(fmt, "float-quantized") && strcmp(fmt, "pack-quantized"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " format '%s' is not supported "
-                        "(int-quantized, float-quantized, naive-quantized)", path, fmt);
+                        "(int-quantized, float-quantized, pack-quantized, naive-quantized)", path,
+                        fmt);
     const cJSON *tg = cJSON_GetObjectItemCaseSensitive(grp, "targets");
     if (!cJSON_IsArray(tg) || !cJSON_GetArraySize(tg))
         return inf_fail(err, INF_ERR_FORMAT, "%s: " CT " config_groups.%s.targets must be a "
@@ -124,6 +127,10 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
     if (!is_null(grp, "output_activations"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.output_activations "
                         "are not supported (null)", path, g);
+    if (!strcmp(fmt, "pack-quantized")) {
+        *kind = HFQ_CT_PACK;
+        return hfq__pack_group(grp, path, g, pack, err);
+    }
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(grp, "weights");
     const char *wt = cJSON_IsObject(w) ? hfq__jstr(w, "type") : NULL;
     int fp8 = !strcmp(fmt, "float-quantized") ||
@@ -137,7 +144,14 @@ static int ct_group(const cJSON *grp, const char *path, const char *g, const cha
     return rc;
 }
 
-int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err)
+static const char *kind_name(hfq_kind k)
+{
+    return k == HFQ_CT_FP8 ? "FP8" : k == HFQ_CT_PACK ? "pack-quantized"
+           : k == HFQ_CT_INT8S ? "static int8" : "int8";
+}
+
+int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, hfq_pack *pack,
+                 inf_err *err)
 {
     const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
     if (!cJSON_IsObject(groups) || !groups->child)
@@ -156,19 +170,26 @@ int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err
     const char *fmt = hfq__jstr(qc, "format");
     for (const cJSON *g = groups->child; g; g = g->next) {
         hfq_kind k = HFQ_CT_INT8;
-        int rc = ct_group(g, path, g->string ? g->string : "?", fmt, &k, err);
+        hfq_pack pk = {0};
+        int rc = ct_group(g, path, g->string ? g->string : "?", fmt, &k, &pk, err);
         if (rc)
             return rc;
         if (g != groups->child && k != *kind)
-            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups mix schemes "
-                            "(int8 dynamic, int8 static, FP8: one per checkpoint)", path);
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups mix %s and %s "
+                            "schemes (one scheme per checkpoint)", path, kind_name(*kind),
+                            kind_name(k));
+        if (g != groups->child && k == HFQ_CT_PACK && memcmp(&pk, pack, sizeof pk))
+            return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " CT " config_groups.%s.weights "
+                            "differ from config_groups.%s's (one pack-quantized scheme per "
+                            "checkpoint)", path, g->string ? g->string : "?",
+                            groups->child->string ? groups->child->string : "?");
         *kind = k;
+        *pack = pk;
     }
     return INF_OK;
 }
 
-/* Element i of a float tensor (F32, BF16, F16) as f32, exactly. */
-static float scale_at(const st_tensor *t, size_t i)
+float hfq__ct_float_at(const st_tensor *t, size_t i)
 {
     const uint8_t *p = t->data;
     if (t->dtype == INF_F32) {
@@ -219,7 +240,7 @@ int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, flo
     if (!sc)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, part);
     for (int64_t n = 0; n < rows; n++) {
-        sc[n] = scale_at(s, ns == 1 ? 0 : (size_t)n);
+        sc[n] = hfq__ct_float_at(s, ns == 1 ? 0 : (size_t)n);
         if (!isfinite(sc[n]))
             return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is not finite", s->file, part,
                             (long long)n);
@@ -260,7 +281,7 @@ static int ct_input_scale(const st_set *st, const char *name, const char *file, 
     if (s->dtype == INF_DTYPE_NONE || numel(s) != 1)
         return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be one F32, BF16 or F16 value",
                         s->file, part);
-    *out = scale_at(s, 0);
+    *out = hfq__ct_float_at(s, 0);
     if (!isfinite(*out) || !(*out > 0))
         return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %g; a static input scale is finite and "
                         "positive", s->file, part, (double)*out);

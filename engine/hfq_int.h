@@ -1,5 +1,6 @@
 /* hfq's internals, shared by hfq.c (GPTQ, AWQ), hfq_ct.c
- * (compressed-tensors) and hfq_fp8.c (its FP8 scheme). */
+ * (compressed-tensors), hfq_fp8.c (its FP8 scheme) and hfq_pack.c (its
+ * pack-quantized W4A16 / W8A16). */
 #ifndef INFERD_HFQ_INT_H
 #define INFERD_HFQ_INT_H
 
@@ -8,7 +9,15 @@
 #include <cJSON.h>
 
 /* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear */
-typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8 } hfq_kind;
+typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_CT_PACK } hfq_kind;
+
+/* A compressed-tensors pack-quantized scheme: the same for every linear. */
+typedef struct hfq_pack {
+    int bits;     /* 4 or 8                                              */
+    int group;    /* inputs per scale; 0: one scale per row (channel)    */
+    int sym;      /* 1: no zero points (stored value = q + 2^(bits-1))   */
+    int actorder; /* 1: P.weight_g_idx must be present (actorder group)  */
+} hfq_pack;
 
 struct hfq {
     hfq_kind kind;
@@ -19,6 +28,7 @@ struct hfq {
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
     int n_bufs, cap;
+    hfq_pack pack;   /* kind HFQ_CT_PACK                       */
 };
 
 /* A string key, or NULL. */
@@ -30,10 +40,11 @@ float *hfq__keep(hfq *q, size_t n);
 void *hfq__keep_bytes(hfq *q, size_t n);
 
 /* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
- * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales) or
- * HFQ_CT_FP8 (FP8 weights) when it is a scheme
- * inferd runs, else an error naming the field and value. */
-int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, inf_err *err);
+ * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales), HFQ_CT_FP8 (FP8 weights) or HFQ_CT_PACK (*pack
+ * filled) when it is a scheme inferd runs, else an error naming the field
+ * and value. */
+int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, hfq_pack *pack,
+                 inf_err *err);
 
 /* A boolean key: 1 true, 0 false, def when absent or null, -1 otherwise. */
 int hfq__jbool(const cJSON *o, const char *k, int def);
@@ -70,6 +81,9 @@ int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64
 int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, float **out,
                    inf_err *err);
 
+/* Element i of an F32, BF16 or F16 tensor as f32, exactly. */
+float hfq__ct_float_at(const st_tensor *t, size_t i);
+
 /* Checks compressed-tensors group g's FP8 scheme (weights and
  * input_activations of type float): INF_OK or the field out of line. */
 int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *err);
@@ -78,5 +92,17 @@ int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *e
  * dequantized with hfq__ct_scales into f32 owned by q. */
 int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                   model_tensor *out, inf_err *err);
+
+/* Checks compressed-tensors group g's pack-quantized scheme (weight-only
+ * int, 4 or 8 bits, channel or group): INF_OK with *out, or the field out
+ * of line. */
+int hfq__pack_group(const cJSON *grp, const char *path, const char *g, hfq_pack *out,
+                    inf_err *err);
+
+/* hfq_bind for compressed-tensors pack-quantized: name's P.weight_packed,
+ * P.weight_shape, P.weight_scale (and P.weight_zero_point, P.weight_g_idx)
+ * dequantized into f32 owned by q. */
+int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   model_tensor *out, inf_err *err);
 
 #endif

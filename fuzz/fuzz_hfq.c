@@ -1,7 +1,8 @@
 /* A quantization_config and a safetensors file through hfq_open and
  * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
- * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights, scales, zero
- * points). A bound tensor must be readable whole. Input:
+ * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights or
+ * pack-quantized I32 ones, scales, zero points, g_idx). A bound tensor must
+ * be readable whole. Input:
  * u8 rows selector (its top bit: GPTQ / AWQ codes kept as stored,
  * hfq_set_packed_q4), u8 cols selector, u16 JSON length, the config.json,
  * then the safetensors bytes; both go through memfds. The linear bound is

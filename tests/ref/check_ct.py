@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""compressed-tensors W8A8 int8 (engine/hfq_ct.c) and FP8 (engine/hfq_fp8.c)
-checkpoints against numpy.
+"""compressed-tensors W8A8 int8 (engine/hfq_ct.c), FP8 (engine/hfq_fp8.c)
+and pack-quantized W4A16 / W8A16 (engine/hfq_pack.c) checkpoints against
+numpy.
 
 Test models are quantized and written as llm-compressor does (ct_ref.py:
 int8 weights per channel or per tensor, scales in bf16 / f16 / f32, formats
@@ -33,6 +34,20 @@ non-NaN codes) are dequantized at load, activations unquantized. Checks:
     and int4 (requantized like any f32 checkpoint);
   * every kernel table and a chunked prefill give the same bits;
   * F8_E5M2 weights, NaN codes and other FP8 scheme variants are refused.
+
+pack-quantized checkpoints (ct_ref.make_pack: numpy's own int32 packer and
+min-max quantizer written from compressed-tensors' format: 4 and 8 bits,
+channel and groups of 4 to 128, symmetric and with zero points packed or
+stored as I8, actorder with a shuffled weight_g_idx, bf16 / f16 / f32
+scales, Phi-3's fused linears, Qwen 2's biases, rows and inputs that leave
+part of the last int32 padding, layers holding every code and zero point)
+are dequantized at load like FP8 and checked the same way (llama_ref within
+1e-4, bit-identical to the dequantized f32 checkpoint on every table and
+with --quantization int8 / int4, chunked prefill, greedy tokens), plus: the
+start-up line names the scheme; an I32 weight_shape, an all -1 g_idx
+(compressed-tensors' uncalibrated value), an in-order g_idx and an all-zero
+zero point in a symmetric file give the same bits; unsupported
+configurations and broken tensors are refused with their messages.
 
   check_ct.py --build build --fixtures build/fixtures [--shared ../shared]
 """
@@ -130,7 +145,9 @@ def refusals(build, tmp, base, failures):
     cfg_cases = [
         ("float-quantized with int weights", lambda q, g: q.update(format="float-quantized"),
          "weights.type 'int' is not supported in an FP8 scheme"),
-        ("W4A16 packed", lambda q, g: q.update(format="pack-quantized"), "format 'pack-quantized' is not supported"),
+        ("W8A8 as pack-quantized", lambda q, g: q.update(format="pack-quantized"),
+         "input_activations are not supported in a pack-quantized scheme"),
+        ("unknown format", lambda q, g: q.update(format="marlin-24"), "format 'marlin-24' is not supported"),
         ("4-bit weights", lambda q, g: g["weights"].update(num_bits=4), "weights.num_bits 4 is not supported"),
         ("float weights", lambda q, g: g["weights"].update(type="float"), "weights.type 'float' is not supported"),
         ("zero points", lambda q, g: g["weights"].update(symmetric=False), "weights.symmetric false"),
@@ -212,8 +229,9 @@ def static_refusals(build, tmp, base, failures):
     print(f"  refused: {len(cases)} broken input scales")
 
 
-def check_fp8(build, tmp, label, model, kernels, failures):
-    """An FP8 checkpoint at model (its dequantized f32 twin at model-f32)."""
+def check_dequant(build, tmp, label, model, kernels, failures):
+    """An FP8 or pack-quantized checkpoint at model (its dequantized f32 twin
+    at model-f32)."""
     deq = model + "-f32"
     ref = llama_ref.Llama(deq)
     want, ids, margin = llama_ref.generate(ref, TOKENS, GREEDY, False)
@@ -271,7 +289,7 @@ def fp8_refusals(build, tmp, base, failures):
          "kv_cache_scheme"),
         ("int8 and FP8 groups", lambda q, g: q["config_groups"].update(
             group_1=dict(ct_ref.scheme()["config_groups"]["group_0"], format="int-quantized")),
-         "config_groups mix schemes"),
+         "config_groups mix FP8 and int8 schemes"),
     ]
     for label, edit, want in cfg_cases:
         edit_config(base, bad, edit)
@@ -304,6 +322,147 @@ def fp8_refusals(build, tmp, base, failures):
         refused(build, bad, want, label, failures)
     print(f"  refused: {len(cfg_cases)} unsupported FP8 configurations, {len(tensor_cases)} broken "
           f"FP8 checkpoints (F8_E5M2, NaN codes, ...)")
+
+
+def describes(build, model, want, label, failures):
+    """generate's summary line names what the checkpoint became."""
+    r = subprocess.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", "1,2",
+                        "--max-tokens", "1"], capture_output=True, text=True)
+    if r.returncode != 0 or want not in r.stderr:
+        failures.append(f"{label}: generate's summary does not say {want!r}: {r.stderr.strip()!r}")
+
+
+def pack_variants(build, tmp, base, failures):
+    """Files that differ from base (W4A16 symmetric, group 32, no g_idx) only
+    in how they store the same function: the same bits."""
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    want = ce.dump_runs(build, tmp, "pack-variant-base", base, "1,7,3,12,9", ["generic"])
+    linears = [n[:-len("weight_packed")] for n in w if n.endswith("weight_packed")]
+
+    def each(part, make):
+        def edit(t):
+            for p in linears:
+                t[p + part] = make(t[p + "weight_shape"])
+        return edit
+    variants = [
+        ("I32 weight_shape", each("weight_shape", lambda s: s.astype(np.int32))),
+        ("g_idx all -1 (uncalibrated)", each("weight_g_idx", lambda s: np.full(s[1], -1, np.int32))),
+        ("g_idx in order", each("weight_g_idx", lambda s: (np.arange(s[1]) // 32).astype(np.int32))),
+        ("all-zero zero points", each("weight_zero_point", lambda s: np.zeros((s[0] // 8, s[1] // 32), np.int32))),
+    ]
+    alt = os.path.join(tmp, "pack-variant")
+    for label, edit in variants:
+        shutil.rmtree(alt, ignore_errors=True)
+        shutil.copytree(base, alt)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(alt, "model.safetensors"), t)
+        r = subprocess.run([os.path.join(build, "dump_logits"), "--model", alt, "--tokens", "1,7,3,12,9",
+                            "--out", os.path.join(tmp, "pack-variant.f32"), "--kernels", "generic"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            failures.append(f"pack variant {label}: refused: {r.stderr.strip()!r}")
+        elif open(os.path.join(tmp, "pack-variant.f32"), "rb").read() != next(iter(want.values())):
+            failures.append(f"pack variant {label}: logits differ from the same checkpoint without it")
+    print(f"  accepted, the same bits: {', '.join(v[0] for v in variants)}")
+
+
+def pack_refusals(build, tmp, base, failures):
+    """base: W4A16 asymmetric, group 32, packed zero points, on tiny."""
+    bad = os.path.join(tmp, "bad-pack")
+    int8_group = dict(ct_ref.scheme()["config_groups"]["group_0"], format="int-quantized")
+    cfg_cases = [
+        ("2-bit weights", lambda q, g: g["weights"].update(num_bits=2),
+         "weights.num_bits 2 is not supported in a pack-quantized scheme (4, 8)"),
+        ("float weights", lambda q, g: g["weights"].update(type="float"),
+         "weights.type 'float' is not supported in a pack-quantized scheme (int)"),
+        ("tensor strategy", lambda q, g: g["weights"].update(strategy="tensor", group_size=None),
+         "weights.strategy 'tensor' is not supported in a pack-quantized scheme (channel, group)"),
+        ("block strategy", lambda q, g: g["weights"].update(strategy="block", block_structure=[32, 32]),
+         "weights.strategy 'block' is not supported in a pack-quantized scheme"),
+        ("no strategy, no group_size", lambda q, g: g["weights"].update(strategy=None, group_size=None),
+         "weights.strategy 'tensor' is not supported in a pack-quantized scheme"),
+        ("W4A8 (int8 activations)", lambda q, g: g.update(
+            input_activations=ct_ref.scheme()["config_groups"]["group_0"]["input_activations"]),
+         "input_activations are not supported in a pack-quantized scheme (null: weight-only"),
+        ("dynamic weights", lambda q, g: g["weights"].update(dynamic=True), "weights.dynamic must be false"),
+        ("group without group_size", lambda q, g: g["weights"].update(group_size=None),
+         "weights.group_size must be a positive integer with strategy group"),
+        ("channel with group_size", lambda q, g: g["weights"].update(strategy="channel", group_size=32),
+         "weights.group_size must be null or -1 with strategy channel"),
+        ("symmetric not a boolean", lambda q, g: g["weights"].update(symmetric="yes"),
+         "weights.symmetric is not a boolean"),
+        ("unknown actorder", lambda q, g: g["weights"].update(actorder="random"),
+         "weights.actorder 'random' is not supported (group, weight, null)"),
+        ("actorder on channel", lambda q, g: g["weights"].update(strategy="channel", group_size=None,
+                                                                 actorder="group"),
+         "weights.actorder 'group' needs strategy group"),
+        ("group_size not dividing K", lambda q, g: g["weights"].update(group_size=48),
+         "has 64 inputs, not a multiple of group_size 48"),
+        ("groups of two widths", lambda q, g: q["config_groups"].update(
+            group_1=dict(g, weights=dict(g["weights"], num_bits=8))),
+         "config_groups.group_1.weights differ from config_groups.group_0's"),
+        ("pack-quantized and int8 groups", lambda q, g: q["config_groups"].update(group_1=int8_group),
+         "config_groups mix pack-quantized and int8 schemes"),
+        ("kv cache scheme", lambda q, g: q.update(kv_cache_scheme={"num_bits": 8, "type": "int"}),
+         "kv_cache_scheme"),
+        ("2:4 sparsity", lambda q, g: q.update(sparsity_config={"format": "sparse-24-bitmask"}),
+         "sparsity_config format 'sparse-24-bitmask'"),
+        ("actorder group without g_idx", lambda q, g: g["weights"].update(actorder="group"),
+         "without tensor 'model.layers.0.self_attn.q_proj.weight_g_idx'"),
+        ("symmetric with zero points stored", lambda q, g: g["weights"].update(symmetric=True),
+         "holds a nonzero zero point in a symmetric scheme"),
+    ]
+    for label, edit, want in cfg_cases:
+        edit_config(base, bad, edit)
+        refused(build, bad, want, label, failures)
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    L = "model.layers.0.self_attn.q_proj."
+    zp8 = np.zeros((64, 2), np.int8)
+    zp8[3, 1] = 8
+
+    def gidx(v):
+        return lambda t: t.update({L + "weight_g_idx": np.array(v, np.int32)})
+    tensor_cases = [
+        ("missing weight_packed", lambda t: t.pop(L + "weight_packed"), f"without tensor '{L}weight_packed'"),
+        ("missing weight_shape", lambda t: t.pop(L + "weight_shape"), f"without tensor '{L}weight_shape'"),
+        ("missing weight_scale", lambda t: t.pop(L + "weight_scale"), f"without tensor '{L}weight_scale'"),
+        ("missing zero point", lambda t: t.pop(L + "weight_zero_point"),
+         f"without tensor '{L}weight_zero_point'"),
+        ("weight_packed misshapen", lambda t: t.update({L + "weight_packed": t[L + "weight_packed"][:, :7]}),
+         f"'{L}weight_packed' must be I32 [64, 8] (4-bit values of [64, 64], 8 per int32)"),
+        ("weight_packed as I8", lambda t: t.update({L + "weight_packed": np.zeros((64, 8), np.int8)}),
+         f"'{L}weight_packed' must be I32 [64, 8]"),
+        ("weight_shape values", lambda t: t.update({L + "weight_shape": np.array([64, 60], np.int64)}),
+         f"'{L}weight_shape' is [64, 60]; config.json makes this linear [64, 64]"),
+        ("weight_shape float", lambda t: t.update({L + "weight_shape": np.array([64, 64], np.float32)}),
+         f"'{L}weight_shape' must be I64 or I32 [2]"),
+        ("weight_scale per channel in a group scheme",
+         lambda t: t.update({L + "weight_scale": np.ones((64, 1), np.float32)}),
+         f"'{L}weight_scale' must be F32, BF16 or F16 [64, 2]"),
+        ("infinite scale", lambda t: t.update({L + "weight_scale": np.full((64, 2), np.inf, np.float32)}),
+         f"{L}weight_scale[0][0] is not finite"),
+        ("zero point misshapen", lambda t: t.update({L + "weight_zero_point": np.zeros((64, 2), np.int32)}),
+         f"'{L}weight_zero_point' must be I32 [8, 2] (packed along the rows) or I8 [64, 2]"),
+        ("I8 zero point out of range", lambda t: t.update({L + "weight_zero_point": zp8}),
+         f"{L}weight_zero_point[3][1] is 8, outside -8..7 (4 bits)"),
+        ("g_idx out of range", gidx([0] * 31 + [2] + [1] * 32), f"{L}weight_g_idx[31] is 2, outside 0..1"),
+        ("g_idx negative", gidx([0] * 32 + [1] * 31 + [-1]), f"{L}weight_g_idx[63] is -1, outside 0..1"),
+        ("g_idx groups uneven", gidx([0] * 33 + [1] * 31), f"{L}weight_g_idx puts 33 inputs in group 0; "
+         "each group holds group_size 32"),
+        ("g_idx misshapen", gidx([0] * 32), f"'{L}weight_g_idx' must be I32 [64]"),
+        ("I8 weights as P.weight", lambda t: t.update({L + "weight": np.zeros((64, 64), np.int8)}),
+         f"'{L}weight' has dtype I8; a compressed-tensors pack-quantized checkpoint's linears are"),
+    ]
+    for label, edit, want in tensor_cases:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t)
+        refused(build, bad, want, label, failures)
+    print(f"  refused: {len(cfg_cases)} unsupported pack-quantized configurations, {len(tensor_cases)} "
+          f"broken pack-quantized checkpoints")
 
 
 def main():
@@ -381,8 +540,42 @@ def main():
         for d in (out, out + "-f32"):
             shutil.rmtree(d, ignore_errors=True)
         ct_ref.make_fp8(src, out, strategy, sdt, acts, fmt, codes)
-        check_fp8(a.build, tmp, label, out, kernels, failures)
+        check_dequant(a.build, tmp, label, out, kernels, failures)
     fp8_refusals(a.build, tmp, os.path.join(tmp, ce.slug(fp8[0][0])), failures)
+    g128 = os.path.join(tmp, "src-g128")
+    if not os.path.isdir(g128):  # every K a multiple of 128: W4A16's default group
+        ce.run([sys.executable, ce.MAKE_MODEL, g128, "--seed", "3", "--hidden", "128", "--intermediate",
+                "384", "--heads", "8", "--kv-heads", "2"])
+    tiny = os.path.join(fx, "tiny")
+    pack = [  # label, source, bits, group (0: channel), symmetric, scale dtype, actorder, zero form, all codes
+        ("w4a16 tiny group 32 bf16", tiny, 4, 32, True, "bf16", False, "packed", False),
+        ("w4a16 group 128 f16", g128, 4, 128, True, "f16", False, "packed", False),
+        ("w4a16 tiny channel f32", tiny, 4, 0, True, "f32", False, "packed", False),
+        ("w4a16 asym tiny group 32 bf16 all codes", tiny, 4, 32, False, "bf16", False, "packed", True),
+        ("w4a16 asym wide group 40 I8 zero points", os.path.join(fx, "wide"), 4, 40, False, "f16", False,
+         "i8", False),
+        ("w4a16 actorder tiny group 32 bf16", tiny, 4, 32, True, "bf16", True, "packed", False),
+        ("w8a16 tiny channel bf16", tiny, 8, 0, True, "bf16", False, "packed", False),
+        ("w8a16 asym actorder group 32 f16 all codes", tiny, 8, 32, False, "f16", True, "packed", True),
+        ("w4a16 asym actorder phi3 fused group 32", os.path.join(fx, "fam-phi3"), 4, 32, False, "bf16", True,
+         "packed", False),
+        ("w4a16 asym qwen2 biases group 32 f16", os.path.join(fx, "fam-qwen2"), 4, 32, False, "f16", False,
+         "packed", False),
+    ]
+    if os.path.isdir(real):  # 172 inputs and rows: the last int32 of a row or zero column half padding
+        pack += [("w4a16 asym stories260K group 4 bf16", real, 4, 4, False, "bf16", False, "packed", False),
+                 ("w8a16 stories260K channel f32", real, 8, 0, True, "f32", False, "packed", False)]
+    print("compressed-tensors pack-quantized W4A16 / W8A16 (dequantized to f32) vs numpy:")
+    for label, src, bits, group, sym, sdt, act, zf, codes in pack:
+        out = os.path.join(tmp, ce.slug(label))
+        for d in (out, out + "-f32"):
+            shutil.rmtree(d, ignore_errors=True)
+        ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes)
+        check_dequant(a.build, tmp, label, out, kernels, failures)
+        describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
+                  failures)
+    pack_variants(a.build, tmp, os.path.join(tmp, ce.slug(pack[0][0])), failures)
+    pack_refusals(a.build, tmp, os.path.join(tmp, ce.slug(pack[3][0])), failures)
     if failures:
         print("FAILED:")
         for f in failures:

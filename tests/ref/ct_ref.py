@@ -37,9 +37,36 @@ reference for inferd's FP8 (which dequantizes at load and leaves
 activations unquantized) is llama_ref on those dequantized f32 weights,
 also written as a plain f32 checkpoint.
 
+pack-quantized (make_pack; llm-compressor's W4A16, W4A16_ASYM and W8A16
+schemes, as compressed-tensors' PackedQuantizationCompressor saves them):
+integer weights of b = 4 or 8 bits, q in [-2^(b-1), 2^(b-1) - 1], with a
+scale per output row (strategy channel) or per row and group of group_size
+inputs (strategy group; the group of input k is k / group_size, or
+weight_g_idx[k] with actorder group, a permutation's position // group_size
+as GPTQ's activation ordering leaves it). Min-max observer: symmetric scale
+= amax / ((2^b - 1) / 2), zero point 0, q = clamp(round(w / scale));
+asymmetric scale = (max(w, 0) - min(w, 0)) / (2^b - 1), zero = clamp(-2^(b-1)
+- round(min / scale)), q = clamp(round(w / scale) + zero). Stored:
+
+  P.weight_packed I32 [N, ceil(K / (32/b))]: q + 2^(b-1) (unsigned), 32/b
+      per int32 along the inputs, input k in bits b*(k % (32/b)) of word
+      k / (32/b), the last word zero-padded;
+  P.weight_shape I64 [2] = [N, K];
+  P.weight_scale [N, G] (G = K / group_size, or 1) in the scale dtype;
+  P.weight_zero_point (asymmetric only) I32 [ceil(N / (32/b)), G]: zero +
+      2^(b-1) packed the same way along the rows (compressed-tensors 0.9.4
+      on), or I8 [N, G] unpacked (earlier versions);
+  P.weight_g_idx I32 [K] (actorder group).
+
+W[n][k] = f32(scale[n][g]) * f32(q - zero[n][g]), one f32 multiply (exact
+for bf16 and f16 scales); the reference is llama_ref on those weights, also
+written as a plain f32 checkpoint.
+
   ct_ref.py SRC OUT [--scale-dtype bf16|f16|f32] [--strategy channel|tensor] [--static]
     writes SRC (a plain f32/bf16 checkpoint) as a W8A8 checkpoint at OUT.
   ct_ref.py SRC OUT --fp8 [--acts dynamic|static|none] ...: as FP8.
+  ct_ref.py SRC OUT --pack BITS [--group N] [--asym] [--actorder] ...: as
+    pack-quantized (--group 0: strategy channel).
 """
 import argparse
 import json
@@ -107,7 +134,8 @@ def scheme(fmt="int-quantized", strategy="channel", ignore=("lm_head",), acts="d
 
 
 ST_DT = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("uint16"): "BF16",
-         np.dtype("int8"): "I8", np.dtype("int32"): "I32", np.dtype("uint8"): "F8_E4M3"}
+         np.dtype("int8"): "I8", np.dtype("int32"): "I32", np.dtype("uint8"): "F8_E4M3",
+         np.dtype("int64"): "I64"}
 
 
 def write_st(path, tensors, dtypes=None):
@@ -288,6 +316,112 @@ def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
     return t
 
 
+def scheme_pack(bits=4, group=128, sym=True, actorder=False):
+    """The quantization_config llm-compressor writes for W4A16 (group 128),
+    W4A16_ASYM (sym False) and W8A16 (bits 8, group 0: channel)."""
+    q = scheme("pack-quantized", "group" if group else "channel")
+    g = q["config_groups"]["group_0"]
+    g["weights"].update(num_bits=bits, symmetric=sym, group_size=group or None,
+                        actorder="group" if actorder else None)
+    g["input_activations"] = None
+    return q
+
+
+def pack_int32(u, bits, axis=1):
+    """Unsigned b-bit values u (2-D) packed 32/b to an int32 along axis
+    (1: along each row, 0: down each column), the first value in the low
+    bits, the last word zero-padded."""
+    per = 32 // bits
+    u = np.asarray(u, np.uint64)
+    if axis == 0:
+        u = u.T
+    u = np.pad(u, ((0, 0), (0, -u.shape[1] % per)))
+    words = (u.reshape(u.shape[0], -1, per) << (bits * np.arange(per, dtype=np.uint64))).sum(axis=2)
+    words = words.astype(np.uint32).view(np.int32)
+    return np.ascontiguousarray(words.T if axis == 0 else words)
+
+
+def quantize_pack(w, bits, gidx, n_groups, sym, scale_dtype):
+    """w [N, K] float64 with input k in group gidx[k]: (q [N, K], zero [N, G]
+    as signed ints, raw scales [N, G], exact scales [N, G] float64)."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    N, K = w.shape
+    mx = np.stack([w[:, gidx == g].max(axis=1) for g in range(n_groups)], axis=1)
+    mn = np.stack([w[:, gidx == g].min(axis=1) for g in range(n_groups)], axis=1)
+    if sym:
+        raw, s = to_dtype(np.maximum(np.abs(mx), np.abs(mn)) / ((hi - lo) / 2), scale_dtype)
+    else:
+        mx, mn = np.maximum(mx, 0), np.minimum(mn, 0)
+        raw, s = to_dtype((mx - mn) / (hi - lo), scale_dtype)
+    s = np.where(s == 0, 1, s)
+    zero = np.zeros(s.shape) if sym else np.clip(lo - np.rint(mn / s), lo, hi)
+    q = np.clip(np.rint(w / s[:, gidx]) + zero[:, gidx], lo, hi)
+    return q.astype(np.int64), zero.astype(np.int64), raw, s
+
+
+def dequant_pack(q, zero, scale, gidx):
+    """f32 W = f32(scale[n][g]) * f32(q - zero[n][g]), g = gidx[k]."""
+    return scale.astype(np.float32)[:, gidx] * (q - zero[:, gidx]).astype(np.float32)
+
+
+def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder=False,
+              zero_form="packed", all_codes=False, seed=0):
+    """src as a pack-quantized checkpoint at out (group 0: strategy channel;
+    zero_form "packed" I32 or "i8" as compressed-tensors before 0.9.4) and
+    its dequantized weights as a plain f32 checkpoint at out + "-f32";
+    returns {name: array written}. actorder: each linear's groups follow a
+    random permutation of its inputs (weight_g_idx). all_codes: layer 0's
+    q_proj holds every code (and every zero point) about equally often,
+    shuffled, instead of rounded weights."""
+    w = llama_ref.load_weights(src)
+    rng = np.random.default_rng(seed)
+    lo, hi, off = -(1 << (bits - 1)), (1 << (bits - 1)) - 1, 1 << (bits - 1)
+    deq_dir = out + "-f32"
+    for d in (out, deq_dir):
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(src):
+            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
+                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    t, deq = {}, {}
+    for name, v in w.items():
+        if not is_linear(name):
+            t[name] = deq[name] = v.astype(np.float32)
+            continue
+        N, K = v.shape
+        gs = group or K
+        assert K % gs == 0, f"{name}: {K} inputs, group_size {gs}"
+        G = K // gs
+        gidx = np.arange(K) // gs
+        if actorder:
+            gidx = np.empty(K, np.int64)
+            gidx[rng.permutation(K)] = np.arange(K) // gs
+        q, zero, raw, s = quantize_pack(v, bits, gidx, G, sym, scale_dtype)
+        if all_codes and name == "model.layers.0.self_attn.q_proj.weight":
+            q = rng.permutation(np.resize(np.arange(lo, hi + 1), q.size)).reshape(q.shape)
+            if not sym:
+                zero = rng.permutation(np.resize(np.arange(lo, hi + 1), zero.size)).reshape(zero.shape)
+        p = name[:-len("weight")]
+        t[p + "weight_packed"] = pack_int32(q + off, bits)
+        t[p + "weight_shape"] = np.array([N, K], np.int64)
+        t[p + "weight_scale"] = raw
+        if not sym:
+            t[p + "weight_zero_point"] = (pack_int32(zero + off, bits, axis=0) if zero_form == "packed"
+                                          else zero.astype(np.int8))
+        if actorder:
+            t[p + "weight_g_idx"] = gidx.astype(np.int32)
+        deq[name] = dequant_pack(q, zero, s, gidx)
+    write_st(os.path.join(out, "model.safetensors"), t)
+    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
+    with open(os.path.join(src, "config.json")) as f:
+        c = json.load(f)
+    with open(os.path.join(deq_dir, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    c["quantization_config"] = scheme_pack(bits, group, sym, actorder)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    return t
+
+
 def quantize_tokens(x):
     """Rows of x (float64) as vLLM's dynamic per-token int8: (qx, s, near),
     near: per row how many values x / s fell within 2e-5 of a rounding
@@ -354,8 +488,14 @@ def main():
     ap.add_argument("--fp8", action="store_true")
     ap.add_argument("--acts", default="dynamic", choices=("dynamic", "static", "none"))
     ap.add_argument("--static", action="store_true", help="W8A8 with static input scales")
+    ap.add_argument("--pack", type=int, choices=(4, 8))
+    ap.add_argument("--group", type=int, default=32)
+    ap.add_argument("--asym", action="store_true")
+    ap.add_argument("--actorder", action="store_true")
     a = ap.parse_args()
-    if a.fp8:
+    if a.pack:
+        make_pack(a.src, a.out, a.pack, a.group, not a.asym, a.scale_dtype, a.actorder)
+    elif a.fp8:
         make_fp8(a.src, a.out, a.strategy, a.scale_dtype, a.acts)
     else:
         make(a.src, a.out, a.strategy, a.scale_dtype, acts="static" if a.static else "dynamic")
