@@ -116,6 +116,12 @@ const char *hfq_describe(const hfq *q)
     case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
                             "quantized)";
     case HFQ_CT_PACK:
+        if (q->pack.bits == 4 && q->packed_q4 && !q->n_requant)
+            return "compressed-tensors W4A16 (codes, scales and zeros as stored; activations "
+                   "int8 per token)";
+        if (q->pack.bits == 4 && q->packed_q4) /* actorder, groups across 32s, f32 scales */
+            return "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
+                   "then requantized to int4)";
         return q->pack.bits == 8 ? "compressed-tensors W8A16 (dequantized to f32 at load)"
                                  : "compressed-tensors W4A16 (dequantized to f32 at load)";
     default: return "compressed-tensors int8";

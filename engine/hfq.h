@@ -83,10 +83,11 @@ const char *hfq_method(const hfq *q);
  * quantized)", ... (a static string). */
 const char *hfq_describe(const hfq *q);
 
-/* on: GPTQ / AWQ linears whose groups are whole 32s of inputs in order
- * (group_size a multiple of 32 or -1, g_idx absent or k / group_size) are
- * bound as their codes, scales and zeros (model_tensor.q4) instead of f32,
- * for the CPU's int4 kernels (model_load_opts.packed_q4). NULL-safe. */
+/* on: GPTQ / AWQ and compressed-tensors W4A16 linears whose groups are
+ * whole 32s of inputs in order (group_size a multiple of 32 or a row, no
+ * desc_act / actorder permutation; W4A16: scales exact in f16) are bound as
+ * their codes, scales and zeros (model_tensor.q4) instead of f32, for the
+ * CPU's int4 kernels (model_load_opts.packed_q4). NULL-safe. */
 void hfq_set_packed_q4(hfq *q, int on);
 
 /* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */

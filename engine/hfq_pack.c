@@ -254,6 +254,92 @@ static int groups(const hfq *q, const st_set *st, pack_parts *p, int64_t K, int6
     return rc;
 }
 
+/* One linear's parts read: its scales, zeros (offset form) and groups. */
+typedef struct pack_lin {
+    const st_tensor *packed;
+    const float *sc;
+    const int *zp;
+    const int32_t *grp;
+    int64_t N, K, G;
+} pack_lin;
+
+/* W = scale * (q - zero): the integer difference exact, then one f32
+ * multiply (exact for bf16 and f16 scales). */
+static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *out, inf_err *err)
+{
+    const int bits = q->pack.bits, pf = 32 / bits;
+    const int64_t N = l->N, K = l->K, G = l->G, words = (K + pf - 1) / pf;
+    float *w = hfq__keep(q, (size_t)N * (size_t)K);
+    if (!w)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int v = field(le32(l->packed, (size_t)(n * words + k / pf)), (int)(k % pf), bits);
+            size_t s = (size_t)(n * G + l->grp[k]);
+            w[(size_t)n * (size_t)K + (size_t)k] = l->sc[s] * (float)(v - l->zp[s]);
+        }
+    q->n_requant += q->packed_q4;
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_F32;
+    out->data = w;
+    out->rows = N;
+    out->cols = K;
+    out->name = l->packed->name;
+    return INF_OK;
+}
+
+/* Whether the int4 kernels can take the codes as stored (hfq_set_packed_q4):
+ * 4 bits, every 32 inputs in one group in order (no actorder permutation),
+ * an even K, and every scale exactly an f16. */
+static int codes_fit(const hfq *q, const pack_lin *l)
+{
+    const int64_t gs = l->K / l->G;
+    if (q->pack.bits != 4 || l->K % 2 || (gs != l->K && gs % 32))
+        return 0;
+    for (int64_t k = 0; k < l->K; k++)
+        if (l->grp[k] != k / gs)
+            return 0;
+    for (int64_t i = 0; i < l->N * l->G; i++)
+        if (inf_f16_to_f32(inf_f32_to_f16(l->sc[i])) != l->sc[i])
+            return 0;
+    return 1;
+}
+
+/* The stored values u = q + 8 and zeros z = zero + 8 (model_tensor.q4):
+ * W = scale * (u - z), the same numbers. */
+static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor *out,
+                      inf_err *err)
+{
+    const int64_t N = l->N, K = l->K, G = l->G, B = (K + 31) / 32, words = (K + 7) / 8,
+                  gs = K / G;
+    uint8_t *u = hfq__keep_bytes(q, (size_t)N * (size_t)(K / 2));
+    uint16_t *d = hfq__keep_bytes(q, (size_t)N * (size_t)B * sizeof *d);
+    uint8_t *z = hfq__keep_bytes(q, (size_t)N * (size_t)B);
+    if (!u || !d || !z)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k += 2) {
+            uint32_t wd = le32(l->packed, (size_t)(n * words + k / 8));
+            u[n * (K / 2) + k / 2] = (uint8_t)(field(wd, (int)(k % 8), 4) |
+                                               field(wd, (int)(k % 8) + 1, 4) << 4);
+        }
+        for (int64_t b = 0; b < B; b++) {
+            size_t s = (size_t)(n * G + (32 * b) / gs);
+            d[n * B + b] = inf_f32_to_f16(l->sc[s]);
+            z[n * B + b] = (uint8_t)l->zp[s];
+        }
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_DTYPE_NONE;
+    out->q4 = u;
+    out->q4_scale = d;
+    out->q4_zero = z;
+    out->rows = N;
+    out->cols = K;
+    out->name = l->packed->name;
+    return INF_OK;
+}
+
 int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                    model_tensor *out, inf_err *err)
 {
@@ -279,8 +365,7 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     float *sc = malloc(sizeof *sc * (size_t)(N * G));
     int *zp = malloc(sizeof *zp * (size_t)(N * G));
     int32_t *grp = malloc(sizeof *grp * (size_t)K);
-    float *w = sc && zp && grp ? hfq__keep(q, (size_t)N * (size_t)K) : NULL;
-    if (!w)
+    if (!sc || !zp || !grp)
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
     for (int64_t i = 0; !rc && i < N * G; i++)
         if (!isfinite(sc[i] = hfq__ct_float_at(p.scale, (size_t)i)))
@@ -288,22 +373,11 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
                           p.scale->name, (long long)(i / G), (long long)(i % G));
     if (!rc && !(rc = zeros(q, st, &p, N, G, zp, err)) &&
         !(rc = groups(q, st, &p, K, G, grp, err))) {
-        const int bits = q->pack.bits, pf = 32 / bits;
-        const int64_t words = (K + pf - 1) / pf;
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t k = 0; k < K; k++) {
-                int v = field(le32(p.packed, (size_t)(n * words + k / pf)), (int)(k % pf), bits);
-                size_t s = (size_t)(n * G + grp[k]);
-                /* scale * (q - zero), the integer difference exact, then one
-                 * f32 multiply (exact for bf16 and f16 scales) */
-                w[(size_t)n * (size_t)K + (size_t)k] = sc[s] * (float)(v - zp[s]);
-            }
-        memset(out, 0, sizeof *out);
-        out->dtype = INF_F32;
-        out->data = w;
-        out->rows = N;
-        out->cols = K;
-        out->name = p.packed->name;
+        pack_lin l = {.packed = p.packed, .sc = sc, .zp = zp, .grp = grp, .N = N, .K = K, .G = G};
+        if (q->packed_q4 && codes_fit(q, &l))
+            rc = bind_codes(q, &l, name, out, err);
+        else
+            rc = bind_f32(q, &l, name, out, err);
     }
     free(sc);
     free(zp);

@@ -64,6 +64,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import check_engine as ce  # noqa: E402
+import check_hfq as hq  # noqa: E402
 import ct_ref  # noqa: E402
 import llama_ref  # noqa: E402
 
@@ -229,9 +230,11 @@ def static_refusals(build, tmp, base, failures):
     print(f"  refused: {len(cases)} broken input scales")
 
 
-def check_dequant(build, tmp, label, model, kernels, failures):
+def check_dequant(build, tmp, label, model, kernels, failures, codes=None):
     """An FP8 or pack-quantized checkpoint at model (its dequantized f32 twin
-    at model-f32)."""
+    at model-f32). codes: a W4A16 checkpoint's integers (ct_ref.make_pack's
+    ints) when --quantization int4 runs them as stored, checked as
+    check_hfq checks GPTQ's; else int4 requantizes the twin's weights."""
     deq = model + "-f32"
     ref = llama_ref.Llama(deq)
     want, ids, margin = llama_ref.generate(ref, TOKENS, GREEDY, False)
@@ -248,8 +251,14 @@ def check_dequant(build, tmp, label, model, kernels, failures):
     if same != len(twin):
         failures.append(f"{label}: logits are not bit-identical to the dequantized f32 checkpoint's "
                         f"({same} of {len(twin)} kernel tables are)")
-    qsame = []
-    for q in ("int8", "int4"):
+    qsame, as_stored = [], ""
+    if codes is not None:
+        exact, at, loose, runs, _ = hq.check_codes_int4(build, tmp, name, model, deq, codes,
+                                                         ",".join(map(str, TOKENS)), kernels,
+                                                         failures)
+        as_stored = (f"; int4 runs the codes as stored: {exact:.1e} from W4A8 of them to position "
+                     f"{at - 1}, {runs} runs identical")
+    for q in ("int8",) if codes is not None else ("int8", "int4"):
         a = ce.dump_runs(build, tmp, name + "-" + q, model, tokens, kernels[:1], ["--quantization", q])
         b = ce.dump_runs(build, tmp, name + "-f32-" + q, deq, tokens, kernels[:1], ["--quantization", q])
         if a == b:
@@ -264,7 +273,8 @@ def check_dequant(build, tmp, label, model, kernels, failures):
         failures.append(f"{label}: greedy tokens differ from the reference (min margin {margin:.2e})")
     print(f"  {label:40s} logits rel err {rel:.1e}; {len(dumps)} runs identical; bit-identical to the "
           f"dequantized f32 checkpoint in {same}/{len(twin)} tables and with --quantization "
-          f"{' and '.join(qsame) or 'NEITHER int8 NOR int4'}; greedy {len(gen)} {'equal' if gen == ids else 'DIFFER'}")
+          f"{' and '.join(qsame) or 'NEITHER'}; greedy {len(gen)} {'equal' if gen == ids else 'DIFFER'}"
+          f"{as_stored}")
 
 
 def fp8_refusals(build, tmp, base, failures):
@@ -324,10 +334,10 @@ def fp8_refusals(build, tmp, base, failures):
           f"FP8 checkpoints (F8_E5M2, NaN codes, ...)")
 
 
-def describes(build, model, want, label, failures):
+def describes(build, model, want, label, failures, extra=()):
     """generate's summary line names what the checkpoint became."""
     r = subprocess.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", "1,2",
-                        "--max-tokens", "1"], capture_output=True, text=True)
+                        "--max-tokens", "1"] + list(extra), capture_output=True, text=True)
     if r.returncode != 0 or want not in r.stderr:
         failures.append(f"{label}: generate's summary does not say {want!r}: {r.stderr.strip()!r}")
 
@@ -570,10 +580,17 @@ def main():
         out = os.path.join(tmp, ce.slug(label))
         for d in (out, out + "-f32"):
             shutil.rmtree(d, ignore_errors=True)
-        ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes)
-        check_dequant(a.build, tmp, label, out, kernels, failures)
+        ints = {}
+        ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes, ints=ints)
+        # the int4 kernels take the codes: 4 bits, whole 32s in order, f16-exact scales
+        fits = bits == 4 and not act and (group == 0 or group % 32 == 0) and sdt != "f32"
+        check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None)
         describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
                   failures)
+        if bits == 4:
+            describes(a.build, out, "compressed-tensors W4A16 (codes, scales and zeros as stored"
+                      if fits else "compressed-tensors W4A16 (not storable as int4 codes", label,
+                      failures, ["--quantization", "int4"])
     pack_variants(a.build, tmp, os.path.join(tmp, ce.slug(pack[0][0])), failures)
     pack_refusals(a.build, tmp, os.path.join(tmp, ce.slug(pack[3][0])), failures)
     if failures:

@@ -365,14 +365,16 @@ def dequant_pack(q, zero, scale, gidx):
 
 
 def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder=False,
-              zero_form="packed", all_codes=False, seed=0):
+              zero_form="packed", all_codes=False, seed=0, ints=None):
     """src as a pack-quantized checkpoint at out (group 0: strategy channel;
     zero_form "packed" I32 or "i8" as compressed-tensors before 0.9.4) and
     its dequantized weights as a plain f32 checkpoint at out + "-f32";
     returns {name: array written}. actorder: each linear's groups follow a
     random permutation of its inputs (weight_g_idx). all_codes: layer 0's
     q_proj holds every code (and every zero point) about equally often,
-    shuffled, instead of rounded weights."""
+    shuffled, instead of rounded weights. ints (a dict): filled with each
+    linear's integers as check_hfq.w4a8_codes takes them: (q [N, K],
+    zero [G, N], exact scale [G, N], group of each input)."""
     w = llama_ref.load_weights(src)
     rng = np.random.default_rng(seed)
     lo, hi, off = -(1 << (bits - 1)), (1 << (bits - 1)) - 1, 1 << (bits - 1)
@@ -410,6 +412,8 @@ def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder
         if actorder:
             t[p + "weight_g_idx"] = gidx.astype(np.int32)
         deq[name] = dequant_pack(q, zero, s, gidx)
+        if ints is not None:
+            ints[name] = (q, zero.T, s.T, gidx)
     write_st(os.path.join(out, "model.safetensors"), t)
     write_st(os.path.join(deq_dir, "model.safetensors"), deq)
     with open(os.path.join(src, "config.json")) as f:
