@@ -177,8 +177,13 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
     if (t->q4 && t->cols % 2)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "int4: %s has %lld inputs; codes come in pairs",
                         t->name ? t->name : "a weight", (long long)t->cols);
+    /* zero points only where one is not 8: a symmetric checkpoint's codes
+     * (every zero 8) are the symmetric layout's, without the zero bytes */
+    int zp = 0;
+    for (size_t i = 0; t->q4 && !zp && i < (size_t)t->rows * (size_t)((t->cols + 31) / 32); i++)
+        zp = t->q4_zero[i] != 8;
     cpu_q4w *q;
-    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, t->q4 != NULL, t->name, &q, err);
+    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, zp, t->name, &q, err);
     if (rc)
         return rc;
     int nt = pool ? cpu_pool_size(pool) : 1;

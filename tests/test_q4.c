@@ -238,9 +238,10 @@ static void test_q4_pack_roundtrip(void **state)
     cpu_q4w_destroy(q);
 }
 
-/* Zeros round-trip in a zp matrix (fresh: 8), a symmetric one reads 8, and
- * a zp matrix whose zeros are all 8 computes the symmetric one's bits with
- * the same codes and scales on every table. */
+/* Zeros round-trip in a zp matrix (fresh: 8), a symmetric one reads 8, a
+ * zp matrix whose zeros are all 8 computes the symmetric one's bits with
+ * the same codes and scales on every table, and a codes tensor whose zeros
+ * are all 8 is packed without them. */
 static void test_q4_zero_points(void **state)
 {
     (void)state;
@@ -271,6 +272,24 @@ static void test_q4_zero_points(void **state)
         assert_memory_equal(got, want, sizeof got);
     }
     cpu_q4w_destroy(z);
+    fix_free(&f);
+    /* a codes tensor whose zeros are all 8 packs as the symmetric layout */
+    fix_make_zp(&f, 1, N, K, 1);
+    memset(f.zero, 8, (size_t)N * G);
+    cpu_q4w_destroy(f.q);
+    model_tensor t = {.dtype = INF_DTYPE_NONE, .rows = N, .cols = K, .name = "w",
+                      .q4 = f.codes, .q4_scale = f.scale, .q4_zero = f.zero};
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &f.q, &err), 0);
+    assert_int_equal(f.q->zp, 0);
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            uint8_t u[32];
+            uint16_t d;
+            cpu_q4w_get_group(f.q, n, g, u, &d);
+            assert_int_equal(d, f.scale[n * G + g]);
+            for (int i = 0; i < 32; i++)
+                assert_int_equal(u[i], f.codes[(n * K + g * 32 + i) / 2] >> (4 * (i % 2)) & 15);
+        }
     fix_free(&f);
 }
 

@@ -67,9 +67,10 @@ def write_st(path, tensors):
         f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
 
 
-def quantize(w, g_idx, groups):
+def quantize(w, g_idx, groups, sym=False):
     """Asymmetric 4-bit per (group, output): q [N, K], zero [G, N], scale
-    [G, N] (float16), and the unpacked weights scale * (q - zero) in f32."""
+    [G, N] (float16), and the unpacked weights scale * (q - zero) in f32.
+    sym: GPTQ's symmetric form, the range +-max|w| and every zero 8."""
     N, K = w.shape
     q = np.zeros((N, K), np.int64)
     zero = np.zeros((groups, N), np.int64)
@@ -78,9 +79,12 @@ def quantize(w, g_idx, groups):
         ks = np.nonzero(g_idx == g)[0]
         sub = w[:, ks]
         lo, hi = np.minimum(sub.min(1), 0), np.maximum(sub.max(1), 0)
+        if sym:
+            hi = np.maximum(hi, -lo)
+            lo = -hi
         s = ((hi - lo) / 15).astype(np.float16)
         sf = np.where(s == 0, 1, s.astype(np.float32))
-        z = np.clip(np.rint(-lo / sf), 1, 15).astype(np.int64)  # >= 1: GPTQ v1 stores z - 1
+        z = np.full(N, 8) if sym else np.clip(np.rint(-lo / sf), 1, 15).astype(np.int64)  # >= 1: v1 stores z - 1
         q[:, ks] = np.clip(np.rint(sub / sf[:, None]) + z[:, None], 0, 15)
         zero[g], scale[g] = z, s
     deq = scale.astype(np.float32)[g_idx].T * (q - zero[g_idx].T).astype(np.float32)
@@ -109,7 +113,7 @@ def pack_awq(q, zero):
     return qw.view(np.int32), qz.view(np.int32)
 
 
-def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
+def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym=False):
     """src as a GPTQ / AWQ checkpoint at out, and its unpacked weights as a
     plain f32 checkpoint at deq_out."""
     rng = np.random.default_rng(seed)
@@ -134,7 +138,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
         g_idx = np.arange(K) // gs
         if desc_act:  # GPTQ's act-order: groups over a permutation of the inputs
             g_idx = g_idx[np.argsort(rng.permutation(K))]
-        q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G)
+        q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G, sym)
         codes[name] = (q, zero, scale, g_idx)
         if method == "gptq":
             qw, qz = pack_gptq(q, zero, not v2)
@@ -148,7 +152,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0):
     c = json.load(open(os.path.join(src, "config.json")))
     qc = {"quant_method": method, "bits": 4, "group_size": group}
     if method == "gptq":
-        qc.update({"desc_act": desc_act, "sym": False})
+        qc.update({"desc_act": desc_act, "sym": sym})
         if v2:
             qc["checkpoint_format"] = "gptq_v2"
     else:
@@ -241,18 +245,20 @@ def main():
     kernels = ce.supported_kernels(a.build, os.path.join(a.fixtures, "tiny"))
     print("GPTQ / AWQ vs numpy:")
     cases = [("gptq", 32, False, False), ("gptq", 32, True, False), ("gptq", -1, False, True),
-             ("awq", 32, False, False), ("gptq", 64, False, False)]
+             ("awq", 32, False, False), ("gptq", 64, False, False), ("gptq-sym", 32, False, False)]
     for src_name in ("tiny", "wide"):
         src = os.path.join(a.fixtures, src_name)
         for method, group, desc, v2 in cases:
-            if src_name == "wide" and group == 64:
+            if src_name == "wide" and (group == 64 or method == "gptq-sym"):
                 continue
+            sym = method == "gptq-sym"  # every zero 8: the symmetric int4 layout
+            method = "gptq" if sym else method
             if src_name == "wide" and group > 0:
                 group = 40  # wide's 80 / 600-input rows: groups of 40
-            tag = (f"{src_name}-{method}{'_v2' if v2 else ''}-"
+            tag = (f"{src_name}-{method}{'-sym' if sym else ''}{'_v2' if v2 else ''}-"
                    f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}")
             out, deq = os.path.join(tmp, tag), os.path.join(tmp, tag + "-deq")
-            _, codes = make(src, out, deq, method, group, desc, v2)
+            _, codes = make(src, out, deq, method, group, desc, v2, sym=sym)
             x = logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"))
             y = logits(a.build, deq, tokens, os.path.join(tmp, tag + "-deq.f32"))
             same = x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32))
