@@ -39,6 +39,16 @@ int hfq__jint(const cJSON *o, const char *k, int def);
 float *hfq__keep(hfq *q, size_t n);
 void *hfq__keep_bytes(hfq *q, size_t n);
 
+/* A linear of N x K bound as 4-bit codes (model_tensor.q4) into *out (all
+ * of it but name): *u, *d and *z owned by q, to fill; what names it in an
+ * out-of-memory message. */
+int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,
+               uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err);
+
+/* hfq_bind for GPTQ and AWQ (hfq_gptq.c). */
+int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   model_tensor *out, inf_err *err);
+
 /* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
  * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales), HFQ_CT_FP8 (FP8 weights) or HFQ_CT_PACK (*pack
  * filled) when it is a scheme inferd runs, else an error naming the field

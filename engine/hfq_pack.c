@@ -312,11 +312,12 @@ static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor 
 {
     const int64_t N = l->N, K = l->K, G = l->G, B = (K + 31) / 32, words = (K + 7) / 8,
                   gs = K / G;
-    uint8_t *u = hfq__keep_bytes(q, (size_t)N * (size_t)(K / 2));
-    uint16_t *d = hfq__keep_bytes(q, (size_t)N * (size_t)B * sizeof *d);
-    uint8_t *z = hfq__keep_bytes(q, (size_t)N * (size_t)B);
-    if (!u || !d || !z)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    uint8_t *u, *z;
+    uint16_t *d;
+    int rc = hfq__codes(q, N, K, name, out, &u, &d, &z, err);
+    if (rc)
+        return rc;
+    out->name = l->packed->name;
     for (int64_t n = 0; n < N; n++) {
         for (int64_t k = 0; k < K; k += 2) {
             uint32_t wd = le32(l->packed, (size_t)(n * words + k / 8));
@@ -329,14 +330,6 @@ static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor 
             z[n * B + b] = (uint8_t)l->zp[s];
         }
     }
-    memset(out, 0, sizeof *out);
-    out->dtype = INF_DTYPE_NONE;
-    out->q4 = u;
-    out->q4_scale = d;
-    out->q4_zero = z;
-    out->rows = N;
-    out->cols = K;
-    out->name = l->packed->name;
     return INF_OK;
 }
 

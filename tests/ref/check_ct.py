@@ -94,15 +94,7 @@ def check_case(build, tmp, label, model, kernels, lows, failures, clamp=None):
     explicit = ce.dump_runs(build, tmp, name + "-int8", model, tokens, kernels[:1], ["--quantization", "int8"])
     dumps["--quantization int8"] = next(iter(explicit.values()))
     rel = np.max([ce.rel_err(g, want) for g in ce.first_as_f64(dumps, want.shape)], axis=0)
-    at = len(rel) if tie is None else min(tie, len(rel))  # tie: may be past the prompt
-    exact = float(rel[:at].max()) if at else 0.0
-    loose = float(rel[at:].max()) if at < len(rel) else 0.0
-    if not exact <= ce.TOL_INT8:
-        failures.append(f"{label}: logits of positions 0-{at - 1} differ from the reference by "
-                        f"{exact:.2e} (> {ce.TOL_INT8})")
-    if not loose <= ce.TOL_INT8_TIES:
-        failures.append(f"{label}: logits from position {at} (near a rounding boundary) differ from "
-                        f"the reference by {loose:.2e} (> {ce.TOL_INT8_TIES})")
+    at, exact, loose = ce.tie_bounds(rel, tie, f"{label}: logits", "the reference", failures)
     ce.check_identical(dumps, label, "logits", failures)
     if lows == 0:
         failures.append(f"{label}: no weight is -128 (the check would not exercise it)")
@@ -130,6 +122,19 @@ def refused(build, model, want, label, failures):
     if r.returncode == 0 or want not in r.stderr:
         failures.append(f"refusal {label}: exit {r.returncode}, {r.stderr.strip()!r} "
                         f"(expected {want!r})")
+
+
+def refuse_edits(build, base, bad, w, cases, failures):
+    """Each (label, edit, dtypes, message): base copied to bad with its
+    tensors w edited (dtypes: safetensors dtypes to write some under, or
+    None), refused with that message."""
+    for label, edit, dtypes, want in cases:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, dtypes)
+        refused(build, bad, want, label, failures)
 
 
 def edit_config(base, bad, edit):
@@ -189,13 +194,7 @@ def refusals(build, tmp, base, failures):
         ("int32 weights", lambda t: t.update({L + "weight": np.zeros((64, 64), np.int32)}),
          f"'{L}weight' has dtype I32"),
     ]
-    for label, edit, want in tensor_cases:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t)
-        refused(build, bad, want, label, failures)
+    refuse_edits(build, base, bad, w, [(lab, e, None, m) for lab, e, m in tensor_cases], failures)
     r = subprocess.run([os.path.join(build, "dump_logits"), "--model", base, "--tokens", "1,2",
                         "--out", os.devnull, "--quantization", "int4"], capture_output=True, text=True)
     if r.returncode == 0 or "runs with --quantization int8" not in r.stderr:
@@ -220,13 +219,7 @@ def static_refusals(build, tmp, base, failures):
         ("two input_scale values", lambda t: t.update({S: np.ones(2, np.float32)}),
          f"'{S}' must be one F32, BF16 or F16 value"),
     ]
-    for label, edit, want in cases:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t)
-        refused(build, bad, want, label, failures)
+    refuse_edits(build, base, bad, w, [(lab, e, None, m) for lab, e, m in cases], failures)
     print(f"  refused: {len(cases)} broken input scales")
 
 
@@ -323,13 +316,7 @@ def fp8_refusals(build, tmp, base, failures):
         ("infinite scale", lambda t: t.update({L + "weight_scale": np.full((64, 1), np.inf, np.float32)}),
          None, f"{L}weight_scale[0] is not finite"),
     ]
-    for label, edit, dtypes, want in tensor_cases:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, dtypes)
-        refused(build, bad, want, label, failures)
+    refuse_edits(build, base, bad, w, tensor_cases, failures)
     print(f"  refused: {len(cfg_cases)} unsupported FP8 configurations, {len(tensor_cases)} broken "
           f"FP8 checkpoints (F8_E5M2, NaN codes, ...)")
 
@@ -464,13 +451,7 @@ def pack_refusals(build, tmp, base, failures):
         ("I8 weights as P.weight", lambda t: t.update({L + "weight": np.zeros((64, 64), np.int8)}),
          f"'{L}weight' has dtype I8; a compressed-tensors pack-quantized checkpoint's linears are"),
     ]
-    for label, edit, want in tensor_cases:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t)
-        refused(build, bad, want, label, failures)
+    refuse_edits(build, base, bad, w, [(lab, e, None, m) for lab, e, m in tensor_cases], failures)
     print(f"  refused: {len(cfg_cases)} unsupported pack-quantized configurations, {len(tensor_cases)} "
           f"broken pack-quantized checkpoints")
 

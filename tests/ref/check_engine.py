@@ -172,6 +172,23 @@ def check_model(build, tmp, label, model, kernels, failures):
     return want
 
 
+def tie_bounds(rel, tie, what, ref, failures):
+    """rel [n]: per-position errors from ref, a quantized reference whose
+    first activation near a rounding boundary is at position tie (None:
+    none; it may lie past the n). Positions before it must be within
+    TOL_INT8, the rest within TOL_INT8_TIES. (at, exact, loose)."""
+    at = len(rel) if tie is None else min(tie, len(rel))
+    exact = float(rel[:at].max()) if at else 0.0
+    loose = float(rel[at:].max()) if at < len(rel) else 0.0
+    if not exact <= TOL_INT8:
+        failures.append(f"{what} of positions 0-{at - 1} differ from {ref} by {exact:.2e} "
+                        f"(> {TOL_INT8})")
+    if not loose <= TOL_INT8_TIES:
+        failures.append(f"{what} from position {at} (an activation near a rounding boundary) "
+                        f"differ from {ref} by {loose:.2e} (> {TOL_INT8_TIES})")
+    return at, exact, loose
+
+
 def check_model_quant(build, tmp, label, model, kernels, plain, failures, q="int8"):
     """--quantization q (int8 or int4) against the reference's own W8A8 / W4A8:
     every kernel table and a chunked prefill give the same bits, the logits
@@ -189,17 +206,9 @@ def check_model_quant(build, tmp, label, model, kernels, plain, failures, q="int
     gots = first_as_f64(dumps, want.shape)
     got = gots[0]
     rel = np.max([rel_err(g, want) for g in gots], axis=0)
-    at = len(rel) if tie["first_tie"] is None else tie["first_tie"]
-    exact = float(rel[:at].max()) if at else 0.0
-    loose = float(rel[at:].max()) if at < len(rel) else 0.0
+    at, exact, loose = tie_bounds(rel, tie["first_tie"], f"{name}: {q} logits",
+                                  f"the reference's {q}", failures)
     qerr = float(rel_err(got, plain).max())
-    if not exact <= TOL_INT8:
-        failures.append(f"{name}: {q} logits of positions 0-{at - 1} differ from the reference's "
-                        f"{q} by {exact:.2e} (> {TOL_INT8})")
-    if not loose <= TOL_INT8_TIES:
-        failures.append(f"{name}: {q} logits from position {at} (an activation near a rounding "
-                        f"boundary) differ from the reference's {q} by {loose:.2e} "
-                        f"(> {TOL_INT8_TIES})")
     check_identical(dumps, name, q + " logits", failures)
     gen = greedy_vs_ref(build, model, tokens, ref, ["--quantization", q], name, failures)
     ties = (f"from position {at} on {loose:.1e} ({tie['near_ties']} near ties)"

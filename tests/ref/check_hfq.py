@@ -191,15 +191,8 @@ def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failur
     dumps = ce.dump_runs(build, tmp, tag + "-codes", model, tokens, kernels,
                          ["--quantization", "int4"], (0, 3))
     rel = np.max([ce.rel_err(g, want) for g in ce.first_as_f64(dumps, want.shape)], axis=0)
-    at = len(rel) if tie is None else tie
-    exact = float(rel[:at].max()) if at else 0.0
-    loose = float(rel[at:].max()) if at < len(rel) else 0.0
-    if not exact <= ce.TOL_INT8:
-        failures.append(f"{tag}: int4 logits of positions 0-{at - 1} differ from W4A8 of the "
-                        f"checkpoint's codes by {exact:.2e} (> {ce.TOL_INT8})")
-    if not loose <= ce.TOL_INT8_TIES:
-        failures.append(f"{tag}: int4 logits from position {at} differ from W4A8 of the "
-                        f"checkpoint's codes by {loose:.2e} (> {ce.TOL_INT8_TIES})")
+    at, exact, loose = ce.tie_bounds(rel, tie, f"{tag}: int4 logits",
+                                     "W4A8 of the checkpoint's codes", failures)
     ce.check_identical(dumps, tag, "int4 logits", failures)
     got = greedy(build, model, tokens, ["--quantization", "int4"])
     if got != [str(i) for i in gen_ids]:

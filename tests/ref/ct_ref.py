@@ -187,15 +187,21 @@ class Calibrate(llama_ref.Llama):
         return super().linear(x, name, bias)
 
 
+def copy_beside(src, dirs):
+    """Each of dirs made, with src's files other than its weights."""
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+        for f in os.listdir(src):
+            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
+                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+
+
 def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized", acts="dynamic",
          margin=1.0):
     """src as a W8A8 checkpoint at out; returns ({name: array written}, the count of -128s).
     acts static: an input_scale per linear, amax over CALIB * margin / 127.5."""
     w = llama_ref.load_weights(src)
-    os.makedirs(out, exist_ok=True)
-    for f in os.listdir(src):
-        if not f.endswith(".safetensors") and not f.endswith(".index.json"):
-            shutil.copy(os.path.join(src, f), os.path.join(out, f))
+    copy_beside(src, (out,))
     amax = {}
     if acts == "static":
         cal = Calibrate(src)
@@ -281,11 +287,7 @@ def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
     w = llama_ref.load_weights(src)
     rng = np.random.default_rng(seed)
     deq_dir = out + "-f32"
-    for d in (out, deq_dir):
-        os.makedirs(d, exist_ok=True)
-        for f in os.listdir(src):
-            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
-                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    copy_beside(src, (out, deq_dir))
     t, deq = {}, {}
     for name, v in w.items():
         if not is_linear(name):
@@ -379,11 +381,7 @@ def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder
     rng = np.random.default_rng(seed)
     lo, hi, off = -(1 << (bits - 1)), (1 << (bits - 1)) - 1, 1 << (bits - 1)
     deq_dir = out + "-f32"
-    for d in (out, deq_dir):
-        os.makedirs(d, exist_ok=True)
-        for f in os.listdir(src):
-            if not f.endswith(".safetensors") and not f.endswith(".index.json"):
-                shutil.copy(os.path.join(src, f), os.path.join(d, f))
+    copy_beside(src, (out, deq_dir))
     t, deq = {}, {}
     for name, v in w.items():
         if not is_linear(name):

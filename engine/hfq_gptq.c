@@ -1,0 +1,168 @@
+/* hfq_: GPTQ and AWQ 4-bit linears (hfq.h): unpacked at load to f32, or
+ * kept as their codes for the int4 kernels (hfq_set_packed_q4). */
+#include "hfq_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* prefix + part ("qweight", ...) of dtype name with shape [r, c]. */
+static int part(const hfq *q, const st_set *st, const char *prefix, const char *what, const char *dt,
+                int64_t r, int64_t c, int optional, const st_tensor **out, inf_err *err)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    const st_tensor *t = st_find(st, name);
+    *out = t;
+    if (!t) {
+        if (optional)
+            return INF_OK;
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s checkpoint without tensor '%s'", q->path,
+                        hfq_method(q), name);
+    }
+    int shape_ok = c ? t->ndim == 2 && t->shape[0] == r && t->shape[1] == c
+                     : t->ndim == 1 && t->shape[0] == r;
+    if (strcmp(t->dtype_name, dt) || !shape_ok)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be %s [%lld%s%lld%s]", t->file,
+                        name, dt, (long long)r, c ? ", " : "", (long long)c, "");
+    return INF_OK;
+}
+
+static uint32_t u32_at(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static float f16_at(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
+    return inf_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* Where one linear's codes and zeros are. */
+typedef struct gq_src {
+    int awq, zero_plus1;
+    int64_t N;
+    const st_tensor *qw, *qz;
+    int slot[8]; /* AWQ: output 8j + o is in nibble slot[o] */
+} gq_src;
+
+static int gq_code(const gq_src *s, int64_t n, int64_t k)
+{
+    if (s->awq)
+        return (int)(u32_at(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
+    return (int)(u32_at(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
+}
+
+static int gq_zero(const gq_src *s, int64_t n, int64_t g)
+{
+    uint32_t v = u32_at(s->qz, (size_t)(g * (s->N / 8) + n / 8));
+    if (s->awq)
+        return (int)(v >> (4 * s->slot[n % 8]) & 15);
+    return (int)(v >> (4 * (n % 8)) & 15) + s->zero_plus1;
+}
+
+/* W[n][k] = scale * (q - zero) in f32 (exact: an f16 times a small integer). */
+static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
+                  const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+{
+    const int64_t N = s->N;
+    float *w = hfq__keep(q, (size_t)N * (size_t)K);
+    if (!w)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    for (int64_t k = 0; k < K; k++)
+        for (int64_t n = 0; n < N; n++)
+            w[(size_t)n * (size_t)K + (size_t)k] = f16_at(sc, (size_t)(grp[k] * N + n)) *
+                                                   (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
+    q->n_requant += q->packed_q4;
+    out->dtype = INF_F32;
+    out->data = w;
+    return INF_OK;
+}
+
+/* The codes as stored (model_tensor.q4): two per byte, and each 32 inputs'
+ * scale and zero, which their group's are. */
+static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
+                    const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+{
+    const int64_t N = s->N, B = (K + 31) / 32;
+    uint8_t *u, *z;
+    uint16_t *d;
+    int rc = hfq__codes(q, N, K, prefix, out, &u, &d, &z, err);
+    if (rc)
+        return rc;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k += 2)
+            u[n * (K / 2) + k / 2] = (uint8_t)(gq_code(s, n, k) | gq_code(s, n, k + 1) << 4);
+        for (int64_t b = 0; b < B; b++) {
+            int64_t g = grp[32 * b];
+            const uint8_t *p = (const uint8_t *)sc->data + 2 * (size_t)(g * N + n);
+            d[n * B + b] = (uint16_t)(p[0] | p[1] << 8);
+            z[n * B + b] = (uint8_t)gq_zero(s, n, g);
+        }
+    }
+    return INF_OK;
+}
+
+int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   model_tensor *out, inf_err *err)
+{
+    const st_tensor *stored = st_find(st, name);
+    if (stored)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must be "
+                        "F32, F16 or BF16 (or packed %s parts)", stored->file, name,
+                        stored->dtype_name, hfq_method(q));
+    size_t len = strlen(name);
+    char prefix[256];
+    if (len < 7 || len - 7 >= sizeof prefix || strcmp(name + len - 7, ".weight"))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    memcpy(prefix, name, len - 7);
+    prefix[len - 7] = 0;
+    const int64_t N = rows, K = cols;
+    int64_t gs = q->group > 0 ? q->group : K, G = (K + gs - 1) / gs;
+    if (K % 8 || N % 8)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %lld x %lld; packed 4-bit needs both "
+                        "multiples of 8", q->path, prefix, (long long)N, (long long)K);
+    const st_tensor *qw, *qz, *sc, *gi = NULL;
+    int awq = q->kind == HFQ_AWQ, rc;
+    if ((rc = part(q, st, prefix, "qweight", "I32", awq ? K : K / 8, awq ? N / 8 : N, 0, &qw, err)) ||
+        (rc = part(q, st, prefix, "qzeros", "I32", G, N / 8, 0, &qz, err)) ||
+        (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
+        (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
+        return rc;
+    int64_t *grp = malloc(sizeof *grp * (size_t)K);
+    if (!grp)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    int in_order = 1; /* each input's group is k / group_size */
+    for (int64_t k = 0; k < K; k++) {
+        grp[k] = k / gs;
+        if (gi) {
+            int32_t v = (int32_t)u32_at(gi, (size_t)k);
+            if (v < 0 || v >= G) {
+                free(grp);
+                return inf_fail(err, INF_ERR_FORMAT, "%s: %s.g_idx[%lld] is %d, outside 0..%lld",
+                                gi->file, prefix, (long long)k, v, (long long)G - 1);
+            }
+            in_order &= v == grp[k];
+            grp[k] = v;
+        }
+    }
+    static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    gq_src src = {.awq = awq, .N = N, .qw = qw, .qz = qz, .zero_plus1 = q->zero_plus1};
+    for (int i = 0; i < 8; i++)
+        src.slot[awq_order[i]] = i;
+    /* the int4 kernels take the codes as stored when every 32 inputs share
+     * a group: groups of whole 32s in order, or one per row */
+    if (q->packed_q4 && in_order && (gs == K || gs % 32 == 0))
+        rc = gq_codes(q, &src, sc, grp, prefix, K, out, err);
+    else
+        rc = gq_f32(q, &src, sc, grp, prefix, K, out, err);
+    free(grp);
+    if (rc)
+        return rc;
+    out->rows = N;
+    out->cols = K;
+    out->name = qw->name;
+    return INF_OK;
+}
