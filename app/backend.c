@@ -33,7 +33,9 @@ int app_backend_quant(const char *name) { return cpu_quant_parse(name); }
 model_load_opts app_backend_load_opts(const app_backend_config *c)
 {
     int cpu = !c->device || !strcmp(c->device, "cpu");
-    return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4};
+    /* int8 rows go to either device as stored (cuda/upload.c) */
+    return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4,
+                             .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8};
 }
 
 /* The context c's model is opened for: a draft's own is shorter at times. */

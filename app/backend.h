@@ -50,9 +50,11 @@ typedef struct app_backend {
 int app_backend_open(const model *m, const app_backend_config *c, app_backend *out,
                      inf_err *err);
 
-/* How the target model for c is loaded: a GPTQ / AWQ checkpoint's 4-bit
- * codes are kept as stored for the CPU's int4 kernels (--quantization int4
- * on the CPU), else dequantized to f32. c->device NULL: cpu. */
+/* How the target model for c is loaded: a GPTQ / AWQ / W4A16 checkpoint's
+ * 4-bit codes are kept as stored for the CPU's int4 kernels (--quantization
+ * int4 on the CPU), a W8A16 one's int8 rows for the int8 kernels
+ * (--quantization int8), else they are dequantized to f32. c->device NULL:
+ * cpu. */
 model_load_opts app_backend_load_opts(const app_backend_config *c);
 
 /* The device a run uses when none is named: cuda when this is a CUDA build

@@ -274,8 +274,7 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     fflush(stdout);
     double t2 = inf_now();
     int n = out.n_output;
-    /* a pre-quantized checkpoint's scheme (W8A8's is said with the kernels) */
-    const char *ckpt = model_is_w8a8(m) ? NULL : model_quant_desc(m);
+    const char *ckpt = model_quant_desc(m); /* a pre-quantized checkpoint's scheme */
     if (!o->quiet)
         fprintf(stderr, "inferd: %s: %d prompt + %d generated tokens (%s), load %.2f s, "
                 "generate %.2f s (%.1f tokens/s), ttft %.3f ms, decode %.3f ms/token, %s kernels%s%s%s, "
@@ -284,7 +283,7 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
                 t1 - t0, t2 - t1, (t2 - t1) > 0 ? n / (t2 - t1) : 0.0,
                 out.t_first > 0 ? (out.t_first - t1) * 1e3 : 0.0,
                 n > 1 ? (w.t_last - out.t_first) * 1e3 / (n - 1) : 0.0,
-                ab.kernels, model_is_w8a8(m) ? " (compressed-tensors int8 weights)"
+                ab.kernels, model_is_w8a8(m) ? " (int8 weights as stored)"
                 : o->bc.quant == APP_QUANT_NONE ? ""
                 : strcmp(o->quantization, "int4") ? " (int8 weights)" : " (int4 weights)",
                 ckpt ? ", checkpoint " : "", ckpt ? ckpt : "",

@@ -355,9 +355,8 @@ static void *load(void *arg)
             "loaded %s in %.2f s: %d layers, hidden %d, vocab %d, %s weights%s; context %d, KV "
             "pool %d blocks of %d tokens, on %s (%s kernels)",
             o->model, inf_now() - t0, c->n_layers, c->hidden_size, c->vocab_size,
-            model_is_w8a8(a->m) ? "compressed-tensors int8"
-            : model_quant_desc(a->m) ? model_quant_desc(a->m) /* GPTQ, AWQ, FP8: as run */
-                                     : inf_dtype_name(a->m->layers[0].wq.dtype),
+            model_quant_desc(a->m) ? model_quant_desc(a->m) /* pre-quantized: as run */
+                                   : inf_dtype_name(a->m->layers[0].wq.dtype),
             o->bc.quant == APP_QUANT_NONE || model_is_w8a8(a->m) ? ""
             : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
                                               : " (layers quantized to int4)", max_len,

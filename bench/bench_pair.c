@@ -51,7 +51,7 @@ typedef struct side {
 static int side_open(side *s, const char *kernels, int quant, int threads, int steps,
                      inf_err *err)
 {
-    model_load_opts lo = {.packed_q4 = quant == CPU_QUANT_INT4};
+    model_load_opts lo = {.packed_q4 = quant == CPU_QUANT_INT4, .packed_q8 = quant == CPU_QUANT_INT8};
     int rc = model_load_with(s->dir, &lo, &s->m, err);
     if (rc)
         return rc;

@@ -122,6 +122,12 @@ const char *hfq_describe(const hfq *q)
         if (q->pack.bits == 4 && q->packed_q4) /* actorder, groups across 32s, f32 scales */
             return "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
                    "then requantized to int4)";
+        if (q->pack.bits == 8 && q->packed_q8 && !q->n_requant)
+            return "compressed-tensors W8A16 (int8 weights and scales as stored; activations "
+                   "int8 per token)";
+        if (q->pack.bits == 8 && q->packed_q8) /* groups or zero points */
+            return "compressed-tensors W8A16 (not storable as int8 rows: dequantized to f32, "
+                   "then requantized to int8)";
         return q->pack.bits == 8 ? "compressed-tensors W8A16 (dequantized to f32 at load)"
                                  : "compressed-tensors W4A16 (dequantized to f32 at load)";
     default: return "compressed-tensors int8";
@@ -158,6 +164,12 @@ void hfq_set_packed_q4(hfq *q, int on)
 {
     if (q)
         q->packed_q4 = on;
+}
+
+void hfq_set_packed_q8(hfq *q, int on)
+{
+    if (q)
+        q->packed_q8 = on;
 }
 
 int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,

@@ -90,6 +90,12 @@ const char *hfq_describe(const hfq *q);
  * CPU's int4 kernels (model_load_opts.packed_q4). NULL-safe. */
 void hfq_set_packed_q4(hfq *q, int on);
 
+/* on: compressed-tensors W8A16 linears per channel and symmetric are bound
+ * as their int8 rows and f32 scales (model_tensor.q8: the stored value
+ * minus 128, exactly) instead of f32, for the int8 kernels
+ * (model_load_opts.packed_q8). NULL-safe. */
+void hfq_set_packed_q8(hfq *q, int on);
+
 /* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */
 int hfq_is_int8(const hfq *q);
 

@@ -24,6 +24,7 @@ struct hfq {
     int group;       /* group_size; <= 0: one group per row */
     int zero_plus1;  /* GPTQ v1 stores zero - 1                */
     int packed_q4;   /* bind 4-bit codes where they fit (hfq.h) */
+    int packed_q8;   /* bind W8A16 int8 rows where they fit     */
     int n_requant;   /* linears that did not, bound as f32      */
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */

@@ -278,7 +278,7 @@ static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *o
             size_t s = (size_t)(n * G + l->grp[k]);
             w[(size_t)n * (size_t)K + (size_t)k] = l->sc[s] * (float)(v - l->zp[s]);
         }
-    q->n_requant += q->packed_q4;
+    q->n_requant += q->packed_q4 || q->packed_q8;
     memset(out, 0, sizeof *out);
     out->dtype = INF_F32;
     out->data = w;
@@ -333,6 +333,33 @@ static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor 
     return INF_OK;
 }
 
+/* A W8A16 linear per channel and symmetric as the int8 kernels' rows
+ * (model_tensor.q8): q = the stored value - 128, scale[n] as read, so
+ * W = scale * q exactly. */
+static int bind_q8(hfq *q, const pack_lin *l, const char *name, model_tensor *out,
+                   inf_err *err)
+{
+    const int64_t N = l->N, K = l->K, words = (K + 3) / 4;
+    int8_t *w = hfq__keep_bytes(q, (size_t)N * (size_t)K);
+    float *sc = hfq__keep(q, (size_t)N);
+    if (!w || !sc)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t k = 0; k < K; k++)
+            w[n * K + k] = (int8_t)(field(le32(l->packed, (size_t)(n * words + k / 4)),
+                                          (int)(k % 4), 8) - 128);
+        sc[n] = l->sc[n];
+    }
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_DTYPE_NONE;
+    out->q8 = w;
+    out->q8_scale = sc;
+    out->rows = N;
+    out->cols = K;
+    out->name = l->packed->name;
+    return INF_OK;
+}
+
 int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                    model_tensor *out, inf_err *err)
 {
@@ -369,6 +396,8 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         pack_lin l = {.packed = p.packed, .sc = sc, .zp = zp, .grp = grp, .N = N, .K = K, .G = G};
         if (q->packed_q4 && codes_fit(q, &l))
             rc = bind_codes(q, &l, name, out, err);
+        else if (q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym)
+            rc = bind_q8(q, &l, name, out, err);
         else
             rc = bind_f32(q, &l, name, out, err);
     }

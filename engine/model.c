@@ -489,6 +489,7 @@ int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, 
     if ((rc = model_config_load(path, &m->cfg, err)) || (rc = hfq_open(path, &m->hfq, err)))
         goto fail;
     hfq_set_packed_q4(m->hfq, o && o->packed_q4);
+    hfq_set_packed_q8(m->hfq, o && o->packed_q8);
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);

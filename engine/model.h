@@ -136,6 +136,9 @@ typedef struct model_load_opts {
                       of inputs in order (no desc_act permutation) as their
                       codes (model_tensor.q4) for the CPU's int4 kernels,
                       instead of dequantized to f32 */
+    int packed_q8; /* compressed-tensors W8A16 linears per channel and
+                      symmetric as their int8 rows and scales
+                      (model_tensor.q8) for the int8 kernels */
 } model_load_opts;
 
 /* model_load / model_load_dir with o (NULL: all 0). */

@@ -3,8 +3,9 @@
  * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights or
  * pack-quantized I32 ones, scales, zero points, g_idx). A bound tensor must
  * be readable whole. Input:
- * u8 rows selector (its top bit: GPTQ / AWQ codes kept as stored,
- * hfq_set_packed_q4), u8 cols selector, u16 JSON length, the config.json,
+ * u8 rows selector (its top bit: 4-bit codes kept as stored,
+ * hfq_set_packed_q4), u8 cols selector (its top bit: W8A16 int8 rows,
+ * hfq_set_packed_q8), u16 JSON length, the config.json,
  * then the safetensors bytes; both go through memfds. The linear bound is
  * "l.weight", rows and cols multiples of 8 up to 64. */
 #include <stdio.h>
@@ -46,6 +47,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         st_open_file(spath, &st, &err) == INF_OK) {
         model_tensor t = {0};
         hfq_set_packed_q4(q, data[0] >> 7);
+        hfq_set_packed_q8(q, data[1] >> 7);
         if (hfq_bind(q, st, "l.weight", rows, cols, &t, &err) == INF_OK) {
             if (t.rows != rows || t.cols != cols ||
                 (!t.data && !(t.q8 && t.q8_scale) && !(t.q4 && t.q4_scale && t.q4_zero)))

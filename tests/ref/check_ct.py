@@ -223,11 +223,46 @@ def static_refusals(build, tmp, base, failures):
     print(f"  refused: {len(cases)} broken input scales")
 
 
-def check_dequant(build, tmp, label, model, kernels, failures, codes=None):
+def check_rows_int8(build, tmp, name, model, rows, kernels, failures):
+    """--quantization int8 on a W8A16 checkpoint per channel and symmetric,
+    which runs its int8 rows as stored: against ct_ref.W8A8 on a W8A8 twin
+    written with the same integers and scales (rows: make_pack's ints),
+    every table and a chunked prefill identical, and the twin's own bits."""
+    twin = model + "-w8a8"
+    t = ct_ref.read_raw(os.path.join(model, "model.safetensors"))
+    for lin, (q, _, sc, _) in rows.items():
+        p = lin[:-len("weight")]
+        for part in ("weight_packed", "weight_shape", "weight_zero_point"):
+            t.pop(p + part, None)
+        t[lin] = q.astype(np.int8)
+        t[p + "weight_scale"] = sc.T.astype(np.float32)  # exact: the stored scales
+    shutil.rmtree(twin, ignore_errors=True)
+    ct_ref.copy_beside(model, (twin,))
+    ct_ref.write_st(os.path.join(twin, "model.safetensors"), t)
+    c = json.load(open(os.path.join(twin, "config.json")))
+    c["quantization_config"] = ct_ref.scheme()
+    json.dump(c, open(os.path.join(twin, "config.json"), "w"))
+    ref = ct_ref.W8A8(twin)
+    want, _, _ = llama_ref.generate(ref, TOKENS, 0, False)
+    tokens = ",".join(map(str, TOKENS))
+    dumps = ce.dump_runs(build, tmp, name + "-rows", model, tokens, kernels,
+                         ["--quantization", "int8"], (0, 3))
+    rel = np.max([ce.rel_err(g, want) for g in ce.first_as_f64(dumps, want.shape)], axis=0)
+    at, exact, _ = ce.tie_bounds(rel, ref.first_tie, f"{name}: int8 logits",
+                                 "W8A8 of the checkpoint's rows", failures)
+    ce.check_identical(dumps, name, "int8 logits", failures)
+    mine = ce.dump_runs(build, tmp, name + "-twin", twin, tokens, kernels[:1])
+    if next(iter(mine.values())) != dumps[next(iter(mine))]:
+        failures.append(f"{name}: --quantization int8 is not bit-identical to the W8A8 twin")
+    return exact, at, len(dumps)
+
+
+def check_dequant(build, tmp, label, model, kernels, failures, codes=None, rows=None):
     """An FP8 or pack-quantized checkpoint at model (its dequantized f32 twin
     at model-f32). codes: a W4A16 checkpoint's integers (ct_ref.make_pack's
     ints) when --quantization int4 runs them as stored, checked as
-    check_hfq checks GPTQ's; else int4 requantizes the twin's weights."""
+    check_hfq checks GPTQ's; else int4 requantizes the twin's weights.
+    rows: a W8A16 one's when --quantization int8 runs them as stored."""
     deq = model + "-f32"
     ref = llama_ref.Llama(deq)
     want, ids, margin = llama_ref.generate(ref, TOKENS, GREEDY, False)
@@ -251,7 +286,11 @@ def check_dequant(build, tmp, label, model, kernels, failures, codes=None):
                                                          failures)
         as_stored = (f"; int4 runs the codes as stored: {exact:.1e} from W4A8 of them to position "
                      f"{at - 1}, {runs} runs identical")
-    for q in ("int8",) if codes is not None else ("int8", "int4"):
+    if rows is not None:
+        exact, at, runs = check_rows_int8(build, tmp, name, model, rows, kernels, failures)
+        as_stored += (f"; int8 runs the rows as stored: {exact:.1e} from W8A8 of them to "
+                      f"position {at - 1}, {runs} runs identical")
+    for q in ([] if rows is not None else ["int8"]) + ([] if codes is not None else ["int4"]):
         a = ce.dump_runs(build, tmp, name + "-" + q, model, tokens, kernels[:1], ["--quantization", q])
         b = ce.dump_runs(build, tmp, name + "-f32-" + q, deq, tokens, kernels[:1], ["--quantization", q])
         if a == b:
@@ -565,13 +604,19 @@ def main():
         ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes, ints=ints)
         # the int4 kernels take the codes: 4 bits, whole 32s in order, f16-exact scales
         fits = bits == 4 and not act and (group == 0 or group % 32 == 0) and sdt != "f32"
-        check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None)
+        rows = bits == 8 and group == 0 and sym  # int8 rows and a scale each: the int8 kernels'
+        check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None,
+                      ints if rows else None)
         describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
                   failures)
         if bits == 4:
             describes(a.build, out, "compressed-tensors W4A16 (codes, scales and zeros as stored"
                       if fits else "compressed-tensors W4A16 (not storable as int4 codes", label,
                       failures, ["--quantization", "int4"])
+        else:
+            describes(a.build, out, "compressed-tensors W8A16 (int8 weights and scales as stored"
+                      if rows else "compressed-tensors W8A16 (not storable as int8 rows", label,
+                      failures, ["--quantization", "int8"])
     pack_variants(a.build, tmp, os.path.join(tmp, ce.slug(pack[0][0])), failures)
     pack_refusals(a.build, tmp, os.path.join(tmp, ce.slug(pack[3][0])), failures)
     if failures:

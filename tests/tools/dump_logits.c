@@ -70,7 +70,8 @@ int main(int argc, char **argv)
     batch_builder *bb = NULL;
     float *logits = NULL, *hidden = NULL;
     /* a GPTQ / AWQ checkpoint's codes as stored for int4, as serve loads it */
-    model_load_opts lo = {.packed_q4 = cpu_quant_parse(quant) == CPU_QUANT_INT4};
+    model_load_opts lo = {.packed_q4 = cpu_quant_parse(quant) == CPU_QUANT_INT4,
+                          .packed_q8 = cpu_quant_parse(quant) == CPU_QUANT_INT8};
     int rc = model_load_with(dir, &lo, &m, &err);
     if (rc)
         goto done;
