@@ -117,7 +117,7 @@ typedef struct q4_job {
                         a tile is one thread's                   */
 } q4_job;
 
-/* Row n of a GPTQ / AWQ linear's codes (model.h), as stored. */
+/* Row n of a 4-bit linear bound as its codes (model.h: GPTQ, AWQ, W4A16), as stored. */
 static void q4_row_codes(q4_job *j, int n)
 {
     cpu_q4w *q = j->q;
