@@ -296,6 +296,11 @@ $(FIXTURES)/famtok-%/config.json: scripts/make_model.py $$(TOKPKG)$$(FAMTOK_$$*)
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8/config.json $(FIXTURES)/wide-w8a8/config.json
 $(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
 	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
+# a GPTQ copy of tiny (groups of 32, zero points: tests/ref/check_hfq.py),
+# for serve's --quantization int4 on its codes (tests/e2e/batching.test.mjs)
+FIXTURE_MODELS += $(FIXTURES)/tiny-gptq/config.json
+$(FIXTURES)/tiny-gptq/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
+	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq
 # and an FP8 copy of tiny (dequantized at load), for the CUDA backend's tests
 FIXTURE_MODELS += $(FIXTURES)/tiny-fp8/config.json
 $(FIXTURES)/%-fp8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json

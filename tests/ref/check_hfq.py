@@ -230,7 +230,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--fixtures", default="build/fixtures")
+    ap.add_argument("--write-gptq", nargs=2, metavar=("SRC", "OUT"),
+                    help="only write SRC as a GPTQ checkpoint (groups of 32, zero points) at "
+                         "OUT, and its unpacked weights at OUT-deq (a test fixture)")
     a = ap.parse_args()
+    if a.write_gptq:
+        make(a.write_gptq[0], a.write_gptq[1], a.write_gptq[1] + "-deq", "gptq", 32)
+        return
     tmp = os.path.join(a.build, "tmp", "hfq")
     os.makedirs(tmp, exist_ok=True)
     failures = []
