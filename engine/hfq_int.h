@@ -51,9 +51,9 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
                    model_tensor *out, inf_err *err);
 
 /* Checks a compressed-tensors quantization_config qc: INF_OK with *kind
- * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales), HFQ_CT_FP8 (FP8 weights) or HFQ_CT_PACK (*pack
- * filled) when it is a scheme inferd runs, else an error naming the field
- * and value. */
+ * HFQ_CT_INT8 (W8A8 int8; HFQ_CT_INT8S with static input scales),
+ * HFQ_CT_FP8 (FP8 weights) or HFQ_CT_PACK (*pack filled) when it is a
+ * scheme inferd runs, else an error naming the field and value. */
 int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, hfq_pack *pack,
                  inf_err *err);
 
