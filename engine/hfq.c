@@ -94,44 +94,42 @@ const char *hfq_method(const hfq *q)
     return q->kind == HFQ_GPTQ ? "gptq" : q->kind == HFQ_AWQ ? "awq" : "compressed-tensors";
 }
 
+/* What the linears of each 4- and 8-bit scheme became: [0] nothing asked,
+ * dequantized to f32; [1] --quantization int4/int8 on their integers as
+ * stored; [2] asked, but they did not fit and were requantized. */
+enum { RUN_F32, RUN_STORED, RUN_REQUANT };
+static const char *const as_run[][3] = {
+    [HFQ_GPTQ] = {"gptq 4-bit (dequantized to f32 at load)",
+                  "gptq 4-bit (codes, scales and zeros as stored; activations int8 per token)",
+                  "gptq 4-bit (groups not whole 32s of inputs in order: dequantized to f32, "
+                  "then requantized to int4)"},
+    [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)",
+                 "awq 4-bit (codes, scales and zeros as stored; activations int8 per token)",
+                 "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
+                 "requantized to int4)"},
+    [HFQ_CT_PACK] = {"compressed-tensors W4A16 (dequantized to f32 at load)",
+                     "compressed-tensors W4A16 (codes, scales and zeros as stored; activations "
+                     "int8 per token)",
+                     "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
+                     "then requantized to int4)"},
+    [HFQ_CT_PACK + 1] = {"compressed-tensors W8A16 (dequantized to f32 at load)",
+                         "compressed-tensors W8A16 (int8 weights and scales as stored; "
+                         "activations int8 per token)",
+                         "compressed-tensors W8A16 (not storable as int8 rows: dequantized to "
+                         "f32, then requantized to int8)"},
+};
+
 const char *hfq_describe(const hfq *q)
 {
-    int gptq = q->kind == HFQ_GPTQ;
-    switch (q->kind) {
-    case HFQ_GPTQ:
-    case HFQ_AWQ:
-        if (q->packed_q4 && q->n_requant) /* desc_act, or groups across 32s */
-            return gptq ? "gptq 4-bit (groups not whole 32s of inputs in order: dequantized to "
-                          "f32, then requantized to int4)"
-                        : "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
-                          "requantized to int4)";
-        if (q->packed_q4)
-            return gptq ? "gptq 4-bit (codes, scales and zeros as stored; activations int8 per "
-                          "token)"
-                        : "awq 4-bit (codes, scales and zeros as stored; activations int8 per "
-                          "token)";
-        return gptq ? "gptq 4-bit (dequantized to f32 at load)"
-                    : "awq 4-bit (dequantized to f32 at load)";
-    case HFQ_CT_INT8S: return "compressed-tensors int8 (static input scales)";
-    case HFQ_CT_FP8: return "compressed-tensors FP8 (dequantized to f32 at load; activations not "
-                            "quantized)";
-    case HFQ_CT_PACK:
-        if (q->pack.bits == 4 && q->packed_q4 && !q->n_requant)
-            return "compressed-tensors W4A16 (codes, scales and zeros as stored; activations "
-                   "int8 per token)";
-        if (q->pack.bits == 4 && q->packed_q4) /* actorder, groups across 32s, f32 scales */
-            return "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
-                   "then requantized to int4)";
-        if (q->pack.bits == 8 && q->packed_q8 && !q->n_requant)
-            return "compressed-tensors W8A16 (int8 weights and scales as stored; activations "
-                   "int8 per token)";
-        if (q->pack.bits == 8 && q->packed_q8) /* groups or zero points */
-            return "compressed-tensors W8A16 (not storable as int8 rows: dequantized to f32, "
-                   "then requantized to int8)";
-        return q->pack.bits == 8 ? "compressed-tensors W8A16 (dequantized to f32 at load)"
-                                 : "compressed-tensors W4A16 (dequantized to f32 at load)";
-    default: return "compressed-tensors int8";
-    }
+    if (q->kind == HFQ_CT_INT8)
+        return "compressed-tensors int8";
+    if (q->kind == HFQ_CT_INT8S)
+        return "compressed-tensors int8 (static input scales)";
+    if (q->kind == HFQ_CT_FP8)
+        return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
+    int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
+    int asked = w8 ? q->packed_q8 : q->packed_q4;
+    return as_run[q->kind + w8][!asked ? RUN_F32 : q->n_requant ? RUN_REQUANT : RUN_STORED];
 }
 
 int hfq_is_int8(const hfq *q)
@@ -172,6 +170,38 @@ void hfq_set_packed_q8(hfq *q, int on)
         q->packed_q8 = on;
 }
 
+uint32_t hfq__u32(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint16_t hfq__u16(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+float hfq__float_at(const st_tensor *t, size_t i)
+{
+    if (t->dtype == INF_F32) {
+        uint32_t u = hfq__u32(t, i);
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    return t->dtype == INF_BF16 ? inf_bf16_to_f32(hfq__u16(t, i)) : inf_f16_to_f32(hfq__u16(t, i));
+}
+
+void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name)
+{
+    memset(out, 0, sizeof *out);
+    out->dtype = INF_DTYPE_NONE;
+    out->rows = rows;
+    out->cols = cols;
+    out->name = name;
+}
+
 int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,
                uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err)
 {
@@ -181,13 +211,10 @@ int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out
     *z = hfq__keep_bytes(q, (size_t)N * B);
     if (!*u || !*d || !*z)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, what);
-    memset(out, 0, sizeof *out);
-    out->dtype = INF_DTYPE_NONE;
+    hfq__out(out, N, K, NULL);
     out->q4 = *u;
     out->q4_scale = *d;
     out->q4_zero = *z;
-    out->rows = N;
-    out->cols = K;
     return INF_OK;
 }
 

@@ -189,20 +189,6 @@ int hfq__ct_open(const cJSON *qc, const char *path, hfq_kind *kind, hfq_pack *pa
     return INF_OK;
 }
 
-float hfq__ct_float_at(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = t->data;
-    if (t->dtype == INF_F32) {
-        uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
-                     (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
-        float f;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-    return t->dtype == INF_BF16 ? inf_bf16_to_f32(h) : inf_f16_to_f32(h);
-}
-
 static int64_t numel(const st_tensor *t)
 {
     int64_t n = 1;
@@ -240,7 +226,7 @@ int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, flo
     if (!sc)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, part);
     for (int64_t n = 0; n < rows; n++) {
-        sc[n] = hfq__ct_float_at(s, ns == 1 ? 0 : (size_t)n);
+        sc[n] = hfq__float_at(s, ns == 1 ? 0 : (size_t)n);
         if (!isfinite(sc[n]))
             return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is not finite", s->file, part,
                             (long long)n);
@@ -281,7 +267,7 @@ static int ct_input_scale(const st_set *st, const char *name, const char *file, 
     if (s->dtype == INF_DTYPE_NONE || numel(s) != 1)
         return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be one F32, BF16 or F16 value",
                         s->file, part);
-    *out = hfq__ct_float_at(s, 0);
+    *out = hfq__float_at(s, 0);
     if (!isfinite(*out) || !(*out > 0))
         return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %g; a static input scale is finite and "
                         "positive", s->file, part, (double)*out);
@@ -299,13 +285,9 @@ int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64
     float in = 0; /* dynamic */
     if (q->kind == HFQ_CT_INT8S && (rc = ct_input_scale(st, name, w->file, &in, err)))
         return rc;
-    memset(out, 0, sizeof *out);
-    out->dtype = INF_DTYPE_NONE;
+    hfq__out(out, rows, cols, w->name);
     out->q8 = w->data;
     out->q8_scale = sc;
     out->q8_in_scale = in;
-    out->rows = rows;
-    out->cols = cols;
-    out->name = w->name;
     return INF_OK;
 }

@@ -71,11 +71,8 @@ int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int6
                                 w->file, name, (long long)n, (long long)k, p[i]);
             d[i] = lut[p[i]] * sc[n];
         }
-    memset(out, 0, sizeof *out);
+    hfq__out(out, rows, cols, w->name);
     out->dtype = INF_F32;
     out->data = d;
-    out->rows = rows;
-    out->cols = cols;
-    out->name = w->name;
     return INF_OK;
 }

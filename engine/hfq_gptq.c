@@ -28,18 +28,6 @@ static int part(const hfq *q, const st_set *st, const char *prefix, const char *
     return INF_OK;
 }
 
-static uint32_t u32_at(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static float f16_at(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
-    return inf_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-}
-
 /* Where one linear's codes and zeros are. */
 typedef struct gq_src {
     int awq, zero_plus1;
@@ -51,13 +39,13 @@ typedef struct gq_src {
 static int gq_code(const gq_src *s, int64_t n, int64_t k)
 {
     if (s->awq)
-        return (int)(u32_at(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
-    return (int)(u32_at(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
+        return (int)(hfq__u32(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
+    return (int)(hfq__u32(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
 }
 
 static int gq_zero(const gq_src *s, int64_t n, int64_t g)
 {
-    uint32_t v = u32_at(s->qz, (size_t)(g * (s->N / 8) + n / 8));
+    uint32_t v = hfq__u32(s->qz, (size_t)(g * (s->N / 8) + n / 8));
     if (s->awq)
         return (int)(v >> (4 * s->slot[n % 8]) & 15);
     return (int)(v >> (4 * (n % 8)) & 15) + s->zero_plus1;
@@ -73,7 +61,7 @@ static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *g
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
     for (int64_t k = 0; k < K; k++)
         for (int64_t n = 0; n < N; n++)
-            w[(size_t)n * (size_t)K + (size_t)k] = f16_at(sc, (size_t)(grp[k] * N + n)) *
+            w[(size_t)n * (size_t)K + (size_t)k] = hfq__float_at(sc, (size_t)(grp[k] * N + n)) *
                                                    (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
     q->n_requant += q->packed_q4;
     out->dtype = INF_F32;
@@ -97,8 +85,7 @@ static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t 
             u[n * (K / 2) + k / 2] = (uint8_t)(gq_code(s, n, k) | gq_code(s, n, k + 1) << 4);
         for (int64_t b = 0; b < B; b++) {
             int64_t g = grp[32 * b];
-            const uint8_t *p = (const uint8_t *)sc->data + 2 * (size_t)(g * N + n);
-            d[n * B + b] = (uint16_t)(p[0] | p[1] << 8);
+            d[n * B + b] = hfq__u16(sc, (size_t)(g * N + n));
             z[n * B + b] = (uint8_t)gq_zero(s, n, g);
         }
     }
@@ -138,7 +125,7 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     for (int64_t k = 0; k < K; k++) {
         grp[k] = k / gs;
         if (gi) {
-            int32_t v = (int32_t)u32_at(gi, (size_t)k);
+            int32_t v = (int32_t)hfq__u32(gi, (size_t)k);
             if (v < 0 || v >= G) {
                 free(grp);
                 return inf_fail(err, INF_ERR_FORMAT, "%s: %s.g_idx[%lld] is %d, outside 0..%lld",

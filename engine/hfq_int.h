@@ -8,7 +8,8 @@
 
 #include <cJSON.h>
 
-/* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear */
+/* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear. HFQ_CT_PACK
+ * stays last (hfq.c's as_run table has a row past it for 8 bits). */
 typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_CT_PACK } hfq_kind;
 
 /* A compressed-tensors pack-quantized scheme: the same for every linear. */
@@ -39,6 +40,15 @@ int hfq__jint(const cJSON *o, const char *k, int def);
 /* n floats (n bytes) owned by q (freed by hfq_free), or NULL. */
 float *hfq__keep(hfq *q, size_t n);
 void *hfq__keep_bytes(hfq *q, size_t n);
+
+/* Element i of a tensor, little-endian: a 32- or 16-bit word, or an F32,
+ * BF16 or F16 value as f32 (exactly). */
+uint32_t hfq__u32(const st_tensor *t, size_t i);
+uint16_t hfq__u16(const st_tensor *t, size_t i);
+float hfq__float_at(const st_tensor *t, size_t i);
+
+/* *out emptied to a [rows, cols] linear called name, of no dtype yet. */
+void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
 
 /* A linear of N x K bound as 4-bit codes (model_tensor.q4) into *out (all
  * of it but name): *u, *d and *z owned by q, to fill; what names it in an
@@ -92,8 +102,6 @@ int hfq__ct_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64
 int hfq__ct_scales(hfq *q, const st_set *st, const char *name, int64_t rows, float **out,
                    inf_err *err);
 
-/* Element i of an F32, BF16 or F16 tensor as f32, exactly. */
-float hfq__ct_float_at(const st_tensor *t, size_t i);
 
 /* Checks compressed-tensors group g's FP8 scheme (weights and
  * input_activations of type float): INF_OK or the field out of line. */

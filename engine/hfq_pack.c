@@ -90,15 +90,9 @@ int hfq__pack_group(const cJSON *grp, const char *path, const char *g, hfq_pack 
     return INF_OK;
 }
 
-static uint32_t le32(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static int64_t le64(const st_tensor *t, size_t i)
 {
-    return (int64_t)((uint64_t)le32(t, 2 * i) | (uint64_t)le32(t, 2 * i + 1) << 32);
+    return (int64_t)((uint64_t)hfq__u32(t, 2 * i) | (uint64_t)hfq__u32(t, 2 * i + 1) << 32);
 }
 
 /* Field j (bits wide, from the low end) of a packed int32. */
@@ -151,7 +145,7 @@ static int check_parts(const hfq *q, const st_set *st, pack_parts *p, int64_t N,
     if ((!i64 && strcmp(t->dtype_name, "I32")) || t->ndim != 1 || t->shape[0] != 2)
         return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I64 or I32 [2]", t->file,
                         t->name);
-    int64_t r = i64 ? le64(t, 0) : (int32_t)le32(t, 0), c = i64 ? le64(t, 1) : (int32_t)le32(t, 1);
+    int64_t r = i64 ? le64(t, 0) : (int32_t)hfq__u32(t, 0), c = i64 ? le64(t, 1) : (int32_t)hfq__u32(t, 1);
     if (r != N || c != K)
         return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' is [%lld, %lld]; config.json makes "
                         "this linear [%lld, %lld]", t->file, t->name, (long long)r, (long long)c,
@@ -191,7 +185,7 @@ static int zeros(const hfq *q, const st_set *st, pack_parts *p, int64_t N, int64
         t->shape[1] == G) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t g = 0; g < G; g++)
-                zp[n * G + g] = field(le32(t, (size_t)((n / pf) * G + g)), (int)(n % pf), bits);
+                zp[n * G + g] = field(hfq__u32(t, (size_t)((n / pf) * G + g)), (int)(n % pf), bits);
         return INF_OK;
     }
     if (!strcmp(t->dtype_name, "I8") && t->ndim == 2 && t->shape[0] == N && t->shape[1] == G) {
@@ -228,7 +222,7 @@ static int groups(const hfq *q, const st_set *st, pack_parts *p, int64_t K, int6
                         (long long)K);
     int64_t unset = 0;
     for (int64_t k = 0; k < K; k++)
-        unset += (int32_t)le32(t, (size_t)k) == -1;
+        unset += (int32_t)hfq__u32(t, (size_t)k) == -1;
     if (unset == K)
         return INF_OK;
     int64_t *count = calloc((size_t)G, sizeof *count);
@@ -236,7 +230,7 @@ static int groups(const hfq *q, const st_set *st, pack_parts *p, int64_t K, int6
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, t->name);
     int rc = INF_OK;
     for (int64_t k = 0; k < K && !rc; k++) {
-        int32_t v = (int32_t)le32(t, (size_t)k);
+        int32_t v = (int32_t)hfq__u32(t, (size_t)k);
         if (v < 0 || v >= G)
             rc = inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is %d, outside 0..%lld", t->file,
                           t->name, (long long)k, v, (long long)G - 1);
@@ -274,17 +268,14 @@ static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *o
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
-            int v = field(le32(l->packed, (size_t)(n * words + k / pf)), (int)(k % pf), bits);
+            int v = field(hfq__u32(l->packed, (size_t)(n * words + k / pf)), (int)(k % pf), bits);
             size_t s = (size_t)(n * G + l->grp[k]);
             w[(size_t)n * (size_t)K + (size_t)k] = l->sc[s] * (float)(v - l->zp[s]);
         }
     q->n_requant += q->packed_q4 || q->packed_q8;
-    memset(out, 0, sizeof *out);
+    hfq__out(out, N, K, l->packed->name);
     out->dtype = INF_F32;
     out->data = w;
-    out->rows = N;
-    out->cols = K;
-    out->name = l->packed->name;
     return INF_OK;
 }
 
@@ -320,7 +311,7 @@ static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor 
     out->name = l->packed->name;
     for (int64_t n = 0; n < N; n++) {
         for (int64_t k = 0; k < K; k += 2) {
-            uint32_t wd = le32(l->packed, (size_t)(n * words + k / 8));
+            uint32_t wd = hfq__u32(l->packed, (size_t)(n * words + k / 8));
             u[n * (K / 2) + k / 2] = (uint8_t)(field(wd, (int)(k % 8), 4) |
                                                field(wd, (int)(k % 8) + 1, 4) << 4);
         }
@@ -346,17 +337,13 @@ static int bind_q8(hfq *q, const pack_lin *l, const char *name, model_tensor *ou
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
     for (int64_t n = 0; n < N; n++) {
         for (int64_t k = 0; k < K; k++)
-            w[n * K + k] = (int8_t)(field(le32(l->packed, (size_t)(n * words + k / 4)),
+            w[n * K + k] = (int8_t)(field(hfq__u32(l->packed, (size_t)(n * words + k / 4)),
                                           (int)(k % 4), 8) - 128);
         sc[n] = l->sc[n];
     }
-    memset(out, 0, sizeof *out);
-    out->dtype = INF_DTYPE_NONE;
+    hfq__out(out, N, K, l->packed->name);
     out->q8 = w;
     out->q8_scale = sc;
-    out->rows = N;
-    out->cols = K;
-    out->name = l->packed->name;
     return INF_OK;
 }
 
@@ -388,7 +375,7 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     if (!sc || !zp || !grp)
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
     for (int64_t i = 0; !rc && i < N * G; i++)
-        if (!isfinite(sc[i] = hfq__ct_float_at(p.scale, (size_t)i)))
+        if (!isfinite(sc[i] = hfq__float_at(p.scale, (size_t)i)))
             rc = inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld][%lld] is not finite", p.scale->file,
                           p.scale->name, (long long)(i / G), (long long)(i % G));
     if (!rc && !(rc = zeros(q, st, &p, N, G, zp, err)) &&
