@@ -242,9 +242,7 @@ static void op_quant(cpu_be *be, int t, const void *arg)
     const quant_arg *qa = arg;
     uint8_t *q = be->xq + (size_t)t * be->ldq;
     if (qa->in_scale > 0) {
-        qdef_i8_static(qa->x + (size_t)t * qa->ldx, qa->K, qa->in_scale, (int8_t *)q);
-        for (int k = 0; k < qa->K; k++)
-            q[k] = (uint8_t)(q[k] ^ 0x80); /* qx + 128 */
+        qdef_i8_static(qa->x + (size_t)t * qa->ldx, qa->K, qa->in_scale, (int8_t *)q, 1);
         be->xs[t] = qa->in_scale;
     } else {
         be->xs[t] = be->k->quant(qa->x + (size_t)t * qa->ldx, qa->K, (int8_t *)q, 1);

@@ -22,12 +22,16 @@ float qdef_i8(const float *v, int n, int8_t *q)
     return amax / 127.0f;
 }
 
-void qdef_i8_static(const float *v, int n, float s, int8_t *q)
+void qdef_i8_static(const float *v, int n, float s, int8_t *q, int offset)
 {
     for (int i = 0; i < n; i++) {
         float t = fmaxf(v[i] / s, -127.0f); /* NaN becomes -127 */
         t = fminf(t, 127.0f);
-        q[i] = (int8_t)(int)rintf(t);
+        int r = (int)rintf(t);
+        if (offset)
+            ((uint8_t *)q)[i] = (uint8_t)(r + 128);
+        else
+            q[i] = (int8_t)r;
     }
 }
 

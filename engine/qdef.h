@@ -17,8 +17,9 @@ float qdef_i8(const float *v, int n, int8_t *q);
 
 /* v [n] with a static scale s > 0 (compressed-tensors' per-tensor input
  * scale): q = rint(min(max(v / s, -127), 127)), NaN to -127, as qdef_i8
- * clamps (vLLM clamps at -128; the vpmaddubsw kernels need |q| <= 127). */
-void qdef_i8_static(const float *v, int n, float s, int8_t *q);
+ * clamps (vLLM clamps at -128; the vpmaddubsw kernels need |q| <= 127);
+ * stored as q + 128 in bytes when offset is set (kern.h's quant form). */
+void qdef_i8_static(const float *v, int n, float s, int8_t *q, int offset);
 
 #define QDEF_Q4_GROUP 32
 
