@@ -1576,6 +1576,38 @@ static void test_cuda_quantized_match_cpu(void **state)
     model_destroy(m);
 }
 
+/* What only the CPU runs is refused at create, saying so: a GPTQ model whose
+ * 4-bit codes were kept for the CPU's int4 kernels (model_load_opts
+ * .packed_q4; app/ never asks for it on CUDA), and a W8A8 checkpoint with
+ * static input scales (the GPU quantizes activations per token only). */
+static void test_cuda_refuses_cpu_only_linears(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const char *const names[] = {"tiny-gptq", "tiny-w8a8s"};
+    static const char *const why[] = {"run on the CPU's int4 kernels",
+                                      "with static input scales runs on the CPU only"};
+    for (int i = 0; i < 2; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
+        if (!is_dir(dir))
+            fail_msg("%s is missing (the Makefile makes it)", dir);
+        model_load_opts lo = {.packed_q4 = 1};
+        model *m = NULL;
+        inf_err err = {0};
+        if (model_load_with(dir, &lo, &m, &err))
+            fail_msg("%s", err.msg);
+        cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+        gc.quant = i ? CUDA_QUANT_INT8 : CUDA_QUANT_INT4;
+        be_backend *be = NULL;
+        assert_int_equal(cuda_backend_create(m, &gc, &be, &err), INF_ERR_UNSUPPORTED);
+        assert_null(be);
+        if (!strstr(err.msg, why[i]))
+            fail_msg("%s: %s", names[i], err.msg);
+        model_destroy(m);
+    }
+}
+
 /* Greedy continuation of "Once upon a time" for 64 tokens: the GPU's
  * (argmax on the device) equals the CPU backend's on the checkpoint as it
  * is, on stories260K and babyllama-105; the host-argmax path over the GPU's
@@ -2259,6 +2291,7 @@ int main(void)
         cmocka_unit_test(test_cuda_model_logits_match_cpu),
         cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_quantized_match_cpu),
+        cmocka_unit_test(test_cuda_refuses_cpu_only_linears),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
