@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "app/args.h"
+#include "app/backend.h"
 #include "cpu/backend.h"
 #include "engine/batch.h"
 #include "engine/kv.h"
@@ -51,7 +52,9 @@ typedef struct side {
 static int side_open(side *s, const char *kernels, int quant, int threads, int steps,
                      inf_err *err)
 {
-    model_load_opts lo = {.packed_q4 = quant == CPU_QUANT_INT4, .packed_q8 = quant == CPU_QUANT_INT8};
+    app_backend_config bc = app_backend_config_default(); /* loaded as serve loads it */
+    bc.quant = quant;
+    model_load_opts lo = app_backend_load_opts(&bc);
     int rc = model_load_with(s->dir, &lo, &s->m, err);
     if (rc)
         return rc;

@@ -16,6 +16,7 @@
 #include "engine/kv.h"
 #include "engine/model.h"
 #include "app/args.h"
+#include "app/backend.h"
 
 static int parse_ids(const char *s, int32_t *ids, int cap)
 {
@@ -69,9 +70,10 @@ int main(int argc, char **argv)
     kv_seq seq = {0};
     batch_builder *bb = NULL;
     float *logits = NULL, *hidden = NULL;
-    /* a GPTQ / AWQ checkpoint's codes as stored for int4, as serve loads it */
-    model_load_opts lo = {.packed_q4 = cpu_quant_parse(quant) == CPU_QUANT_INT4,
-                          .packed_q8 = cpu_quant_parse(quant) == CPU_QUANT_INT8};
+    /* a pre-quantized checkpoint's integers as serve loads them */
+    app_backend_config bc = app_backend_config_default();
+    bc.quant = cpu_quant_parse(quant);
+    model_load_opts lo = app_backend_load_opts(&bc);
     int rc = model_load_with(dir, &lo, &m, &err);
     if (rc)
         goto done;
