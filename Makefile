@@ -301,6 +301,10 @@ $(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIX
 FIXTURE_MODELS += $(FIXTURES)/tiny-gptq/config.json
 $(FIXTURES)/tiny-gptq/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq
+# and with desc_act (inputs gathered into each linear's order of groups)
+FIXTURE_MODELS += $(FIXTURES)/tiny-gptq-desc/config.json
+$(FIXTURES)/tiny-gptq-desc/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
+	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq-desc --desc-act
 # a W8A8 copy of tiny with static input scales, which the CUDA backend refuses
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8s/config.json
 $(FIXTURES)/%-w8a8s/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json

@@ -68,6 +68,9 @@ typedef struct cpu_be {
     const cpu_q4k *k4;        /* the int4 kernels that go with k            */
     int32_t *xs8;             /* [T][ldxs] int4: 8 * group sums of xq        */
     size_t ldxs;
+    int8_t *xqp;              /* [3][T][ldq] int4: xq in up to three matrices'
+                                 orders of inputs (cpu_q4w.perm), or NULL   */
+    int32_t *xs8p;            /* [3][T][ldxs] their group sums              */
 } cpu_be;
 
 cpu_config cpu_config_default(void)
@@ -260,6 +263,42 @@ static void op_quant4(cpu_be *be, int t, const void *arg)
                                  be->xs8 + (size_t)t * be->ldxs);
 }
 
+/* Row t of be->xq gathered into order set of be->xqp, for int4. */
+typedef struct gather_arg {
+    const int32_t *perm;
+    int K, set;
+} gather_arg;
+
+static void op_gather4(cpu_be *be, int t, const void *arg)
+{
+    const gather_arg *ga = arg;
+    size_t row = (size_t)ga->set * be->max_tokens + (size_t)t;
+    cpu_q4_gather_act((const int8_t *)be->xq + (size_t)t * be->ldq, ga->perm, ga->K,
+                      be->xqp + row * be->ldq, be->xs8p + row * be->ldxs);
+}
+
+/* The int4 arguments of matrix w on the input quantized in be->xq: as it
+ * is, or gathered into w's order of inputs (once per distinct order among
+ * the up to three matrices sharing it; sorted lists those gathered). */
+static cpu_mm4 args4(cpu_be *be, const cpu_q4w *w, const int32_t *sorted[3], int T, float *y,
+                     size_t ldy)
+{
+    if (!w->perm)
+        return cpu_q4w_args(w, (const int8_t *)be->xq, be->ldq, be->xs8, be->ldxs, be->xs, y, ldy,
+                            T);
+    int s = 0;
+    while (sorted[s] && sorted[s] != w->perm)
+        s++;
+    if (!sorted[s]) {
+        sorted[s] = w->perm;
+        gather_arg ga = {.perm = w->perm, .K = w->K, .set = s};
+        per_token(be, T, op_gather4, &ga);
+    }
+    size_t row = (size_t)s * be->max_tokens;
+    return cpu_q4w_args(w, be->xqp + row * be->ldq, be->ldq, be->xs8p + row * be->ldxs, be->ldxs,
+                        be->xs, y, ldy, T);
+}
+
 /* y_i = x . w_i^T for the n matrices of layer l from index first on (QW_*),
  * which share the input x [T][K]: as stored, or int8 (the input quantized
  * once for all n). glu: see mm_job (first is QW_GATE), or NULL. */
@@ -271,9 +310,9 @@ static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int fi
     if (j.quant == CPU_QUANT_INT4) {
         quant_arg qa = {.x = x, .ldx = ldx, .K = be->q4[(size_t)l * QW_N + first]->K};
         per_token(be, T, op_quant4, &qa);
+        const int32_t *sorted[3] = {NULL, NULL, NULL};
         for (int i = 0; i < n; i++)
-            j.m4[i] = cpu_q4w_args(be->q4[(size_t)l * QW_N + first + i], (const int8_t *)be->xq,
-                                   be->ldq, be->xs8, be->ldxs, be->xs, y[i], ldy[i], T);
+            j.m4[i] = args4(be, be->q4[(size_t)l * QW_N + first + i], sorted, T, y[i], ldy[i]);
         run_job(be, &j);
         return;
     }
@@ -684,6 +723,8 @@ static void cpu_destroy(be_backend *base)
             cpu_q4w_destroy(be->q4[i]);
     free(be->q4);
     free(be->xs8);
+    free(be->xs8p);
+    free(be->xqp);
     free(be->xq);
     free(be->xs);
     free(be);
@@ -741,6 +782,15 @@ static int quantize_layers(cpu_be *be, int quant, inf_err *err)
             if (rc)
                 return rc;
         }
+    int sorted = 0; /* a desc_act checkpoint's codes: room to gather inputs */
+    for (size_t i = 0; be->q4 && i < (size_t)be->L * QW_N; i++)
+        sorted |= be->q4[i]->perm != NULL;
+    if (sorted) {
+        be->xqp = aligned_alloc(64, 3 * (size_t)be->max_tokens * be->ldq);
+        be->xs8p = malloc(3 * (size_t)be->max_tokens * be->ldxs * sizeof(int32_t));
+        if (!be->xqp || !be->xs8p)
+            return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int4 buffers");
+    }
     return INF_OK;
 }
 

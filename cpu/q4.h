@@ -87,6 +87,9 @@ typedef struct cpu_q4w {
     int tiles;       /* N / 64 rounded up                            */
     int zp;          /* a zero point per group (records CPU_Q4_RECZ) */
     uint8_t *w;      /* tiles * G * record bytes, on 2 MiB pages     */
+    const int32_t *perm; /* [K] or NULL: input j of the packed rows is
+                            the activation's perm[j] (the model's
+                            model_tensor.q4_perm: desc_act codes) */
 } cpu_q4w;
 
 /* Quantizes t (f32, f16 or bf16) as above, converting rows with k->to_f32,
@@ -121,6 +124,12 @@ size_t cpu_q4w_bytes(const cpu_q4w *q);
 /* Quantizes one activation row x [K] with k->quant into qx [G * 32] (zeros
  * past K) and its group sums xs8 [G] (8 * sum); returns the scale. */
 float cpu_q4_quant_act(const cpu_kern *k, const float *x, int K, int8_t *qx, int32_t *xs8);
+
+/* A row qx quantized as above, gathered into the order perm [K] of a
+ * matrix's inputs (cpu_q4w.perm): out[j] = qx[perm[j]], zeros past K, and
+ * its group sums xs8 [G]. Per-token quantization does not depend on the
+ * order, so this is the row quantized in that order. */
+void cpu_q4_gather_act(const int8_t *qx, const int32_t *perm, int K, int8_t *out, int32_t *xs8);
 
 /* The arguments of y = x . q^T for M rows quantized by cpu_q4_quant_act. */
 cpu_mm4 cpu_q4w_args(const cpu_q4w *q, const int8_t *x, size_t ldx, const int32_t *xs8,

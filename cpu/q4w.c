@@ -192,6 +192,7 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
         cpu_q4w_destroy(q);
         return inf_fail(err, INF_ERR_NOMEM, "int4: out of memory");
     }
+    q->perm = t->q4 ? t->q4_perm : NULL;
     atomic_init(&j.next, 0);
     if (pool)
         cpu_pool_run(pool, q4_run, &j);
@@ -215,10 +216,10 @@ size_t cpu_q4w_bytes(const cpu_q4w *q)
     return q4_bytes(q);
 }
 
-float cpu_q4_quant_act(const cpu_kern *k, const float *x, int K, int8_t *qx, int32_t *xs8)
+/* qx's zeros past K and group sums. */
+static void q4_act_sums(int8_t *qx, int K, int32_t *xs8)
 {
     int G = (K + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
-    float s = k->quant(x, K, qx, 0);
     memset(qx + K, 0, (size_t)(G * CPU_Q4_GROUP - K));
     for (int g = 0; g < G; g++) {
         int32_t sum = 0;
@@ -226,7 +227,20 @@ float cpu_q4_quant_act(const cpu_kern *k, const float *x, int K, int8_t *qx, int
             sum += qx[g * CPU_Q4_GROUP + i];
         xs8[g] = 8 * sum;
     }
+}
+
+float cpu_q4_quant_act(const cpu_kern *k, const float *x, int K, int8_t *qx, int32_t *xs8)
+{
+    float s = k->quant(x, K, qx, 0);
+    q4_act_sums(qx, K, xs8);
     return s;
+}
+
+void cpu_q4_gather_act(const int8_t *qx, const int32_t *perm, int K, int8_t *out, int32_t *xs8)
+{
+    for (int j = 0; j < K; j++)
+        out[j] = qx[perm[j]];
+    q4_act_sums(out, K, xs8);
 }
 
 cpu_mm4 cpu_q4w_args(const cpu_q4w *q, const int8_t *x, size_t ldx, const int32_t *xs8,

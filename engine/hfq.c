@@ -96,27 +96,33 @@ const char *hfq_method(const hfq *q)
 
 /* What the linears of each 4- and 8-bit scheme became: [0] nothing asked,
  * dequantized to f32; [1] --quantization int4/int8 on their integers as
- * stored; [2] asked, but they did not fit and were requantized. */
-enum { RUN_F32, RUN_STORED, RUN_REQUANT };
-static const char *const as_run[][3] = {
-    [HFQ_GPTQ] = {"gptq 4-bit (dequantized to f32 at load)",
-                  "gptq 4-bit (codes, scales and zeros as stored; activations int8 per token)",
-                  "gptq 4-bit (groups not whole 32s of inputs in order: dequantized to f32, "
-                  "then requantized to int4)"},
-    [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)",
-                 "awq 4-bit (codes, scales and zeros as stored; activations int8 per token)",
+ * stored; [2] asked, but they did not fit and were requantized; [3] as
+ * stored, some with their inputs sorted by group (desc_act, actorder). */
+enum { RUN_F32, RUN_STORED, RUN_REQUANT, RUN_PERM };
+#define AS_STORED "codes, scales and zeros as stored; activations int8 per token"
+#define AS_SORTED "codes, scales and zeros as stored, inputs sorted by group; activations " \
+                  "int8 per token, gathered into that order"
+static const char *const as_run[][4] = {
+    [HFQ_GPTQ] = {"gptq 4-bit (dequantized to f32 at load)", "gptq 4-bit (" AS_STORED ")",
+                  "gptq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
+                  "requantized to int4)",
+                  "gptq 4-bit (" AS_SORTED ")"},
+    [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)", "awq 4-bit (" AS_STORED ")",
                  "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
-                 "requantized to int4)"},
+                 "requantized to int4)",
+                 "awq 4-bit (" AS_STORED ")"},
     [HFQ_CT_PACK] = {"compressed-tensors W4A16 (dequantized to f32 at load)",
-                     "compressed-tensors W4A16 (codes, scales and zeros as stored; activations "
-                     "int8 per token)",
+                     "compressed-tensors W4A16 (" AS_STORED ")",
                      "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
-                     "then requantized to int4)"},
+                     "then requantized to int4)",
+                     "compressed-tensors W4A16 (" AS_SORTED ")"},
     [HFQ_CT_PACK + 1] = {"compressed-tensors W8A16 (dequantized to f32 at load)",
                          "compressed-tensors W8A16 (int8 weights and scales as stored; "
                          "activations int8 per token)",
                          "compressed-tensors W8A16 (not storable as int8 rows: dequantized to "
-                         "f32, then requantized to int8)"},
+                         "f32, then requantized to int8)",
+                         "compressed-tensors W8A16 (int8 weights and scales as stored; "
+                         "activations int8 per token)"},
 };
 
 const char *hfq_describe(const hfq *q)
@@ -129,7 +135,10 @@ const char *hfq_describe(const hfq *q)
         return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
     int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
     int asked = w8 ? q->packed_q8 : q->packed_q4;
-    return as_run[q->kind + w8][!asked ? RUN_F32 : q->n_requant ? RUN_REQUANT : RUN_STORED];
+    return as_run[q->kind + w8][!asked         ? RUN_F32
+                                : q->n_requant ? RUN_REQUANT
+                                : q->n_perm    ? RUN_PERM
+                                               : RUN_STORED];
 }
 
 int hfq_is_int8(const hfq *q)
@@ -215,6 +224,53 @@ int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out
     out->q4 = *u;
     out->q4_scale = *d;
     out->q4_zero = *z;
+    return INF_OK;
+}
+
+int hfq__order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t **perm, int *fits,
+                inf_err *err)
+{
+    *perm = NULL;
+    *fits = 0;
+    int64_t *at = calloc((size_t)G + 1, sizeof *at);
+    int32_t *p = malloc(sizeof *p * (size_t)(K ? K : 1));
+    if (!at || !p) {
+        free(at);
+        free(p);
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", q->path);
+    }
+    for (int64_t k = 0; k < K; k++) /* a counting sort: where each group starts */
+        at[grp[k] + 1]++;
+    for (int64_t g = 0; g < G; g++)
+        at[g + 1] += at[g];
+    for (int64_t k = 0; k < K; k++)
+        p[at[grp[k]]++] = (int32_t)k;
+    int same = 1;
+    *fits = 1;
+    for (int64_t j = 0; j < K; j++) {
+        same &= p[j] == j;
+        *fits &= grp[p[j]] == grp[p[j - j % 32]];
+    }
+    free(at);
+    if (!*fits || same) {
+        free(p);
+        return INF_OK;
+    }
+    q->n_perm++;
+    if (q->last_perm && q->last_perm_k == K && !memcmp(q->last_perm, p, sizeof *p * (size_t)K)) {
+        *perm = q->last_perm;
+        free(p);
+        return INF_OK;
+    }
+    int32_t *kept = hfq__keep_bytes(q, sizeof *p * (size_t)K);
+    if (!kept) {
+        free(p);
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", q->path);
+    }
+    memcpy(kept, p, sizeof *p * (size_t)K);
+    free(p);
+    *perm = q->last_perm = kept;
+    q->last_perm_k = K;
     return INF_OK;
 }
 

@@ -52,7 +52,7 @@ static int gq_zero(const gq_src *s, int64_t n, int64_t g)
 }
 
 /* W[n][k] = scale * (q - zero) in f32 (exact: an f16 times a small integer). */
-static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
+static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int32_t *grp,
                   const char *prefix, int64_t K, model_tensor *out, inf_err *err)
 {
     const int64_t N = s->N;
@@ -69,10 +69,12 @@ static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *g
     return INF_OK;
 }
 
-/* The codes as stored (model_tensor.q4): two per byte, and each 32 inputs'
- * scale and zero, which their group's are. */
-static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t *grp,
-                    const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+/* The codes as stored (model_tensor.q4), in the inputs' order perm (NULL:
+ * as numbered): two per byte, and each 32 inputs' scale and zero, which
+ * their group's are. */
+static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int32_t *grp,
+                    const int32_t *perm, const char *prefix, int64_t K, model_tensor *out,
+                    inf_err *err)
 {
     const int64_t N = s->N, B = (K + 31) / 32;
     uint8_t *u, *z;
@@ -80,11 +82,13 @@ static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int64_t 
     int rc = hfq__codes(q, N, K, prefix, out, &u, &d, &z, err);
     if (rc)
         return rc;
+    out->q4_perm = perm;
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k += 2)
-            u[n * (K / 2) + k / 2] = (uint8_t)(gq_code(s, n, k) | gq_code(s, n, k + 1) << 4);
+        for (int64_t j = 0; j < K; j += 2)
+            u[n * (K / 2) + j / 2] = (uint8_t)(gq_code(s, n, perm ? perm[j] : j) |
+                                               gq_code(s, n, perm ? perm[j + 1] : j + 1) << 4);
         for (int64_t b = 0; b < B; b++) {
-            int64_t g = grp[32 * b];
+            int64_t g = grp[perm ? perm[32 * b] : 32 * b];
             d[n * B + b] = hfq__u16(sc, (size_t)(g * N + n));
             z[n * B + b] = (uint8_t)gq_zero(s, n, g);
         }
@@ -118,12 +122,11 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
         (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
         return rc;
-    int64_t *grp = malloc(sizeof *grp * (size_t)K);
+    int32_t *grp = malloc(sizeof *grp * (size_t)K);
     if (!grp)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
-    int in_order = 1; /* each input's group is k / group_size */
     for (int64_t k = 0; k < K; k++) {
-        grp[k] = k / gs;
+        grp[k] = (int32_t)(k / gs);
         if (gi) {
             int32_t v = (int32_t)hfq__u32(gi, (size_t)k);
             if (v < 0 || v >= G) {
@@ -131,7 +134,6 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
                 return inf_fail(err, INF_ERR_FORMAT, "%s: %s.g_idx[%lld] is %d, outside 0..%lld",
                                 gi->file, prefix, (long long)k, v, (long long)G - 1);
             }
-            in_order &= v == grp[k];
             grp[k] = v;
         }
     }
@@ -140,9 +142,16 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     for (int i = 0; i < 8; i++)
         src.slot[awq_order[i]] = i;
     /* the int4 kernels take the codes as stored when every 32 inputs share
-     * a group: groups of whole 32s in order, or one per row */
-    if (q->packed_q4 && in_order && (gs == K || gs % 32 == 0))
-        rc = gq_codes(q, &src, sc, grp, prefix, K, out, err);
+     * a group once sorted by group (desc_act: the activations are gathered
+     * into that order) */
+    const int32_t *perm = NULL;
+    int fits = 0;
+    if (q->packed_q4 && (rc = hfq__order(q, grp, K, G, &perm, &fits, err))) {
+        free(grp);
+        return rc;
+    }
+    if (fits)
+        rc = gq_codes(q, &src, sc, grp, perm, prefix, K, out, err);
     else
         rc = gq_f32(q, &src, sc, grp, prefix, K, out, err);
     free(grp);

@@ -27,6 +27,9 @@ struct hfq {
     int packed_q4;   /* bind 4-bit codes where they fit (hfq.h) */
     int packed_q8;   /* bind W8A16 int8 rows where they fit     */
     int n_requant;   /* linears that did not, bound as f32      */
+    int n_perm;      /* linears bound as codes in g_idx order   */
+    const int32_t *last_perm; /* the last order kept (hfq__order) */
+    int64_t last_perm_k;
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
     int n_bufs, cap;
@@ -55,6 +58,14 @@ void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
  * out-of-memory message. */
 int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,
                uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err);
+
+/* The order a 4-bit linear's K inputs run in as codes (model_tensor.q4):
+ * the inputs stably sorted by group grp[k] < G, which must put every 32
+ * consecutive ones in one group. *fits 0 when it does not; else *perm NULL
+ * when that order is 0..K-1, or the order owned by q (the previous call's
+ * when equal, so linears sharing an input share it). */
+int hfq__order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t **perm, int *fits,
+               inf_err *err);
 
 /* hfq_bind for GPTQ and AWQ (hfq_gptq.c). */
 int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,

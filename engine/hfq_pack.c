@@ -280,43 +280,42 @@ static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *o
 }
 
 /* Whether the int4 kernels can take the codes as stored (hfq_set_packed_q4):
- * 4 bits, every 32 inputs in one group in order (no actorder permutation),
- * an even K, and every scale exactly an f16. */
+ * 4 bits, an even K and every scale exactly an f16 (the order of the
+ * inputs, hfq__order, is asked after). */
 static int codes_fit(const hfq *q, const pack_lin *l)
 {
-    const int64_t gs = l->K / l->G;
-    if (q->pack.bits != 4 || l->K % 2 || (gs != l->K && gs % 32))
+    if (q->pack.bits != 4 || l->K % 2)
         return 0;
-    for (int64_t k = 0; k < l->K; k++)
-        if (l->grp[k] != k / gs)
-            return 0;
     for (int64_t i = 0; i < l->N * l->G; i++)
         if (inf_f16_to_f32(inf_f32_to_f16(l->sc[i])) != l->sc[i])
             return 0;
     return 1;
 }
 
-/* The stored values u = q + 8 and zeros z = zero + 8 (model_tensor.q4):
- * W = scale * (u - z), the same numbers. */
-static int bind_codes(hfq *q, const pack_lin *l, const char *name, model_tensor *out,
-                      inf_err *err)
+/* The stored values u = q + 8 and zeros z = zero + 8 (model_tensor.q4) in
+ * the inputs' order perm (NULL: as numbered): W = scale * (u - z), the same
+ * numbers. */
+static int bind_codes(hfq *q, const pack_lin *l, const int32_t *perm, const char *name,
+                      model_tensor *out, inf_err *err)
 {
-    const int64_t N = l->N, K = l->K, G = l->G, B = (K + 31) / 32, words = (K + 7) / 8,
-                  gs = K / G;
+    const int64_t N = l->N, K = l->K, G = l->G, B = (K + 31) / 32, words = (K + 7) / 8;
     uint8_t *u, *z;
     uint16_t *d;
     int rc = hfq__codes(q, N, K, name, out, &u, &d, &z, err);
     if (rc)
         return rc;
     out->name = l->packed->name;
+    out->q4_perm = perm;
     for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k += 2) {
-            uint32_t wd = hfq__u32(l->packed, (size_t)(n * words + k / 8));
-            u[n * (K / 2) + k / 2] = (uint8_t)(field(wd, (int)(k % 8), 4) |
-                                               field(wd, (int)(k % 8) + 1, 4) << 4);
+        for (int64_t j = 0; j < K; j += 2) {
+            int64_t k0 = perm ? perm[j] : j, k1 = perm ? perm[j + 1] : j + 1;
+            u[n * (K / 2) + j / 2] =
+                (uint8_t)(field(hfq__u32(l->packed, (size_t)(n * words + k0 / 8)), (int)(k0 % 8), 4) |
+                          field(hfq__u32(l->packed, (size_t)(n * words + k1 / 8)), (int)(k1 % 8), 4)
+                              << 4);
         }
         for (int64_t b = 0; b < B; b++) {
-            size_t s = (size_t)(n * G + (32 * b) / gs);
+            size_t s = (size_t)(n * G + l->grp[perm ? perm[32 * b] : 32 * b]);
             d[n * B + b] = inf_f32_to_f16(l->sc[s]);
             z[n * B + b] = (uint8_t)l->zp[s];
         }
@@ -381,11 +380,15 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     if (!rc && !(rc = zeros(q, st, &p, N, G, zp, err)) &&
         !(rc = groups(q, st, &p, K, G, grp, err))) {
         pack_lin l = {.packed = p.packed, .sc = sc, .zp = zp, .grp = grp, .N = N, .K = K, .G = G};
+        const int32_t *perm = NULL;
+        int fits = 0;
         if (q->packed_q4 && codes_fit(q, &l))
-            rc = bind_codes(q, &l, name, out, err);
-        else if (q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym)
+            rc = hfq__order(q, grp, K, G, &perm, &fits, err);
+        if (!rc && fits)
+            rc = bind_codes(q, &l, perm, name, out, err);
+        else if (!rc && q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym)
             rc = bind_q8(q, &l, name, out, err);
-        else
+        else if (!rc)
             rc = bind_f32(q, &l, name, out, err);
     }
     free(sc);

@@ -537,7 +537,8 @@ size_t model_tensor_bytes(const model_tensor *t)
     if (t->q8)
         return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
     if (t->q4) /* codes, and an f16 scale and a zero per 32 */
-        return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32));
+        return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32)) +
+               (t->q4_perm ? (size_t)t->cols * sizeof *t->q4_perm : 0);
     return (size_t)t->rows * (size_t)t->cols * inf_dtype_size(t->dtype);
 }
 

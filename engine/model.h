@@ -60,13 +60,16 @@ typedef struct model_tensor {
                                   sharing an input use their largest);
                                   0: activations quantized per token      */
     /* A GPTQ / AWQ 4-bit linear bound as its codes (model_load_opts
-     * .packed_q4): dtype INF_DTYPE_NONE, data NULL, and W[n][k] =
-     * f16(q4_scale[n][b]) * (u - q4_zero[n][b]) for b = k / 32 and the code
-     * u of byte q4[n * cols / 2 + k / 2] (k even: low nibble); only the
-     * int4 path (--quantization int4) reads it. */
+     * .packed_q4): dtype INF_DTYPE_NONE, data NULL, and W[n][i] =
+     * f16(q4_scale[n][b]) * (u - q4_zero[n][b]) for b = j / 32 and the code
+     * u of byte q4[n * cols / 2 + j / 2] (j even: low nibble), where input
+     * i = q4_perm[j] (j when q4_perm is NULL: a desc_act checkpoint's
+     * inputs run sorted by group); only the int4 path reads it. */
     const uint8_t *q4;         /* [rows, cols / 2]                        */
     const uint16_t *q4_scale;  /* [rows, ceil(cols / 32)] f16 bits         */
     const uint8_t *q4_zero;    /* [rows, ceil(cols / 32)] in [0, 16]       */
+    const int32_t *q4_perm;    /* [cols] or NULL; shared by the linears of
+                                  one input when equal                    */
 } model_tensor;
 
 typedef struct model_layer {

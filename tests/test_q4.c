@@ -2,7 +2,9 @@
  * over shapes with row, column and group tails; a row's result does not
  * depend on the rows computed with it or on how columns are split; packing
  * round-trips; and the result is the float64 value of the same integers;
- * the same for matrices with zero points (a GPTQ / AWQ tensor's codes).
+ * the same for matrices with zero points (a GPTQ / AWQ tensor's codes);
+ * and a quantized row gathered into an order of its inputs (desc_act) is the
+ * row quantized in that order.
  * (The quantization itself is checked against numpy by tests/ref/check_q4.py.) */
 #include <math.h>
 #include <setjmp.h>
@@ -352,6 +354,46 @@ static void test_q4_select_follows_kernel_table(void **state)
     printf("%d SIMD kernel tables checked\n", checked);
 }
 
+/* A row quantized and gathered into an order of its inputs is the row
+ * gathered first and quantized (what a desc_act checkpoint's codes take),
+ * with the same group sums, for every kernel table's quant and K with a
+ * group tail. */
+static void test_q4_gather_is_quantizing_in_that_order(void **state)
+{
+    (void)state;
+    const char *names[] = {"generic", "avx2", "avx512", "avx512bf16"};
+    for (int t = 0; t < 4; t++) {
+        const cpu_kern *k = cpu_kern_select(names[t]);
+        if (!k)
+            continue;
+        for (int K = 8; K <= 200; K += 48) {
+            int G = (K + 31) / 32;
+            float x[200], xp[200];
+            int32_t perm[200], s1[8], s2[8];
+            int8_t q[224], g1[224], g2[224];
+            for (int i = 0; i < K; i++) {
+                x[i] = 3.0f * frand();
+                perm[i] = i;
+            }
+            for (int i = K - 1; i > 0; i--) { /* a shuffle */
+                int j = (int)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1);
+                int32_t v = perm[i];
+                perm[i] = perm[j];
+                perm[j] = v;
+            }
+            for (int i = 0; i < K; i++)
+                xp[i] = x[perm[i]];
+            float sa = cpu_q4_quant_act(k, x, K, q, s1);
+            memset(g1, 0x55, sizeof g1);
+            cpu_q4_gather_act(q, perm, K, g1, s1);
+            float sb = cpu_q4_quant_act(k, xp, K, g2, s2);
+            assert_true(sa == sb);
+            assert_memory_equal(g1, g2, (size_t)G * 32);
+            assert_memory_equal(s1, s2, sizeof s1[0] * (size_t)G);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_q4_zero_points),
         cmocka_unit_test(test_q4_from_q4_0_is_lossless),
         cmocka_unit_test(test_q4_select_follows_kernel_table),
+        cmocka_unit_test(test_q4_gather_is_quantizing_in_that_order),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -193,23 +193,30 @@ describe(`int8 weights (--quantization int8) on ${model}`, () => {
 });
 
 // A GPTQ checkpoint under --quantization int4 runs its own codes, scales and
-// zeros on the CPU (engine/hfq_gptq.c, cpu/q4.h); the server must load it so,
-// as `inferd generate` does (tests/ref/check_hfq.py checks the numbers).
+// zeros on the CPU (engine/hfq_gptq.c, cpu/q4.h), a desc_act one with each
+// token's activations gathered into each linear's order of inputs; the
+// server must load it so, as `inferd generate` does (tests/ref/check_hfq.py
+// checks the numbers).
 describe('a GPTQ checkpoint with --quantization int4 on the CPU', () => {
-  const gptq = `${FIXTURES}/tiny-gptq`;
   const args = ['--quantization', 'int4', '--device', 'cpu'];
-  test('serve runs its codes as stored and answers as generate does, alone and at once', async () => {
-    const work = workload(8).map((w) => ({ ...w, cancel: false }));
-    const d = await startDaemon(gptq, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
-    try {
-      assert.match(d.log(), /gptq 4-bit \(codes, scales and zeros as stored; activations int8 per token\)/);
-      const single = [];
-      for (const w of work) single.push(await alone(d.base, w));
-      const together = await Promise.all(work.map((w) => alone(d.base, w)));
-      assert.deepEqual(together, single);
-      assert.equal(single[0], offline(gptq, work[0].prompt, work[0].max_tokens, args));
-    } finally { await d.stop(); }
-  });
+  for (const [fixture, how] of [
+    ['tiny-gptq', /gptq 4-bit \(codes, scales and zeros as stored; activations int8 per token\)/],
+    ['tiny-gptq-desc', /gptq 4-bit \(codes, scales and zeros as stored, inputs sorted by group;/]]) {
+    test(`serve runs ${fixture}'s codes as stored and answers as generate does, alone and at once`,
+      async () => {
+        const gptq = `${FIXTURES}/${fixture}`;
+        const work = workload(8).map((w) => ({ ...w, cancel: false }));
+        const d = await startDaemon(gptq, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
+        try {
+          assert.match(d.log(), how);
+          const single = [];
+          for (const w of work) single.push(await alone(d.base, w));
+          const together = await Promise.all(work.map((w) => alone(d.base, w)));
+          assert.deepEqual(together, single);
+          assert.equal(single[0], offline(gptq, work[0].prompt, work[0].max_tokens, args));
+        } finally { await d.stop(); }
+      });
+  }
 });
 
 describe('--quantization usage errors', () => {

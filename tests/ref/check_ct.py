@@ -360,14 +360,6 @@ def fp8_refusals(build, tmp, base, failures):
           f"FP8 checkpoints (F8_E5M2, NaN codes, ...)")
 
 
-def describes(build, model, want, label, failures, extra=()):
-    """generate's summary line names what the checkpoint became."""
-    r = subprocess.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", "1,2",
-                        "--max-tokens", "1"] + list(extra), capture_output=True, text=True)
-    if r.returncode != 0 or want not in r.stderr:
-        failures.append(f"{label}: generate's summary does not say {want!r}: {r.stderr.strip()!r}")
-
-
 def pack_variants(build, tmp, base, failures):
     """Files that differ from base (W4A16 symmetric, group 32, no g_idx) only
     in how they store the same function: the same bits."""
@@ -602,21 +594,23 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
         ints = {}
         ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes, ints=ints)
-        # the int4 kernels take the codes: 4 bits, whole 32s in order, f16-exact scales
-        fits = bits == 4 and not act and (group == 0 or group % 32 == 0) and sdt != "f32"
+        # the int4 kernels take the codes: 4 bits, whole 32s once sorted by group, f16-exact scales
+        fits = bits == 4 and (group == 0 or group % 32 == 0) and sdt != "f32"
         rows = bits == 8 and group == 0 and sym  # int8 rows and a scale each: the int8 kernels'
         check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None,
                       ints if rows else None)
-        describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
-                  failures)
+        hq.describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
+                     failures)
+        stored = ("compressed-tensors W4A16 (codes, scales and zeros as stored" +
+                  (", inputs sorted by group" if act else ";"))
         if bits == 4:
-            describes(a.build, out, "compressed-tensors W4A16 (codes, scales and zeros as stored"
-                      if fits else "compressed-tensors W4A16 (not storable as int4 codes", label,
-                      failures, ["--quantization", "int4"])
+            hq.describes(a.build, out, stored if fits else
+                         "compressed-tensors W4A16 (not storable as int4 codes", label,
+                         failures, ["--quantization", "int4"])
         else:
-            describes(a.build, out, "compressed-tensors W8A16 (int8 weights and scales as stored"
-                      if rows else "compressed-tensors W8A16 (not storable as int8 rows", label,
-                      failures, ["--quantization", "int8"])
+            hq.describes(a.build, out, "compressed-tensors W8A16 (int8 weights and scales as stored"
+                         if rows else "compressed-tensors W8A16 (not storable as int8 rows", label,
+                         failures, ["--quantization", "int8"])
     pack_variants(a.build, tmp, os.path.join(tmp, ce.slug(pack[0][0])), failures)
     pack_refusals(a.build, tmp, os.path.join(tmp, ce.slug(pack[3][0])), failures)
     if failures:

@@ -19,13 +19,15 @@ Checks: logits bit-identical to a plain f32 checkpoint of numpy's unpacked
 weights and the same greedy tokens; unsupported configurations and broken
 tensors are refused by name; and --quantization int4:
 
-  * where every 32 inputs share a group (group_size a multiple of 32 or -1,
-    no desc_act permutation) the checkpoint's own codes, zeros and scales
-    run: llama_ref's W4A8 with those integers (weights (q - zero) per 32
-    inputs with the group's scale, activations int8 per token) within
+  * where every 32 inputs share a group once sorted by group (group_size a
+    multiple of 32 or -1; desc_act's shuffled g_idx, one per linear or one
+    per input as AutoGPTQ's order gives q/k/v and gate/up) the
+    checkpoint's own codes, zeros and scales run: llama_ref's W4A8 with
+    those integers (weights (q - zero) per 32 inputs with the group's
+    scale, activations int8 per token, taken in the sorted order) within
     check_engine's int8 bounds, every kernel table and a chunked prefill
     bit-identical, the same greedy tokens as that reference;
-  * elsewhere (desc_act, groups of 40) the unpacked weights are requantized:
+  * elsewhere (groups of 40) the unpacked weights are requantized:
     bit-identical to --quantization int4 on the plain f32 checkpoint.
 
   check_hfq.py --build build --fixtures build/fixtures
@@ -50,6 +52,8 @@ import llama_ref  # noqa: E402
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+SHARES = {"self_attn.q_proj": "qkv", "self_attn.k_proj": "qkv", "self_attn.v_proj": "qkv",
+          "mlp.gate_proj": "gate_up", "mlp.up_proj": "gate_up"}  # linears on one input
 
 
 def write_st(path, tensors):
@@ -126,7 +130,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
         for f in os.listdir(src):
             if not f.endswith(".safetensors") and not f.endswith(".index.json"):
                 shutil.copy(os.path.join(src, f), os.path.join(d, f))
-    qt, deq, codes = {}, {}, {}
+    qt, deq, codes, perms = {}, {}, {}, {}
     for name, v in w.items():
         prefix = name[:-len(".weight")]
         if not any(prefix.endswith(s) for s in LINEARS):
@@ -137,7 +141,13 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
         G = -(-K // gs)
         g_idx = np.arange(K) // gs
         if desc_act:  # GPTQ's act-order: groups over a permutation of the inputs
-            g_idx = g_idx[np.argsort(rng.permutation(K))]
+            # "shared": one per input, as AutoGPTQ's Hessian order gives
+            # q/k/v and gate/up; else one per linear
+            key = (prefix.rsplit(".", 1)[0], SHARES.get(prefix.rsplit(".", 2)[-2] + "." +
+                                                        prefix.rsplit(".", 1)[1], prefix))
+            if desc_act != "shared" or key not in perms:
+                perms[key] = np.argsort(rng.permutation(K))
+            g_idx = g_idx[perms[key]]
         q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G, sym)
         codes[name] = (q, zero, scale, g_idx)
         if method == "gptq":
@@ -162,18 +172,50 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
     return qt, codes
 
 
+def codes_fit(g_idx):
+    """Whether the int4 kernels can run a linear's codes as stored: with its
+    inputs sorted by group (GPTQ's act-order puts them in any order), every
+    32 consecutive ones in one group."""
+    g = np.sort(g_idx, kind="stable")
+    K = len(g)
+    return all((g[b:b + 32] == g[b]).all() for b in range(0, K, 32))
+
+
 def w4a8_codes(codes):
     """The checkpoint's integers as llama_ref's int4 weights: per 32 inputs
     (q - zero) [N, B, 32] (zero-padded past K) and the group's scale [N, B],
-    for groups that are whole 32s of inputs."""
+    the inputs sorted by group (an act-order g_idx: the activations taken
+    in that order too), for groups that are whole 32s of inputs so."""
     out = {}
     for name, (q, zero, scale, g_idx) in codes.items():
         N, K = q.shape
         B = -(-K // 32)
+        order = np.argsort(g_idx, kind="stable")
+        g = g_idx[order]
         e = np.zeros((N, B * 32))
-        e[:, :K] = q - zero[g_idx].T
-        d = scale.astype(np.float64)[g_idx[::32]].T  # the group of each 32's first input
-        out[name] = (e.reshape(N, B, 32), d)
+        e[:, :K] = (q - zero[g_idx].T)[:, order]
+        d = scale.astype(np.float64)[g[::32]].T  # the group of each 32's first input
+        out[name] = (e.reshape(N, B, 32), d) if (order == np.arange(K)).all() else \
+            (e.reshape(N, B, 32), d, order)
+    return out
+
+
+def split_fused(qw, c):
+    """Phi-3's qkv_proj and gate_up_proj entries of w4a8_codes as the separate
+    names llama_ref computes (rows q|k|v, gate|up; each part keeps the order
+    of inputs)."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    parts = {"self_attn.qkv_proj": (("self_attn.q_proj", 0, q), ("self_attn.k_proj", q, q + kv),
+                                    ("self_attn.v_proj", q + kv, q + 2 * kv)),
+             "mlp.gate_up_proj": (("mlp.gate_proj", 0, c.inter), ("mlp.up_proj", c.inter, 2 * c.inter))}
+    out = {}
+    for name, v in qw.items():
+        fused = next((f for f in parts if name.endswith(f + ".weight")), None)
+        if not fused:
+            out[name] = v
+            continue
+        for leaf, r0, r1 in parts[fused]:
+            out[name[:-len(fused + ".weight")] + leaf + ".weight"] = (v[0][r0:r1], v[1][r0:r1]) + v[2:]
     return out
 
 
@@ -182,7 +224,7 @@ def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failur
     against llama_ref's W4A8 of those integers."""
     ids = [int(t) for t in tokens.split(",")]
     ref = llama_ref.Llama(deq, "int4")
-    ref.qw.update(w4a8_codes(codes))
+    ref.qw.update(split_fused(w4a8_codes(codes), ref.c))
     want, _, _ = llama_ref.generate(ref, ids, 0, False)
     tie = ref.first_tie
     gen_ref = llama_ref.Llama(deq, "int4")
@@ -219,6 +261,14 @@ def greedy(build, model, tokens, extra=()):
                + list(extra)).stdout.split()
 
 
+def describes(build, model, want, label, failures, extra=()):
+    """generate's summary line names what the checkpoint became."""
+    r = subprocess.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", "1,2",
+                        "--max-tokens", "1"] + list(extra), capture_output=True, text=True)
+    if r.returncode != 0 or want not in r.stderr:
+        failures.append(f"{label}: generate's summary does not say {want!r}: {r.stderr.strip()!r}")
+
+
 def refused(build, model, want, label, failures):
     r = run([os.path.join(build, "dump_logits"), "--model", model, "--tokens", "1,2", "--out",
              os.devnull], ok=False)
@@ -233,9 +283,11 @@ def main():
     ap.add_argument("--write-gptq", nargs=2, metavar=("SRC", "OUT"),
                     help="only write SRC as a GPTQ checkpoint (groups of 32, zero points) at "
                          "OUT, and its unpacked weights at OUT-deq (a test fixture)")
+    ap.add_argument("--desc-act", action="store_true",
+                    help="with --write-gptq: desc_act, each linear's inputs in its own order")
     a = ap.parse_args()
     if a.write_gptq:
-        make(a.write_gptq[0], a.write_gptq[1], a.write_gptq[1] + "-deq", "gptq", 32)
+        make(a.write_gptq[0], a.write_gptq[1], a.write_gptq[1] + "-deq", "gptq", 32, a.desc_act)
         return
     tmp = os.path.join(a.build, "tmp", "hfq")
     os.makedirs(tmp, exist_ok=True)
@@ -244,18 +296,19 @@ def main():
     kernels = ce.supported_kernels(a.build, os.path.join(a.fixtures, "tiny"))
     print("GPTQ / AWQ vs numpy:")
     cases = [("gptq", 32, False, False), ("gptq", 32, True, False), ("gptq", -1, False, True),
-             ("awq", 32, False, False), ("gptq", 64, False, False), ("gptq-sym", 32, False, False)]
+             ("awq", 32, False, False), ("gptq", 64, False, False), ("gptq-sym", 32, False, False),
+             ("gptq", 64, "shared", False)]
     for src_name in ("tiny", "wide"):
         src = os.path.join(a.fixtures, src_name)
         for method, group, desc, v2 in cases:
-            if src_name == "wide" and (group == 64 or method == "gptq-sym"):
+            if src_name == "wide" and (group == 64 or method == "gptq-sym" or desc == "shared"):
                 continue
             sym = method == "gptq-sym"  # every zero 8: the symmetric int4 layout
             method = "gptq" if sym else method
             if src_name == "wide" and group > 0:
                 group = 40  # wide's 80 / 600-input rows: groups of 40
             tag = (f"{src_name}-{method}{'-sym' if sym else ''}{'_v2' if v2 else ''}-"
-                   f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}")
+                   f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}{'-shared' if desc == 'shared' else ''}")
             out, deq = os.path.join(tmp, tag), os.path.join(tmp, tag + "-deq")
             _, codes = make(src, out, deq, method, group, desc, v2, sym=sym)
             x = logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"))
@@ -273,7 +326,12 @@ def main():
                         ["--quantization", "int4"])
             e4 = float((np.abs(z - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
             r4 = float((np.abs(zr - x).reshape(10, -1).max(1) / np.abs(x).reshape(10, -1).max(1)).max())
-            if not desc and (group < 0 or group % 32 == 0):
+            fits = all(codes_fit(c[3]) for c in codes.values())
+            how = ("groups not whole 32s of inputs" if not fits else
+                   "as stored, inputs sorted by group" if desc else "as stored; activations")
+            describes(a.build, out, f"{method} 4-bit (dequantized to f32 at load)", tag, failures)
+            describes(a.build, out, how, tag, failures, ["--quantization", "int4"])
+            if fits:
                 exact, at, loose, runs, margin = check_codes_int4(a.build, tmp, tag, out, deq, codes,
                                                                   tokens, kernels, failures)
                 ties = f"from position {at} {loose:.1e}" if at < 10 else "no near ties"
@@ -283,7 +341,7 @@ def main():
                 if not np.array_equal(z.view(np.uint32), zr.view(np.uint32)):
                     failures.append(f"{tag}: int4 (requantized) differs from int4 on the plain "
                                     "checkpoint")
-                print(f"    int4, requantized (groups not whole 32s in order): bit-identical to "
+                print(f"    int4, requantized (groups not whole 32s): bit-identical to "
                       f"int4 on the plain checkpoint; from the f32 logits {e4:.1e}")
     # refusals
     base = os.path.join(tmp, "tiny-gptq-g32")  # made above

@@ -359,7 +359,10 @@ class Llama:
             at = self.start + int(rows[0])
             self.first_tie = at if self.first_tie is None else min(self.first_tie, at)
         if self.quant == "int4":
-            q, d = self.qw[name]
+            # (q, d) or (q, d, order): weight input j of q is activation order[j]
+            q, d = self.qw[name][:2]
+            if len(self.qw[name]) == 3:
+                qx = qx[:, self.qw[name][2]]
             xp = np.zeros((qx.shape[0], q.shape[1] * 32))
             xp[:, :qx.shape[1]] = qx
             s = np.einsum("ngk,ogk->nog", xp.reshape(qx.shape[0], -1, 32), q)
