@@ -477,7 +477,7 @@ bench-rows: deps
 # inferd's symmetric int4, interleaved: build/bench_pair --quantization int4.
 bench-gptq: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_pair
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_gptq $(if $(SYM),--sym)
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_gptq $(if $(SYM),--sym) $(if $(DESC),--desc-act)
 
 bench-spec: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd $(BUILD)/mlp_spec_dump $(BUILD)/dump_logits $(BUILD)/tok_ids
