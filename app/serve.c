@@ -305,6 +305,8 @@ static void *load(void *arg)
     app_backend_config bc = backend_config(a, max_len);
     if (!rc) {
         rc = app_backend_open(a->m, &bc, &tb, &a->err);
+        if (!rc)
+            model_drop_codes(a->m); /* the backend packed its own copy */
         a->be = tb.be;
         if (!rc && tb.note[0])
             log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);

@@ -86,6 +86,7 @@ void hfq_free(hfq *q)
     for (int i = 0; i < q->n_bufs; i++)
         free(q->bufs[i]);
     free(q->bufs);
+    free(q->is_code);
     free(q);
 }
 
@@ -146,7 +147,8 @@ int hfq_is_int8(const hfq *q)
     return q && (q->kind == HFQ_CT_INT8 || q->kind == HFQ_CT_INT8S);
 }
 
-void *hfq__keep_bytes(hfq *q, size_t n)
+/* n bytes owned by q; is_code: 4-bit codes' parts, for hfq_drop_codes. */
+static void *keep(hfq *q, size_t n, int is_code)
 {
     if (q->n_bufs == q->cap) {
         int cap = q->cap ? 2 * q->cap : 64;
@@ -154,12 +156,33 @@ void *hfq__keep_bytes(hfq *q, size_t n)
         if (!b)
             return NULL;
         q->bufs = b;
+        unsigned char *c = realloc(q->is_code, (size_t)cap);
+        if (!c)
+            return NULL;
+        q->is_code = c;
         q->cap = cap;
     }
     void *p = malloc(n ? n : 1);
-    if (p)
+    if (p) {
+        q->is_code[q->n_bufs] = (unsigned char)is_code;
         q->bufs[q->n_bufs++] = p;
+    }
     return p;
+}
+
+void *hfq__keep_bytes(hfq *q, size_t n)
+{
+    return keep(q, n, 0);
+}
+
+void hfq_drop_codes(hfq *q)
+{
+    for (int i = 0; q && i < q->n_bufs; i++)
+        if (q->is_code[i]) {
+            free(q->bufs[i]);
+            q->bufs[i] = NULL;
+            q->is_code[i] = 0;
+        }
 }
 
 float *hfq__keep(hfq *q, size_t n)
@@ -215,9 +238,9 @@ int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out
                uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err)
 {
     const size_t B = (size_t)(K + 31) / 32;
-    *u = hfq__keep_bytes(q, (size_t)N * (size_t)(K / 2));
-    *d = hfq__keep_bytes(q, (size_t)N * B * sizeof **d);
-    *z = hfq__keep_bytes(q, (size_t)N * B);
+    *u = keep(q, (size_t)N * (size_t)(K / 2), 1);
+    *d = keep(q, (size_t)N * B * sizeof **d, 1);
+    *z = keep(q, (size_t)N * B, 1);
     if (!*u || !*d || !*z)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, what);
     hfq__out(out, N, K, NULL);

@@ -75,6 +75,11 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err);
 
 void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
 
+/* Frees the 4-bit codes, scales and zeros bound as model_tensor.q4 (their
+ * orders, q4_perm, stay): model_drop_codes, once a backend holds its own
+ * packed copy. NULL-safe. */
+void hfq_drop_codes(hfq *q);
+
 /* The method's name ("gptq", "awq", "compressed-tensors"). */
 const char *hfq_method(const hfq *q);
 

@@ -32,6 +32,8 @@ struct hfq {
     int64_t last_perm_k;
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
+    unsigned char *is_code; /* [cap] 1: 4-bit codes, scales or zeros
+                               (hfq__codes), which hfq_drop_codes frees */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
 };

@@ -600,6 +600,8 @@ const char *model_quant_desc(const model *m)
 
 int model_has_q4(const model *m)
 {
+    if (m && m->codes_dropped)
+        return 1;
     for (int i = 0; m && i < m->cfg.n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
@@ -609,6 +611,22 @@ int model_has_q4(const model *m)
                 return 1;
     }
     return 0;
+}
+
+void model_drop_codes(model *m)
+{
+    if (!model_has_q4(m) || m->codes_dropped)
+        return;
+    for (int i = 0; i < m->cfg.n_layers; i++) {
+        model_layer *l = &m->layers[i];
+        model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) {
+            ts[j]->q4 = ts[j]->q4_zero = NULL;
+            ts[j]->q4_scale = NULL;
+        }
+    }
+    m->codes_dropped = 1;
+    hfq_drop_codes(m->hfq);
 }
 
 int model_is_w8a8(const model *m)

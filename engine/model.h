@@ -122,6 +122,8 @@ typedef struct model {
                                   does not align data; typed loads need
                                   it)                                     */
     char *dir;
+    int codes_dropped;         /* model_drop_codes ran: the layers' 4-bit
+                                  codes are gone                          */
 } model;
 
 /* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
@@ -165,6 +167,13 @@ size_t model_tensor_bytes(const model_tensor *t);
 /* 1 when a layer matrix is bound as 4-bit codes (model_tensor.q4): only the
  * CPU's int4 path runs them. */
 int model_has_q4(const model *m);
+
+/* Frees the layers' 4-bit codes (model_tensor.q4, q4_scale, q4_zero: NULL
+ * after; the shapes and q4_perm stay) once the one backend that runs them
+ * has packed its own copy, so the process does not hold both (about 0.6
+ * byte per weight). model_has_q4 stays 1, and a backend created after
+ * refuses the model. A no-op without codes; NULL-safe. */
+void model_drop_codes(model *m);
 
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */

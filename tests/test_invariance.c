@@ -3,8 +3,9 @@
  * alone, in a batch of 64 mixing prefill chunks and decode tokens, with its
  * prompt fed in chunks of 1, 7 or 64 tokens, on 1 or 3 threads, and with any
  * kernel table; the same for int8 and int4 weights (--quantization int8,
- * int4) among themselves, and for compressed-tensors W8A8 checkpoints (their
- * stored int8 weights). Runs on the project's own tiny model and, when present, the
+ * int4) among themselves, for compressed-tensors W8A8 checkpoints (their
+ * stored int8 weights) and for GPTQ ones' 4-bit codes (in order and
+ * desc_act). Runs on the project's own tiny model and, when present, the
  * real ones in ../shared/models. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -56,25 +57,32 @@ typedef struct variant {
     int quant;    /* cpu_quant                                           */
 } variant;
 
-/* Runs every sequence through prefill and NDEC greedy decode steps as the
- * variant says, recording logits for every position. */
-static void run_variant(const model *m, const prompts *p, const variant *v, run_out *out)
+/* The backend a variant runs on. */
+static cpu_config variant_config(const variant *v)
 {
-    int V = m->cfg.vocab_size;
-    int max_tokens = NSEQ * MAX_PROMPT;
     cpu_config cc = cpu_config_default();
     cc.n_threads = v->threads;
     cc.kernels = v->kernels;
     cc.quant = v->quant;
-    cc.max_tokens = max_tokens;
+    cc.max_tokens = NSEQ * MAX_PROMPT;
     cc.max_context = MAX_PROMPT + NDEC;
     cc.block_size = 16;
+    cc.num_blocks = NSEQ * ((MAX_PROMPT + NDEC + 15) / 16) + 1;
+    return cc;
+}
+
+/* Runs every sequence through prefill and NDEC greedy decode steps on be
+ * (made with variant_config(v)) as the variant says, recording logits for
+ * every position. */
+static void run_on(be_backend *be, const model *m, const prompts *p, const variant *v,
+                   run_out *out)
+{
+    int V = m->cfg.vocab_size;
+    int max_tokens = NSEQ * MAX_PROMPT;
+    cpu_config cc = variant_config(v);
     int per_seq = (MAX_PROMPT + NDEC + 15) / 16;
-    cc.num_blocks = NSEQ * per_seq + 1;
-    be_backend *be = NULL;
     kv_pool *kv = NULL;
     inf_err err = {0};
-    assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     assert_int_equal(kv_create(&kc, &kv, &err), INF_OK);
 
@@ -143,7 +151,29 @@ static void run_variant(const model *m, const prompts *p, const variant *v, run_
     assert_int_equal(kv_num_free(kv), kv_num_blocks(kv));
     free(tok), free(pos), free(slot), free(rows), free(owner), free(table), free(logits);
     kv_destroy(kv);
+}
+
+static void run_variant(const model *m, const prompts *p, const variant *v, run_out *out)
+{
+    cpu_config cc = variant_config(v);
+    be_backend *be = NULL;
+    inf_err err = {0};
+    assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+    run_on(be, m, p, v, out);
     be_destroy(be);
+}
+
+/* Fails unless a and b hold the same tokens and logits bit for bit. */
+static void same_runs(const model *m, const prompts *p, const run_out *a, const run_out *b,
+                      const char *dir, const char *what, const char *than)
+{
+    for (int s = 0; s < NSEQ; s++) {
+        size_t n = (size_t)(p->len[s] + NDEC) * (size_t)m->cfg.vocab_size;
+        if (memcmp(a->toks[s], b->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
+            memcmp(a->logits[s], b->logits[s], sizeof(float) * n))
+            fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir, s,
+                     p->len[s], what, than);
+    }
 }
 
 static void free_out(run_out *o)
@@ -169,11 +199,12 @@ static const char *kern_for(const char *k, const char *auto_k, int dp)
 
 /* groups: 3 (as stored, int8, int4), or 2 for a W8A8 checkpoint, whose
  * int8 weights run the int8 path both "as stored" and with int8. */
-static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups);
+static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups,
+                             const model_load_opts *lo);
 
 static void check_model_groups(const char *dir, int n_groups)
 {
-    check_model_with(dir, "auto", 0, n_groups);
+    check_model_with(dir, "auto", 0, n_groups, NULL);
 }
 
 /* A bf16 model: with the default tables and, where the default is the
@@ -181,18 +212,22 @@ static void check_model_groups(const char *dir, int n_groups)
 static void check_bf16_model(const char *dir)
 {
     const cpu_kern *k = cpu_kern_select("auto");
-    check_model_with(dir, "auto", k->bf16dp, 3);
+    check_model_with(dir, "auto", k->bf16dp, 3, NULL);
     if (k->bf16dp) {
         printf("again with --kernels avx512 (the f32-FMA order)\n");
-        check_model_with(dir, "avx512", 0, 3);
+        check_model_with(dir, "avx512", 0, 3, NULL);
     }
 }
 
-static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups)
+/* lo: how the model is loaded (NULL: as stored); with its 4-bit codes kept
+ * (packed_q4) only the int4 group runs, as the backend takes them for int4
+ * alone. */
+static void check_model_with(const char *dir, const char *auto_k, int bf16, int n_groups,
+                             const model_load_opts *lo)
 {
     model *m = NULL;
     inf_err err = {0};
-    assert_int_equal(model_load(dir, &m, &err), INF_OK);
+    assert_int_equal(model_load_with(dir, lo, &m, &err), INF_OK);
     int V = m->cfg.vocab_size;
     prompts *p = malloc(sizeof *p);
     make_prompts(p, V, 7);
@@ -225,7 +260,7 @@ static void check_model_with(const char *dir, const char *auto_k, int bf16, int 
         {"int4, 64 together, chunks of 7, avx2 kernels", 1, 7, 2, "avx2", CPU_QUANT_INT4},
     }};
     run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
-    for (int g = 0; g < n_groups; g++) {
+    for (int g = lo && lo->packed_q4 ? 2 : 0; g < n_groups; g++) {
         const variant *base = &groups[g][0];
         variant b = *base;
         b.kernels = kern_for(b.kernels, auto_k, bf16);
@@ -239,13 +274,7 @@ static void check_model_with(const char *dir, const char *auto_k, int bf16, int 
                 continue;
             }
             run_variant(m, p, &v, got);
-            for (int s = 0; s < NSEQ; s++) {
-                size_t n = (size_t)(p->len[s] + NDEC) * V;
-                if (memcmp(ref->toks[s], got->toks[s], sizeof(int32_t) * (p->len[s] + NDEC)) ||
-                    memcmp(ref->logits[s], got->logits[s], sizeof(float) * n))
-                    fail_msg("%s: sequence %d (prompt %d tokens) differs: '%s' vs '%s'", dir,
-                             s, p->len[s], v.name, base->name);
-            }
+            same_runs(m, p, ref, got, dir, v.name, base->name);
             free_out(got);
             memset(got, 0, sizeof *got);
         }
@@ -323,6 +352,52 @@ static void test_invariance_w8a8(void **state)
     }
 }
 
+/* GPTQ checkpoints of tiny bound as their 4-bit codes (tests/ref/check_hfq.py
+ * --write-gptq): in order, and desc_act (each token's activations gathered
+ * into each linear's order of inputs, cpu/q4.h); every int4 variant alike.
+ * Then the model lets its codes go under a backend already made
+ * (model_drop_codes, as serve does): that backend's results are unchanged
+ * (under ASan: it reads nothing freed), and a backend made after refuses. */
+static void test_invariance_gptq_codes(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"tiny-gptq", "tiny-gptq-desc"};
+    const model_load_opts lo = {.packed_q4 = 1};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *fx = getenv("INFERD_TEST_FIXTURES");
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", names[i]);
+        assert_true(have_dir(dir));
+        check_model_with(dir, "auto", 0, 3, &lo);
+
+        model *m = NULL;
+        inf_err err = {0};
+        assert_int_equal(model_load_with(dir, &lo, &m, &err), INF_OK);
+        assert_non_null(m->layers[0].wq.q4);
+        assert_int_equal(m->layers[0].wq.q4_perm != NULL, i == 1);
+        prompts *p = malloc(sizeof *p);
+        make_prompts(p, m->cfg.vocab_size, 11);
+        const variant v = {"int4, 64 together, chunks of 7", 1, 7, 2, "auto", CPU_QUANT_INT4};
+        run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+        run_variant(m, p, &v, ref);
+        cpu_config cc = variant_config(&v);
+        be_backend *be = NULL, *again = NULL;
+        assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+        model_drop_codes(m);
+        assert_null(m->layers[0].wq.q4);
+        assert_null(m->layers[m->cfg.n_layers - 1].w_down.q4_scale);
+        assert_true(model_has_q4(m));
+        assert_int_not_equal(cpu_backend_create(m, &cc, &again, &err), INF_OK);
+        assert_non_null(strstr(err.msg, "released"));
+        run_on(be, m, p, &v, got);
+        same_runs(m, p, ref, got, dir, "after model_drop_codes", "before");
+        be_destroy(be);
+        free_out(ref), free_out(got);
+        free(ref), free(got), free(p);
+        model_destroy(m);
+    }
+}
+
 /* "wide" stored as bf16: on a CPU with AVX512_BF16 its matmuls take the
  * vdpbf16ps order, which must hold batch invariance the same way. */
 static void test_invariance_fixture_bf16_model(void **state)
@@ -394,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_invariance_fixture_bf16_model),
         cmocka_unit_test(test_invariance_families),
         cmocka_unit_test(test_invariance_w8a8),
+        cmocka_unit_test(test_invariance_gptq_codes),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };

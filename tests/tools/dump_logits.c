@@ -88,6 +88,7 @@ int main(int argc, char **argv)
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     if ((rc = cpu_backend_create(m, &cc, &be, &err)) || (rc = kv_create(&kc, &kv, &err)))
         goto done;
+    model_drop_codes(m); /* as serve does: the backend's copy alone */
     logits = malloc(sizeof(float) * (size_t)n * V);
     batch_limits bl = {.max_tokens = chunk, .max_seqs = 1, .max_rows = chunk,
                        .max_blocks = cc.num_blocks - 1};
