@@ -2,7 +2,8 @@
  * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
  * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights or
  * pack-quantized I32 ones, scales, zero points, g_idx). A bound tensor must
- * be readable whole. Input:
+ * be readable whole, and a desc_act order (q4_perm) an order of its
+ * inputs. Input:
  * u8 rows selector (its top bit: 4-bit codes kept as stored,
  * hfq_set_packed_q4), u8 cols selector (its top bit: W8A16 int8 rows,
  * hfq_set_packed_q8), u16 JSON length, the config.json,
@@ -64,6 +65,14 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
                     abort();
             }
             (void)acc;
+            if (t.q4_perm) { /* desc_act: an order of the inputs, each once */
+                unsigned char seen[64] = {0};
+                for (int64_t j = 0; j < cols; j++) {
+                    if (t.q4_perm[j] < 0 || t.q4_perm[j] >= cols || seen[t.q4_perm[j]])
+                        abort();
+                    seen[t.q4_perm[j]] = 1;
+                }
+            }
         }
     }
     st_destroy(st);
