@@ -109,7 +109,7 @@ CFLAGS    += -DINFERD_CUDA=1 -I$(CUDA_HOME)/include
 CUDA_BASE_LDLIBS := $(LDLIBS)
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
              -lcublasLt -lcublas -lnccl -lcudart
-T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
+T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/backend_mm.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
                engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
                engine/spec_mlp.o engine/spec_mlp_load.o engine/spec.o tests/mlp_fix.o \
                engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o

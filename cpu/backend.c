@@ -4,74 +4,13 @@
  * Every step is either a matmul (cpu_kern.mm, columns split across threads),
  * a per-token elementwise op, or attention for one (token, KV head) pair; none
  * of them lets one row's numbers depend on the other rows in the batch. */
-#include "cpu/backend.h"
+#include "cpu/backend_int.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/kern.h"
-#include "cpu/pool.h"
-#include "cpu/q4.h"
-#include "cpu/qw.h"
-#include "engine/qdef.h"
-
-/* A layer's norms, in this order in cpu_be.norms. */
-enum { NORM_ATTN, NORM_FFN, NORM_POST_ATTN, NORM_POST_FFN, NORM_N };
-
-/* A layer's seven matrices, in this order wherever they are listed. */
-enum { QW_Q, QW_K, QW_V, QW_O, QW_GATE, QW_UP, QW_DOWN, QW_N };
-
-static const model_tensor *layer_matrix(const model_layer *w, int i)
-{
-    const model_tensor *ts[QW_N] = {&w->wq, &w->wk, &w->wv, &w->wo,
-                                    &w->w_gate, &w->w_up, &w->w_down};
-    return ts[i];
-}
-
-typedef struct cpu_be {
-    be_backend base;
-    const model *m;
-    const cpu_kern *k;
-    cpu_pool *pool;
-    int nt;                   /* threads                                    */
-    int max_tokens, max_ctx;
-    int D, H, KV, hd, F, V, L, qdim, kvdim, group;
-    const mdesc *md;          /* the recipe (m->cfg.desc)                   */
-    unsigned feat;            /* its mdesc_features                         */
-    int rot, n_rope;          /* rotated dims per head; RoPE tables (1, 2)  */
-    float eps;
-    float *norms;             /* [L][NORM_N][D] gains (1 + w folded in where
-                                 the family says); then [D] final           */
-    float *qkn;               /* [L][2][hd] q_norm, k_norm gains, or NULL   */
-    float *bias;              /* [L][qdim + 2 kvdim + D] q|k|v|o biases, or
-                                 NULL                                       */
-    float *kc, *vc;           /* [L][num_blocks*block_size][kvdim]          */
-    size_t layer_kv;          /* floats per layer in kc / vc                */
-    float *x;                 /* [T][D] residual stream                     */
-    float *h;                 /* [T][max(D, qdim)] normed input / outputs   */
-    float *q;                 /* [T][qdim]                                  */
-    float *kb, *vb;           /* [T][kvdim] this step's keys and values     */
-    float *att;               /* [T][qdim] attention output                 */
-    float *gate, *up;         /* [T][F]                                     */
-    float *cosv, *sinv;       /* [n_rope][T][rot/2] RoPE rotation per token */
-    int32_t *tok_seq;         /* [T] sequence index of each token           */
-    const be_batch *pending;  /* submitted, run by the next wait            */
-    float *pack;              /* [nt][CPU_PACK_FLOATS]                      */
-    float *scores;            /* [nt][group][max_ctx]                       */
-    cpu_qw **qw;              /* [L][QW_N] with --quantization int8, or NULL */
-    uint8_t *xq;              /* [T][ldq] quantized matmul input (+128)     */
-    size_t ldq;
-    float *xs;                /* [T] its scales                             */
-    cpu_q4w **q4;             /* [L][QW_N] with --quantization int4, or NULL */
-    const cpu_q4k *k4;        /* the int4 kernels that go with k            */
-    int32_t *xs8;             /* [T][ldxs] int4: 8 * group sums of xq        */
-    size_t ldxs;
-    int8_t *xqp;              /* [3][T][ldq] int4: xq in up to three matrices'
-                                 orders of inputs (cpu_q4w.perm), or NULL   */
-    int32_t *xs8p;            /* [3][T][ldxs] their group sums              */
-} cpu_be;
 
 cpu_config cpu_config_default(void)
 {
@@ -97,242 +36,6 @@ size_t cpu_kv_bytes_per_token(const model *m)
 {
     const model_config *c = &m->cfg;
     return (size_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * sizeof(float);
-}
-
-/* ---- parallel jobs ---------------------------------------------------- */
-
-/* The MLP's activation over columns [lo, hi) of gate and up, rows t < T:
- * gate = act(gate) * up. */
-typedef void (*glu_fn)(const cpu_be *be, int T, int lo, int hi);
-
-/* Work is handed out in items claimed from a shared counter, so a thread
- * that runs slow (these VMs lose a core for milliseconds at a time) takes
- * fewer items instead of holding everyone up. Which thread computes what never
- * changes a result. */
-typedef struct mm_job {
-    const cpu_be *be;
-    cpu_mm mm[3];
-    cpu_mmq mq[3];    /* instead of mm with int8                        */
-    cpu_mm4 m4[3];    /* instead of mm with int4                        */
-    int quant;        /* cpu_quant                                      */
-    int n;
-    int items[4];     /* items[i]: first item of matmul i; items[n]: total */
-    /* set: matmuls 0 and 1 are gate and up (same N); an item computes the
-     * same columns of both and then glu over them, so the activation runs
-     * on every thread inside the matmul's job (GeGLU's tanhf alone took
-     * 7% of a Gemma-3-1B decode step on one thread) */
-    glu_fn glu;
-    atomic_int next;  /* next unclaimed item                               */
-} mm_job;
-
-/* Columns per item (a whole number of packed blocks, and of CPU_QN). */
-#define MM_ITEM 128
-
-static int job_cols(const mm_job *j, int i)
-{
-    return j->quant == CPU_QUANT_INT4 ? j->m4[i].N : j->quant ? j->mq[i].N : j->mm[i].N;
-}
-
-static int job_rows(const mm_job *j, int i)
-{
-    return j->quant == CPU_QUANT_INT4 ? j->m4[i].M : j->quant ? j->mq[i].M : j->mm[i].M;
-}
-
-/* Columns [lo, hi) of matmul i. */
-static void job_mm(const mm_job *j, int i, int lo, int hi, float *pack)
-{
-    if (j->quant == CPU_QUANT_INT4)
-        j->be->k4->mm4(&j->m4[i], lo, hi);
-    else if (j->quant)
-        j->be->k->mmq(&j->mq[i], lo, hi, (int32_t *)pack);
-    else
-        j->be->k->mm(&j->mm[i], lo, hi, pack);
-}
-
-static void mm_run(void *ctx, int t, int nt)
-{
-    mm_job *j = ctx;
-    (void)nt;
-    float *pack = j->be->pack + (size_t)t * CPU_PACK_FLOATS;
-    for (;;) {
-        int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= j->items[j->n])
-            break;
-        int i = 0;
-        while (it >= j->items[i + 1])
-            i++;
-        int N = job_cols(j, i);
-        int lo = (it - j->items[i]) * MM_ITEM;
-        int hi = lo + MM_ITEM < N ? lo + MM_ITEM : N;
-        job_mm(j, i, lo, hi, pack);
-        if (j->glu) {
-            job_mm(j, 1, lo, hi, pack);
-            j->glu(j->be, job_rows(j, 0), lo, hi);
-        }
-    }
-}
-
-static cpu_mm mm_args(const float *x, size_t ldx, const model_tensor *w, float *y,
-                      size_t ldy, int M)
-{
-    cpu_mm a = {.x = x, .ldx = ldx, .w = w->data, .ldw = (size_t)w->cols,
-                .wt = w->dtype, .y = y, .ldy = ldy, .M = M, .N = (int)w->rows,
-                .K = (int)w->cols};
-    return a;
-}
-
-/* Runs the job's n matmuls (mm, or mq when quant), their columns split into
- * items. */
-static void run_job(cpu_be *be, mm_job *j)
-{
-    long work = 0;
-    for (int i = 0; i < j->n; i++) {
-        int M = j->quant ? j->mq[i].M : j->mm[i].M, K = j->quant ? 4 * j->mq[i].K4 : j->mm[i].K;
-        if (j->quant == CPU_QUANT_INT4)
-            M = j->m4[i].M, K = j->m4[i].G * CPU_Q4_GROUP;
-        work += (long)M * job_cols(j, i) * K;
-        j->items[i + 1] = j->items[i] + (job_cols(j, i) + MM_ITEM - 1) / MM_ITEM;
-    }
-    if (j->glu) /* up's columns go with gate's items */
-        j->items[2] = j->items[1];
-    atomic_init(&j->next, 0);
-    if (work < 64 * 1024) /* tiny: threads cost more than they save */
-        mm_run(j, 0, 1);
-    else
-        cpu_pool_run(be->pool, mm_run, j);
-}
-
-typedef void (*row_fn)(cpu_be *be, int t, const void *arg);
-
-typedef struct rows_job {
-    cpu_be *be;
-    row_fn fn;
-    const void *arg;
-    int T;
-} rows_job;
-
-static void rows_run(void *ctx, int t, int nt)
-{
-    rows_job *j = ctx;
-    int lo, hi;
-    cpu_pool_split(j->T, 1, t, nt, &lo, &hi);
-    for (int i = lo; i < hi; i++)
-        j->fn(j->be, i, j->arg);
-}
-
-/* fn(be, t, arg) for every token t. */
-static void per_token(cpu_be *be, int T, row_fn fn, const void *arg)
-{
-    rows_job j = {.be = be, .fn = fn, .arg = arg, .T = T};
-    if ((long)T * be->D < 32 * 1024) /* tiny: waking a worker costs more */
-        rows_run(&j, 0, 1);
-    else
-        cpu_pool_run(be->pool, rows_run, &j);
-}
-
-/* ---- int8 matmuls ------------------------------------------------------- */
-
-typedef struct quant_arg {
-    const float *x;
-    size_t ldx;
-    int K;
-    float in_scale; /* > 0: static (compressed-tensors), else per token */
-} quant_arg;
-
-/* Row t of the input into be->xq (as qx + 128), K padded with zeros (128). */
-static void op_quant(cpu_be *be, int t, const void *arg)
-{
-    const quant_arg *qa = arg;
-    uint8_t *q = be->xq + (size_t)t * be->ldq;
-    if (qa->in_scale > 0) {
-        qdef_i8_static(qa->x + (size_t)t * qa->ldx, qa->K, qa->in_scale, (int8_t *)q, 1);
-        be->xs[t] = qa->in_scale;
-    } else {
-        be->xs[t] = be->k->quant(qa->x + (size_t)t * qa->ldx, qa->K, (int8_t *)q, 1);
-    }
-    for (int k = qa->K; k % 4; k++)
-        q[k] = 128;
-}
-
-/* Row t of the input into be->xq (signed) and its group sums, for int4. */
-static void op_quant4(cpu_be *be, int t, const void *arg)
-{
-    const quant_arg *qa = arg;
-    be->xs[t] = cpu_q4_quant_act(be->k, qa->x + (size_t)t * qa->ldx, qa->K,
-                                 (int8_t *)be->xq + (size_t)t * be->ldq,
-                                 be->xs8 + (size_t)t * be->ldxs);
-}
-
-/* Row t of be->xq gathered into order set of be->xqp, for int4. */
-typedef struct gather_arg {
-    const int32_t *perm;
-    int K, set;
-} gather_arg;
-
-static void op_gather4(cpu_be *be, int t, const void *arg)
-{
-    const gather_arg *ga = arg;
-    size_t row = (size_t)ga->set * be->max_tokens + (size_t)t;
-    cpu_q4_gather_act((const int8_t *)be->xq + (size_t)t * be->ldq, ga->perm, ga->K,
-                      be->xqp + row * be->ldq, be->xs8p + row * be->ldxs);
-}
-
-/* The int4 arguments of matrix w on the input quantized in be->xq: as it
- * is, or gathered into w's order of inputs (once per distinct order among
- * the up to three matrices sharing it; sorted lists those gathered). */
-static cpu_mm4 args4(cpu_be *be, const cpu_q4w *w, const int32_t *sorted[3], int T, float *y,
-                     size_t ldy)
-{
-    if (!w->perm)
-        return cpu_q4w_args(w, (const int8_t *)be->xq, be->ldq, be->xs8, be->ldxs, be->xs, y, ldy,
-                            T);
-    int s = 0;
-    while (sorted[s] && sorted[s] != w->perm)
-        s++;
-    if (!sorted[s]) {
-        sorted[s] = w->perm;
-        gather_arg ga = {.perm = w->perm, .K = w->K, .set = s};
-        per_token(be, T, op_gather4, &ga);
-    }
-    size_t row = (size_t)s * be->max_tokens;
-    return cpu_q4w_args(w, be->xqp + row * be->ldq, be->ldq, be->xs8p + row * be->ldxs, be->ldxs,
-                        be->xs, y, ldy, T);
-}
-
-/* y_i = x . w_i^T for the n matrices of layer l from index first on (QW_*),
- * which share the input x [T][K]: as stored, or int8 (the input quantized
- * once for all n). glu: see mm_job (first is QW_GATE), or NULL. */
-static void linears(cpu_be *be, int l, int T, const float *x, size_t ldx, int first, int n,
-                    float *const *y, const size_t *ldy, glu_fn glu)
-{
-    mm_job j = {.be = be, .n = n, .quant = be->q4 ? CPU_QUANT_INT4 : be->qw != NULL,
-                .glu = glu};
-    if (j.quant == CPU_QUANT_INT4) {
-        quant_arg qa = {.x = x, .ldx = ldx, .K = be->q4[(size_t)l * QW_N + first]->K};
-        per_token(be, T, op_quant4, &qa);
-        const int32_t *sorted[3] = {NULL, NULL, NULL};
-        for (int i = 0; i < n; i++)
-            j.m4[i] = args4(be, be->q4[(size_t)l * QW_N + first + i], sorted, T, y[i], ldy[i]);
-        run_job(be, &j);
-        return;
-    }
-    if (j.quant) {
-        quant_arg qa = {.x = x, .ldx = ldx, .K = be->qw[(size_t)l * QW_N + first]->K};
-        for (int i = 0; i < n; i++) { /* vLLM's rule for linears fused on one input */
-            float s = layer_matrix(&be->m->layers[l], first + i)->q8_in_scale;
-            qa.in_scale = s > qa.in_scale ? s : qa.in_scale;
-        }
-        per_token(be, T, op_quant, &qa);
-    }
-    for (int i = 0; i < n; i++) {
-        if (j.quant)
-            j.mq[i] = cpu_qw_args(be->qw[(size_t)l * QW_N + first + i], be->xq, be->ldq,
-                                  be->xs, y[i], ldy[i], T);
-        else
-            j.mm[i] = mm_args(x, ldx, layer_matrix(&be->m->layers[l], first + i), y[i],
-                              ldy[i], T);
-    }
-    run_job(be, &j);
 }
 
 /* ---- per-token ops ------------------------------------------------------ */
@@ -597,35 +300,35 @@ static void layer_forward(cpu_be *be, const be_batch *b, int l, int spread_attn)
     size_t ld_d = (size_t)be->D, ld_kv = (size_t)be->kvdim, ld_f = (size_t)be->F;
     size_t ld_q = (size_t)be->qdim;
 
-    per_token(be, T, op_norm, g_attn);
+    cpu__per_token(be, T, op_norm, g_attn);
     float *qkv[3] = {be->q, be->kb, be->vb};
     size_t ld_qkv[3] = {ld_q, ld_kv, ld_kv};
-    linears(be, l, T, be->h, ld_d, QW_Q, 3, qkv, ld_qkv, NULL);
+    cpu__linears(be, l, T, be->h, ld_d, QW_Q, 3, qkv, ld_qkv, NULL);
     rope_arg ra = {.b = b, .layer = l};
-    per_token(be, T, op_rope_store, &ra);
+    cpu__per_token(be, T, op_rope_store, &ra);
     attn_job aj = {.be = be, .b = b, .layer = l};
     atomic_init(&aj.next, 0);
     if (!spread_attn)
         attn_run(&aj, 0, 1);
     else
         cpu_pool_run(be->pool, attn_run, &aj);
-    linears(be, l, T, be->att, ld_q, QW_O, 1, &be->h, &ld_d, NULL);
+    cpu__linears(be, l, T, be->att, ld_q, QW_O, 1, &be->h, &ld_d, NULL);
     if (be->md->bias_o) /* the last D of the layer's biases */
-        per_token(be, T, op_bias_o,
+        cpu__per_token(be, T, op_bias_o,
                   be->bias + (size_t)(l + 1) * (be->qdim + 2 * be->kvdim + be->D) - be->D);
     if (be->md->sandwich)
-        per_token(be, T, op_norm_h, g + NORM_POST_ATTN * be->D);
-    per_token(be, T, op_residual, NULL);
+        cpu__per_token(be, T, op_norm_h, g + NORM_POST_ATTN * be->D);
+    cpu__per_token(be, T, op_residual, NULL);
 
-    per_token(be, T, op_norm, g_ffn);
+    cpu__per_token(be, T, op_norm, g_ffn);
     float *gu[2] = {be->gate, be->up};
     size_t ld_gu[2] = {ld_f, ld_f};
-    linears(be, l, T, be->h, ld_d, QW_GATE, 2, gu, ld_gu,
+    cpu__linears(be, l, T, be->h, ld_d, QW_GATE, 2, gu, ld_gu,
             be->md->act == MD_ACT_GELU_TANH ? glu_gelu : glu_silu);
-    linears(be, l, T, be->gate, ld_f, QW_DOWN, 1, &be->h, &ld_d, NULL);
+    cpu__linears(be, l, T, be->gate, ld_f, QW_DOWN, 1, &be->h, &ld_d, NULL);
     if (be->md->sandwich)
-        per_token(be, T, op_norm_h, g + NORM_POST_FFN * be->D);
-    per_token(be, T, op_residual, NULL);
+        cpu__per_token(be, T, op_norm_h, g + NORM_POST_FFN * be->D);
+    cpu__per_token(be, T, op_residual, NULL);
 }
 
 static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
@@ -653,10 +356,8 @@ static int cpu_forward(be_backend *base, const be_batch *b, const be_out *out, i
         memcpy(out->hidden, be->h, sizeof(float) * (size_t)b->n_logits * be->D);
     if (!out->logits)
         return INF_OK;
-    mm_job lm = {.be = be, .n = 1,
-                 .mm = {mm_args(be->h, (size_t)be->D, &be->m->lm_head, out->logits,
-                                (size_t)be->V, b->n_logits)}};
-    run_job(be, &lm);
+    cpu__matmul(be, be->h, (size_t)be->D, &be->m->lm_head, out->logits, (size_t)be->V,
+                b->n_logits);
     if (be->md->logit_softcap > 0) { /* Gemma 2's final soft-cap */
         float cap = (float)be->md->logit_softcap;
         for (size_t i = 0; i < (size_t)b->n_logits * be->V; i++)
@@ -732,67 +433,6 @@ static void cpu_destroy(be_backend *base)
 
 static const be_ops cpu_ops = {.name = "cpu", .submit = cpu_submit, .wait = cpu_wait,
                                .destroy = cpu_destroy};
-
-size_t cpu_backend_weight_bytes(const be_backend *base)
-{
-    const cpu_be *be = (const cpu_be *)base;
-    size_t n = model_weight_bytes(be->m);
-    if (be->qw) /* the int8 copies are read instead of the stored matrices */
-        for (int l = 0; l < be->L; l++)
-            for (int i = 0; i < QW_N; i++) {
-                const model_tensor *t = layer_matrix(&be->m->layers[l], i);
-                n += cpu_qw_bytes(be->qw[(size_t)l * QW_N + i]);
-                n -= model_tensor_bytes(t);
-            }
-    if (be->q4)
-        for (int l = 0; l < be->L; l++)
-            for (int i = 0; i < QW_N; i++) {
-                const model_tensor *t = layer_matrix(&be->m->layers[l], i);
-                n += cpu_q4w_bytes(be->q4[(size_t)l * QW_N + i]);
-                n -= model_tensor_bytes(t);
-            }
-    return n;
-}
-
-/* Quantizes every layer's seven matrices (int8 or int4). */
-static int quantize_layers(cpu_be *be, int quant, inf_err *err)
-{
-    if (quant == CPU_QUANT_INT4) {
-        be->q4 = calloc((size_t)be->L * QW_N, sizeof *be->q4);
-        if (!be->q4)
-            return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int4 buffers");
-    } else {
-        be->qw = calloc((size_t)be->L * QW_N, sizeof *be->qw);
-    }
-    size_t widest = (size_t)(be->D > be->qdim ? be->D : be->qdim);
-    widest = widest > (size_t)be->F ? widest : (size_t)be->F;
-    be->ldq = (widest + 63) & ~(size_t)63;
-    be->xq = aligned_alloc(64, (size_t)be->max_tokens * be->ldq);
-    be->xs = malloc((size_t)be->max_tokens * sizeof(float));
-    be->ldxs = (widest + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
-    if (quant == CPU_QUANT_INT4)
-        be->xs8 = malloc((size_t)be->max_tokens * be->ldxs * sizeof(int32_t));
-    if ((!be->qw && !be->q4) || !be->xq || !be->xs || (be->q4 && !be->xs8))
-        return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
-    for (int l = 0; l < be->L; l++)
-        for (int i = 0; i < QW_N; i++) {
-            const model_tensor *t = layer_matrix(&be->m->layers[l], i);
-            int rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
-                            : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
-            if (rc)
-                return rc;
-        }
-    int sorted = 0; /* a desc_act checkpoint's codes: room to gather inputs */
-    for (size_t i = 0; be->q4 && i < (size_t)be->L * QW_N; i++)
-        sorted |= be->q4[i]->perm != NULL;
-    if (sorted) {
-        be->xqp = aligned_alloc(64, 3 * (size_t)be->max_tokens * be->ldq);
-        be->xs8p = malloc(3 * (size_t)be->max_tokens * be->ldxs * sizeof(int32_t));
-        if (!be->xqp || !be->xs8p)
-            return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int4 buffers");
-    }
-    return INF_OK;
-}
 
 const char *cpu_backend_kernels(const be_backend *base)
 {
@@ -944,7 +584,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         }
     }
     gain_f32(be, &m->norm, be->norms + (size_t)be->L * NORM_N * D, 1);
-    if (quant != CPU_QUANT_NONE && (rc = quantize_layers(be, quant, err))) {
+    if (quant != CPU_QUANT_NONE && (rc = cpu__quantize_layers(be, quant, err))) {
         cpu_destroy(&be->base);
         return rc;
     }
