@@ -234,24 +234,12 @@ void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name)
     out->name = name;
 }
 
-int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,
-               uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err)
-{
-    const size_t B = (size_t)(K + 31) / 32;
-    *u = keep(q, (size_t)N * (size_t)(K / 2), 1);
-    *d = keep(q, (size_t)N * B * sizeof **d, 1);
-    *z = keep(q, (size_t)N * B, 1);
-    if (!*u || !*d || !*z)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, what);
-    hfq__out(out, N, K, NULL);
-    out->q4 = *u;
-    out->q4_scale = *d;
-    out->q4_zero = *z;
-    return INF_OK;
-}
-
-int hfq__order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t **perm, int *fits,
-                inf_err *err)
+/* The order a linear's K inputs run in as codes: stably sorted by group
+ * (a counting sort). *fits 0 when some 32 consecutive ones span groups;
+ * else *perm NULL when the order is 0..K-1, or one owned by q (the
+ * previous call's when equal). */
+static int order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t **perm, int *fits,
+                 inf_err *err)
 {
     *perm = NULL;
     *fits = 0;
@@ -262,38 +250,68 @@ int hfq__order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t *
         free(p);
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", q->path);
     }
-    for (int64_t k = 0; k < K; k++) /* a counting sort: where each group starts */
+    for (int64_t k = 0; k < K; k++) /* where each group starts */
         at[grp[k] + 1]++;
     for (int64_t g = 0; g < G; g++)
         at[g + 1] += at[g];
     for (int64_t k = 0; k < K; k++)
         p[at[grp[k]]++] = (int32_t)k;
+    free(at);
     int same = 1;
     *fits = 1;
     for (int64_t j = 0; j < K; j++) {
         same &= p[j] == j;
         *fits &= grp[p[j]] == grp[p[j - j % 32]];
     }
-    free(at);
-    if (!*fits || same) {
-        free(p);
-        return INF_OK;
+    if (*fits && !same && !(q->last_perm && q->last_perm_k == K &&
+                            !memcmp(q->last_perm, p, sizeof *p * (size_t)K))) {
+        int32_t *kept = hfq__keep_bytes(q, sizeof *p * (size_t)K);
+        if (!kept) {
+            free(p);
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", q->path);
+        }
+        memcpy(kept, p, sizeof *p * (size_t)K);
+        q->last_perm = kept;
+        q->last_perm_k = K;
     }
-    q->n_perm++;
-    if (q->last_perm && q->last_perm_k == K && !memcmp(q->last_perm, p, sizeof *p * (size_t)K)) {
+    if (*fits && !same) {
         *perm = q->last_perm;
-        free(p);
-        return INF_OK;
+        q->n_perm++;
     }
-    int32_t *kept = hfq__keep_bytes(q, sizeof *p * (size_t)K);
-    if (!kept) {
-        free(p);
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", q->path);
-    }
-    memcpy(kept, p, sizeof *p * (size_t)K);
     free(p);
-    *perm = q->last_perm = kept;
-    q->last_perm_k = K;
+    return INF_OK;
+}
+
+int hfq__bind_codes(hfq *q, int64_t N, int64_t K, int64_t G, const int32_t *grp,
+                    const hfq_codes_src *s, const char *name, model_tensor *out, int *bound,
+                    inf_err *err)
+{
+    const int32_t *perm;
+    int fits, rc = order(q, grp, K, G, &perm, &fits, err);
+    *bound = 0;
+    if (rc || !fits)
+        return rc;
+    const int64_t B = (K + 31) / 32;
+    uint8_t *u = keep(q, (size_t)N * (size_t)(K / 2), 1), *z = keep(q, (size_t)(N * B), 1);
+    uint16_t *d = keep(q, (size_t)(N * B) * sizeof *d, 1);
+    if (!u || !d || !z)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t j = 0; j < K; j += 2)
+            u[n * (K / 2) + j / 2] = (uint8_t)(s->code(s->ctx, n, perm ? perm[j] : j) |
+                                               s->code(s->ctx, n, perm ? perm[j + 1] : j + 1) << 4);
+        for (int64_t b = 0; b < B; b++) { /* each 32's group: its first input's */
+            int64_t g = grp[perm ? perm[32 * b] : 32 * b];
+            d[n * B + b] = s->scale(s->ctx, n, g);
+            z[n * B + b] = (uint8_t)s->zero(s->ctx, n, g);
+        }
+    }
+    hfq__out(out, N, K, name);
+    out->q4 = u;
+    out->q4_scale = d;
+    out->q4_zero = z;
+    out->q4_perm = perm;
+    *bound = 1;
     return INF_OK;
 }
 

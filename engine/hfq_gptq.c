@@ -28,23 +28,31 @@ static int part(const hfq *q, const st_set *st, const char *prefix, const char *
     return INF_OK;
 }
 
-/* Where one linear's codes and zeros are. */
+/* Where one linear's codes, scales and zeros are (hfq_codes_src's ctx). */
 typedef struct gq_src {
     int awq, zero_plus1;
     int64_t N;
-    const st_tensor *qw, *qz;
+    const st_tensor *qw, *qz, *sc;
     int slot[8]; /* AWQ: output 8j + o is in nibble slot[o] */
 } gq_src;
 
-static int gq_code(const gq_src *s, int64_t n, int64_t k)
+static int gq_code(const void *ctx, int64_t n, int64_t k)
 {
+    const gq_src *s = ctx;
     if (s->awq)
         return (int)(hfq__u32(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
     return (int)(hfq__u32(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
 }
 
-static int gq_zero(const gq_src *s, int64_t n, int64_t g)
+static uint16_t gq_scale(const void *ctx, int64_t n, int64_t g)
 {
+    const gq_src *s = ctx;
+    return hfq__u16(s->sc, (size_t)(g * s->N + n));
+}
+
+static int gq_zero(const void *ctx, int64_t n, int64_t g)
+{
+    const gq_src *s = ctx;
     uint32_t v = hfq__u32(s->qz, (size_t)(g * (s->N / 8) + n / 8));
     if (s->awq)
         return (int)(v >> (4 * s->slot[n % 8]) & 15);
@@ -52,8 +60,8 @@ static int gq_zero(const gq_src *s, int64_t n, int64_t g)
 }
 
 /* W[n][k] = scale * (q - zero) in f32 (exact: an f16 times a small integer). */
-static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int32_t *grp,
-                  const char *prefix, int64_t K, model_tensor *out, inf_err *err)
+static int gq_f32(hfq *q, const gq_src *s, const int32_t *grp, const char *prefix, int64_t K,
+                  model_tensor *out, inf_err *err)
 {
     const int64_t N = s->N;
     float *w = hfq__keep(q, (size_t)N * (size_t)K);
@@ -61,38 +69,13 @@ static int gq_f32(hfq *q, const gq_src *s, const st_tensor *sc, const int32_t *g
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
     for (int64_t k = 0; k < K; k++)
         for (int64_t n = 0; n < N; n++)
-            w[(size_t)n * (size_t)K + (size_t)k] = hfq__float_at(sc, (size_t)(grp[k] * N + n)) *
-                                                   (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
+            w[(size_t)n * (size_t)K + (size_t)k] =
+                inf_f16_to_f32(gq_scale(s, n, grp[k])) *
+                (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
     q->n_requant += q->packed_q4;
+    hfq__out(out, N, K, s->qw->name);
     out->dtype = INF_F32;
     out->data = w;
-    return INF_OK;
-}
-
-/* The codes as stored (model_tensor.q4), in the inputs' order perm (NULL:
- * as numbered): two per byte, and each 32 inputs' scale and zero, which
- * their group's are. */
-static int gq_codes(hfq *q, const gq_src *s, const st_tensor *sc, const int32_t *grp,
-                    const int32_t *perm, const char *prefix, int64_t K, model_tensor *out,
-                    inf_err *err)
-{
-    const int64_t N = s->N, B = (K + 31) / 32;
-    uint8_t *u, *z;
-    uint16_t *d;
-    int rc = hfq__codes(q, N, K, prefix, out, &u, &d, &z, err);
-    if (rc)
-        return rc;
-    out->q4_perm = perm;
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t j = 0; j < K; j += 2)
-            u[n * (K / 2) + j / 2] = (uint8_t)(gq_code(s, n, perm ? perm[j] : j) |
-                                               gq_code(s, n, perm ? perm[j + 1] : j + 1) << 4);
-        for (int64_t b = 0; b < B; b++) {
-            int64_t g = grp[perm ? perm[32 * b] : 32 * b];
-            d[n * B + b] = hfq__u16(sc, (size_t)(g * N + n));
-            z[n * B + b] = (uint8_t)gq_zero(s, n, g);
-        }
-    }
     return INF_OK;
 }
 
@@ -138,27 +121,18 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         }
     }
     static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-    gq_src src = {.awq = awq, .N = N, .qw = qw, .qz = qz, .zero_plus1 = q->zero_plus1};
+    gq_src src = {.awq = awq, .N = N, .qw = qw, .qz = qz, .sc = sc, .zero_plus1 = q->zero_plus1};
     for (int i = 0; i < 8; i++)
         src.slot[awq_order[i]] = i;
     /* the int4 kernels take the codes as stored when every 32 inputs share
      * a group once sorted by group (desc_act: the activations are gathered
      * into that order) */
-    const int32_t *perm = NULL;
-    int fits = 0;
-    if (q->packed_q4 && (rc = hfq__order(q, grp, K, G, &perm, &fits, err))) {
-        free(grp);
-        return rc;
-    }
-    if (fits)
-        rc = gq_codes(q, &src, sc, grp, perm, prefix, K, out, err);
-    else
-        rc = gq_f32(q, &src, sc, grp, prefix, K, out, err);
+    const hfq_codes_src cs = {.ctx = &src, .code = gq_code, .scale = gq_scale, .zero = gq_zero};
+    int bound = 0;
+    if (q->packed_q4)
+        rc = hfq__bind_codes(q, N, K, G, grp, &cs, qw->name, out, &bound, err);
+    if (!rc && !bound)
+        rc = gq_f32(q, &src, grp, prefix, K, out, err);
     free(grp);
-    if (rc)
-        return rc;
-    out->rows = N;
-    out->cols = K;
-    out->name = qw->name;
-    return INF_OK;
+    return rc;
 }

@@ -28,12 +28,12 @@ struct hfq {
     int packed_q8;   /* bind W8A16 int8 rows where they fit     */
     int n_requant;   /* linears that did not, bound as f32      */
     int n_perm;      /* linears bound as codes in g_idx order   */
-    const int32_t *last_perm; /* the last order kept (hfq__order) */
+    const int32_t *last_perm; /* the last order kept (hfq__bind_codes) */
     int64_t last_perm_k;
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
     unsigned char *is_code; /* [cap] 1: 4-bit codes, scales or zeros
-                               (hfq__codes), which hfq_drop_codes frees */
+                               (hfq__bind_codes), which hfq_drop_codes frees */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
 };
@@ -55,19 +55,25 @@ float hfq__float_at(const st_tensor *t, size_t i);
 /* *out emptied to a [rows, cols] linear called name, of no dtype yet. */
 void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
 
-/* A linear of N x K bound as 4-bit codes (model_tensor.q4) into *out (all
- * of it but name): *u, *d and *z owned by q, to fill; what names it in an
- * out-of-memory message. */
-int hfq__codes(hfq *q, int64_t N, int64_t K, const char *what, model_tensor *out,
-               uint8_t **u, uint16_t **d, uint8_t **z, inf_err *err);
+/* Where a 4-bit linear's stored numbers are, whatever the format: input k
+ * of output n's code u in 0..15, and group g's f16 scale (bits) and zero
+ * in 0..16 for output n, so W[n][k] = scale * (u - zero) of group grp[k]. */
+typedef struct hfq_codes_src {
+    const void *ctx;
+    int (*code)(const void *ctx, int64_t n, int64_t k);
+    uint16_t (*scale)(const void *ctx, int64_t n, int64_t g);
+    int (*zero)(const void *ctx, int64_t n, int64_t g);
+} hfq_codes_src;
 
-/* The order a 4-bit linear's K inputs run in as codes (model_tensor.q4):
- * the inputs stably sorted by group grp[k] < G, which must put every 32
- * consecutive ones in one group. *fits 0 when it does not; else *perm NULL
- * when that order is 0..K-1, or the order owned by q (the previous call's
- * when equal, so linears sharing an input share it). */
-int hfq__order(hfq *q, const int32_t *grp, int64_t K, int64_t G, const int32_t **perm, int *fits,
-               inf_err *err);
+/* Binds an N x K linear whose input k is in group grp[k] < G as its codes
+ * (model_tensor.q4) into *out, named name, when the int4 kernels can take
+ * them: with the inputs stably sorted by group (a desc_act / actorder
+ * g_idx: model_tensor.q4_perm, shared with the previous linear's when
+ * equal, as linears on one input have it), every 32 consecutive ones in
+ * one group. *bound 0 (and *out untouched) when they cannot. */
+int hfq__bind_codes(hfq *q, int64_t N, int64_t K, int64_t G, const int32_t *grp,
+                    const hfq_codes_src *s, const char *name, model_tensor *out, int *bound,
+                    inf_err *err);
 
 /* hfq_bind for GPTQ and AWQ (hfq_gptq.c). */
 int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,

@@ -280,8 +280,8 @@ static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *o
 }
 
 /* Whether the int4 kernels can take the codes as stored (hfq_set_packed_q4):
- * 4 bits, an even K and every scale exactly an f16 (the order of the
- * inputs, hfq__order, is asked after). */
+ * 4 bits, an even K and every scale exactly an f16 (hfq__bind_codes asks
+ * for the order of the inputs). */
 static int codes_fit(const hfq *q, const pack_lin *l)
 {
     if (q->pack.bits != 4 || l->K % 2)
@@ -292,35 +292,24 @@ static int codes_fit(const hfq *q, const pack_lin *l)
     return 1;
 }
 
-/* The stored values u = q + 8 and zeros z = zero + 8 (model_tensor.q4) in
- * the inputs' order perm (NULL: as numbered): W = scale * (u - z), the same
- * numbers. */
-static int bind_codes(hfq *q, const pack_lin *l, const int32_t *perm, const char *name,
-                      model_tensor *out, inf_err *err)
+/* hfq_codes_src over a pack_lin: the stored values u = q + 8 and zeros
+ * z = zero + 8, so scale * (u - z) are the same numbers. */
+static int pl_code(const void *ctx, int64_t n, int64_t k)
 {
-    const int64_t N = l->N, K = l->K, G = l->G, B = (K + 31) / 32, words = (K + 7) / 8;
-    uint8_t *u, *z;
-    uint16_t *d;
-    int rc = hfq__codes(q, N, K, name, out, &u, &d, &z, err);
-    if (rc)
-        return rc;
-    out->name = l->packed->name;
-    out->q4_perm = perm;
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t j = 0; j < K; j += 2) {
-            int64_t k0 = perm ? perm[j] : j, k1 = perm ? perm[j + 1] : j + 1;
-            u[n * (K / 2) + j / 2] =
-                (uint8_t)(field(hfq__u32(l->packed, (size_t)(n * words + k0 / 8)), (int)(k0 % 8), 4) |
-                          field(hfq__u32(l->packed, (size_t)(n * words + k1 / 8)), (int)(k1 % 8), 4)
-                              << 4);
-        }
-        for (int64_t b = 0; b < B; b++) {
-            size_t s = (size_t)(n * G + l->grp[perm ? perm[32 * b] : 32 * b]);
-            d[n * B + b] = inf_f32_to_f16(l->sc[s]);
-            z[n * B + b] = (uint8_t)l->zp[s];
-        }
-    }
-    return INF_OK;
+    const pack_lin *l = ctx;
+    return field(hfq__u32(l->packed, (size_t)(n * ((l->K + 7) / 8) + k / 8)), (int)(k % 8), 4);
+}
+
+static uint16_t pl_scale(const void *ctx, int64_t n, int64_t g)
+{
+    const pack_lin *l = ctx;
+    return inf_f32_to_f16(l->sc[n * l->G + g]);
+}
+
+static int pl_zero(const void *ctx, int64_t n, int64_t g)
+{
+    const pack_lin *l = ctx;
+    return l->zp[n * l->G + g];
 }
 
 /* A W8A16 linear per channel and symmetric as the int8 kernels' rows
@@ -380,16 +369,14 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     if (!rc && !(rc = zeros(q, st, &p, N, G, zp, err)) &&
         !(rc = groups(q, st, &p, K, G, grp, err))) {
         pack_lin l = {.packed = p.packed, .sc = sc, .zp = zp, .grp = grp, .N = N, .K = K, .G = G};
-        const int32_t *perm = NULL;
-        int fits = 0;
+        const hfq_codes_src cs = {.ctx = &l, .code = pl_code, .scale = pl_scale, .zero = pl_zero};
+        int bound = 0;
         if (q->packed_q4 && codes_fit(q, &l))
-            rc = hfq__order(q, grp, K, G, &perm, &fits, err);
-        if (!rc && fits)
-            rc = bind_codes(q, &l, perm, name, out, err);
-        else if (!rc && q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym)
-            rc = bind_q8(q, &l, name, out, err);
-        else if (!rc)
-            rc = bind_f32(q, &l, name, out, err);
+            rc = hfq__bind_codes(q, N, K, G, grp, &cs, p.packed->name, out, &bound, err);
+        if (!rc && !bound) /* W8A16 per channel, symmetric: the int8 kernels' rows */
+            rc = q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym
+                     ? bind_q8(q, &l, name, out, err)
+                     : bind_f32(q, &l, name, out, err);
     }
     free(sc);
     free(zp);
