@@ -98,7 +98,8 @@ const char *hfq_method(const hfq *q)
 /* What the linears of each 4- and 8-bit scheme became: [0] nothing asked,
  * dequantized to f32; [1] --quantization int4/int8 on their integers as
  * stored; [2] asked, but they did not fit and were requantized; [3] as
- * stored, some with their inputs sorted by group (desc_act, actorder). */
+ * stored, some with their inputs sorted by group (desc_act, actorder;
+ * absent for the schemes without a g_idx). */
 enum { RUN_F32, RUN_STORED, RUN_REQUANT, RUN_PERM };
 #define AS_STORED "codes, scales and zeros as stored; activations int8 per token"
 #define AS_SORTED "codes, scales and zeros as stored, inputs sorted by group; activations " \
@@ -110,8 +111,7 @@ static const char *const as_run[][4] = {
                   "gptq 4-bit (" AS_SORTED ")"},
     [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)", "awq 4-bit (" AS_STORED ")",
                  "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
-                 "requantized to int4)",
-                 "awq 4-bit (" AS_STORED ")"},
+                 "requantized to int4)"},
     [HFQ_CT_PACK] = {"compressed-tensors W4A16 (dequantized to f32 at load)",
                      "compressed-tensors W4A16 (" AS_STORED ")",
                      "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
@@ -121,9 +121,7 @@ static const char *const as_run[][4] = {
                          "compressed-tensors W8A16 (int8 weights and scales as stored; "
                          "activations int8 per token)",
                          "compressed-tensors W8A16 (not storable as int8 rows: dequantized to "
-                         "f32, then requantized to int8)",
-                         "compressed-tensors W8A16 (int8 weights and scales as stored; "
-                         "activations int8 per token)"},
+                         "f32, then requantized to int8)"},
 };
 
 const char *hfq_describe(const hfq *q)
@@ -136,10 +134,10 @@ const char *hfq_describe(const hfq *q)
         return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
     int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
     int asked = w8 ? q->packed_q8 : q->packed_q4;
-    return as_run[q->kind + w8][!asked         ? RUN_F32
-                                : q->n_requant ? RUN_REQUANT
-                                : q->n_perm    ? RUN_PERM
-                                               : RUN_STORED];
+    const char *const *row = as_run[q->kind + w8];
+    if (!asked || q->n_requant)
+        return row[asked ? RUN_REQUANT : RUN_F32];
+    return q->n_perm && row[RUN_PERM] ? row[RUN_PERM] : row[RUN_STORED];
 }
 
 int hfq_is_int8(const hfq *q)

@@ -138,9 +138,9 @@ int model_load_dir(const char *dir, model **out, inf_err *err);
 /* How a checkpoint is bound, for the backend that will run it. */
 typedef struct model_load_opts {
     int packed_q4; /* GPTQ / AWQ 4-bit linears whose groups are whole 32s
-                      of inputs in order (no desc_act permutation) as their
-                      codes (model_tensor.q4) for the CPU's int4 kernels,
-                      instead of dequantized to f32 */
+                      of inputs once sorted by group (desc_act too) as
+                      their codes (model_tensor.q4) for the CPU's int4
+                      kernels, instead of dequantized to f32 */
     int packed_q8; /* compressed-tensors W8A16 linears per channel and
                       symmetric as their int8 rows and scales
                       (model_tensor.q8) for the int8 kernels */
