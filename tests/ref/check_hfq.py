@@ -143,8 +143,8 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
         if desc_act:  # GPTQ's act-order: groups over a permutation of the inputs
             # "shared": one per input, as AutoGPTQ's Hessian order gives
             # q/k/v and gate/up; else one per linear
-            key = (prefix.rsplit(".", 1)[0], SHARES.get(prefix.rsplit(".", 2)[-2] + "." +
-                                                        prefix.rsplit(".", 1)[1], prefix))
+            leaf = ".".join(prefix.split(".")[-2:])  # "self_attn.q_proj"
+            key = (prefix[:-len(leaf)], SHARES.get(leaf, leaf))
             if desc_act != "shared" or key not in perms:
                 perms[key] = np.argsort(rng.permutation(K))
             g_idx = g_idx[perms[key]]
@@ -204,10 +204,7 @@ def split_fused(qw, c):
     """Phi-3's qkv_proj and gate_up_proj entries of w4a8_codes as the separate
     names llama_ref computes (rows q|k|v, gate|up; each part keeps the order
     of inputs)."""
-    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-    parts = {"self_attn.qkv_proj": (("self_attn.q_proj", 0, q), ("self_attn.k_proj", q, q + kv),
-                                    ("self_attn.v_proj", q + kv, q + 2 * kv)),
-             "mlp.gate_up_proj": (("mlp.gate_proj", 0, c.inter), ("mlp.up_proj", c.inter, 2 * c.inter))}
+    parts = llama_ref.fused_rows(c)
     out = {}
     for name, v in qw.items():
         fused = next((f for f in parts if name.endswith(f + ".weight")), None)

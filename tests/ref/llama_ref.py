@@ -288,24 +288,28 @@ def softcap(x, cap):
     return x if not cap else cap * np.tanh(x / cap)
 
 
-def split_fused(w, c):
-    """Phi-3's qkv_proj and gate_up_proj as the separate HF names (rows q|k|v, gate|up);
-    a W8A8 checkpoint's weight_scale the same way (one value per tensor: to each part)."""
+def fused_rows(c):
+    """Phi-3's fused linears: {fused: [(part, first row, end row)]}, rows q|k|v, gate|up."""
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    return {"self_attn.qkv_proj": [("self_attn.q_proj", 0, q), ("self_attn.k_proj", q, q + kv),
+                                   ("self_attn.v_proj", q + kv, q + 2 * kv)],
+            "mlp.gate_up_proj": [("mlp.gate_proj", 0, c.inter), ("mlp.up_proj", c.inter, 2 * c.inter)]}
+
+
+def split_fused(w, c):
+    """Phi-3's qkv_proj and gate_up_proj as the separate HF names (fused_rows);
+    a W8A8 checkpoint's weight_scale the same way (one value per tensor: to each part)."""
     for i in range(c.layers):
         p = f"model.layers.{i}."
         for suffix in ("weight", "weight_scale"):
-            if p + "self_attn.qkv_proj." + suffix not in w:
-                continue
-            qkv = w.pop(p + "self_attn.qkv_proj." + suffix)
-            gu = w.pop(p + "mlp.gate_up_proj." + suffix)
-            if qkv.size == 1:
-                qkv = np.broadcast_to(qkv.reshape(1, 1), (q + 2 * kv, 1))
-                gu = np.broadcast_to(gu.reshape(1, 1), (2 * c.inter, 1))
-            w[p + "self_attn.q_proj." + suffix] = qkv[:q]
-            w[p + "self_attn.k_proj." + suffix] = qkv[q:q + kv]
-            w[p + "self_attn.v_proj." + suffix] = qkv[q + kv:]
-            w[p + "mlp.gate_proj." + suffix], w[p + "mlp.up_proj." + suffix] = gu[:c.inter], gu[c.inter:]
+            for fused, parts in fused_rows(c).items():
+                if p + fused + "." + suffix not in w:
+                    continue
+                v = w.pop(p + fused + "." + suffix)
+                if v.size == 1:
+                    v = np.broadcast_to(v.reshape(1, 1), (parts[-1][2], 1))
+                for leaf, r0, r1 in parts:
+                    w[p + leaf + "." + suffix] = v[r0:r1]
 
 
 def embed_scale(model_dir, c):
