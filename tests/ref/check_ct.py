@@ -594,8 +594,8 @@ def main():
             shutil.rmtree(d, ignore_errors=True)
         ints = {}
         ct_ref.make_pack(src, out, bits, group, sym, sdt, act, zf, codes, ints=ints)
-        # the int4 kernels take the codes: 4 bits, whole 32s once sorted by group, f16-exact scales
-        fits = bits == 4 and (group == 0 or group % 32 == 0) and sdt != "f32"
+        # the int4 kernels take the codes: 4 bits, f16-exact scales, whole 32s once sorted by group
+        fits = bits == 4 and sdt != "f32" and all(hq.codes_fit(c[3]) for c in ints.values())
         rows = bits == 8 and group == 0 and sym  # int8 rows and a scale each: the int8 kernels'
         check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None,
                       ints if rows else None)
