@@ -162,9 +162,8 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of 15 timed runs after 3 warm-ups. */
-static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
-                      int K, float *y, int M, float *ws)
+/* Median milliseconds of 15 timed runs of fn(ctx) after 3 warm-ups. */
+static double median_ms(void (*fn)(const void *), const void *ctx)
 {
     cudaEvent_t e0, e1;
     TRY(cudaEventCreate(&e0));
@@ -172,7 +171,7 @@ static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint1
     float t[15];
     for (int i = 0; i < 18; i++) {
         TRY(cudaEventRecord(e0, 0));
-        gemm_once(kind, h, x, w, N, K, y, M, ws);
+        fn(ctx);
         TRY(cudaEventRecord(e1, 0));
         TRY(cudaEventSynchronize(e1));
         if (i >= 3)
@@ -182,6 +181,27 @@ static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint1
     cudaEventDestroy(e1);
     qsort(t, 15, sizeof *t, cmp_float);
     return t[7];
+}
+
+typedef struct gemm_call {
+    int kind, N, K, M;
+    cublasHandle_t h;
+    const uint16_t *x, *w;
+    float *y, *ws;
+} gemm_call;
+
+static void gemm_call_once(const void *p)
+{
+    const gemm_call *c = p;
+    gemm_once(c->kind, c->h, c->x, c->w, c->N, c->K, c->y, c->M, c->ws);
+}
+
+static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
+                      int K, float *y, int M, float *ws)
+{
+    gemm_call c = {.kind = kind, .N = N, .K = K, .M = M, .h = h, .x = x, .w = w, .y = y,
+                   .ws = ws};
+    return median_ms(gemm_call_once, &c);
 }
 
 /* Times cuBLAS, cuda_k_gemm and every candidate shape on the model's four
@@ -259,6 +279,174 @@ static int gemm_sweep(const model *m, cJSON *out)
     cudaFree(dw);
     cudaFree(dy);
     cudaFree(dws);
+    free(ref);
+    free(got);
+    return ok;
+}
+
+/* ---- the quantized GEMMs' kernels ------------------------------------------------ */
+
+/* One quantized GEMM (or, with kernel -1, the activations' quantization). */
+typedef struct qcall {
+    int quant, kernel, M, N, K;
+    const uint16_t *x;
+    int8_t *q;
+    float *sx, *y;
+    const int8_t *w;
+    const float *sw;
+    const uint8_t *w4;
+    const uint16_t *d;
+} qcall;
+
+static void qcall_once(const void *p)
+{
+    const qcall *c = p;
+    if (c->kernel < 0)
+        TRY(cuda_k_quant_rows(c->x, c->K, c->K, c->M, c->q, c->K, c->sx, 0));
+    else if (c->quant == CUDA_QUANT_INT8)
+        TRY(cuda_k_gemm_i8_with(c->kernel, c->q, c->K, c->sx, c->w, c->K, c->sw, c->N, c->K,
+                                c->y, c->N, c->M, 0));
+    else
+        TRY(cuda_k_gemm_i4_with(c->kernel, c->q, c->K, c->sx, c->w4, c->d, c->N, c->K / 32,
+                                c->y, c->N, c->M, 0));
+}
+
+/* n random bytes into a new device buffer: int8 weights and activations
+ * ([-127, 127] with avoid_min), int4 nibbles. */
+static void *dev_random_bytes(size_t n, uint32_t seed, int avoid_min)
+{
+    uint8_t *h = malloc(n);
+    void *d = NULL;
+    if (!h) {
+        fprintf(stderr, "bench_cuda: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++, seed = seed * 1664525u + 1013904223u) {
+        h[i] = (uint8_t)(seed >> 24);
+        if (avoid_min && h[i] == 0x80)
+            h[i] = 0x81;
+    }
+    TRY(cudaMalloc(&d, n));
+    TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    free(h);
+    return d;
+}
+
+/* Times each kernel of cuda_k_gemm_i8 and _i4 (cuda/kern.h, CUDA_QK_*) and
+ * the activations' quantization on the model's four GEMMs at several M, on
+ * random data: microseconds, and the weight bytes read per second against
+ * the copy bandwidth bw (GB/s); checks that every kernel timed gives the
+ * same bits (first 64 rows). Returns 0 when one does not. */
+static int qgemm_sweep(const model *m, double bw, cJSON *out)
+{
+    const model_config *c = &m->cfg;
+    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
+    const int shapes[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
+                              {D, c->n_heads * hd},
+                              {2 * F, D},
+                              {D, F}};
+    const char *names[4] = {"qkv", "o", "gate_up", "down"};
+    const int Ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 2048};
+    int nM = (int)(sizeof Ms / sizeof *Ms), ok = 1;
+    size_t wmax = 0, kmax = 0, nmax = 0;
+    for (int s = 0; s < 4; s++) {
+        if (shapes[s][1] % 32) {
+            printf("quantized kernels: K %d is not a multiple of 32; not timed\n", shapes[s][1]);
+            return 1;
+        }
+        size_t nk = (size_t)shapes[s][0] * shapes[s][1];
+        wmax = nk > wmax ? nk : wmax;
+        kmax = (size_t)shapes[s][1] > kmax ? (size_t)shapes[s][1] : kmax;
+        nmax = (size_t)shapes[s][0] > nmax ? (size_t)shapes[s][0] : nmax;
+    }
+    size_t cmp_max = 64 * nmax;
+    qcall qc = {.x = dev_random_bf16(2048 * kmax, 1.0f, 5),
+                .w = dev_random_bytes(wmax, 17, 0),
+                .w4 = dev_random_bytes(wmax / 2, 19, 0),
+                .d = dev_random_bf16(wmax / 32, 0.01f, 23)};
+    /* f16 scales: bf16 bits read as f16 are finite, small and of both signs */
+    float *hsw = malloc(nmax * 4);
+    for (size_t n = 0; n < nmax; n++)
+        hsw[n] = 0.001f * (float)(1 + n % 13);
+    TRY(cudaMalloc((void **)&qc.sw, nmax * 4));
+    TRY(cudaMemcpy((void *)qc.sw, hsw, nmax * 4, cudaMemcpyHostToDevice));
+    free(hsw);
+    TRY(cudaMalloc((void **)&qc.q, 2048 * kmax));
+    TRY(cudaMalloc((void **)&qc.sx, 2048 * 4));
+    TRY(cudaMalloc((void **)&qc.y, 2048 * nmax * 4));
+    TRY(cuda_k_quant_rows(qc.x, (int)kmax, (int)kmax, 2048, qc.q, (int)kmax, qc.sx, 0));
+    float *ref = malloc(cmp_max * 4), *got = malloc(cmp_max * 4);
+    cJSON *arr = cJSON_AddArrayToObject(out, "quantized_gemm_shapes");
+    printf("\nquantized GEMMs (us; GB/s of weights read by the launcher's choice, %% of the "
+           "copy bandwidth %.0f)\n%-8s %5s %6s %6s %5s %8s", bw, "gemm", "M", "N", "K", "quant",
+           "quant_x");
+    for (int k = 0; k < CUDA_QK_KERNELS; k++)
+        printf(" %9s", cuda_k_qgemm_kernel_name(k));
+    printf(" %6s %9s %6s\n", "chosen", "GB/s", "of bw");
+    for (int s = 0; s < 4; s++)
+        for (int mi = 0; mi < nM; mi++)
+            for (int qi = 0; qi < 2; qi++) {
+                int quant = qi ? CUDA_QUANT_INT4 : CUDA_QUANT_INT8;
+                qc.quant = quant;
+                qc.N = shapes[s][0];
+                qc.K = shapes[s][1];
+                qc.M = Ms[mi];
+                qc.kernel = -1;
+                double tq = median_ms(qcall_once, &qc);
+                size_t cmp = (size_t)(qc.M < 64 ? qc.M : 64) * qc.N;
+                double wbytes = quant == CUDA_QUANT_INT8
+                                    ? (double)qc.N * qc.K + 4.0 * qc.N
+                                    : (double)qc.N * qc.K / 2 + 2.0 * qc.N * (qc.K / 32);
+                int chosen = cuda_k_qgemm_kernel(qc.M);
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "gemm", names[s]);
+                cJSON_AddStringToObject(e, "quant", qi ? "int4" : "int8");
+                cJSON_AddNumberToObject(e, "M", qc.M);
+                cJSON_AddNumberToObject(e, "N", qc.N);
+                cJSON_AddNumberToObject(e, "K", qc.K);
+                cJSON_AddNumberToObject(e, "weight_bytes", wbytes);
+                cJSON_AddNumberToObject(e, "quant_rows_us", tq * 1e3);
+                cJSON_AddStringToObject(e, "chosen", cuda_k_qgemm_kernel_name(chosen));
+                cJSON *ks = cJSON_AddObjectToObject(e, "kernels_us");
+                printf("%-8s %5d %6d %6d %5s %8.1f", names[s], qc.M, qc.N, qc.K,
+                       qi ? "int4" : "int8", tq * 1e3);
+                double tch = 0;
+                int have_ref = 0;
+                for (int k = 0; k < CUDA_QK_KERNELS; k++) {
+                    if (k != CUDA_QK_TILED && k != chosen && qc.M > 256) {
+                        printf(" %9s", "-"); /* a warp a weight row: minutes at large M */
+                        continue;
+                    }
+                    qc.kernel = k;
+                    TRY(cudaMemset(qc.y, 0xff, cmp * 4));
+                    double t = median_ms(qcall_once, &qc);
+                    TRY(cudaMemcpy(have_ref ? got : ref, qc.y, cmp * 4,
+                                   cudaMemcpyDeviceToHost));
+                    if (have_ref++ && memcmp(got, ref, cmp * 4)) {
+                        printf("\nkernel %s: NOT the first kernel's bits at M %d N %d K %d\n",
+                               cuda_k_qgemm_kernel_name(k), qc.M, qc.N, qc.K);
+                        ok = 0;
+                    }
+                    cJSON_AddNumberToObject(ks, cuda_k_qgemm_kernel_name(k), t * 1e3);
+                    printf(" %9.1f", t * 1e3);
+                    if (k == chosen)
+                        tch = t;
+                }
+                double gbs = wbytes / (tch * 1e-3) / 1e9;
+                cJSON_AddNumberToObject(e, "chosen_weight_gbs", gbs);
+                cJSON_AddNumberToObject(e, "chosen_fraction_of_copy_bw", gbs / bw);
+                cJSON_AddItemToArray(arr, e);
+                printf(" %6s %9.0f %5.1f%%\n", cuda_k_qgemm_kernel_name(chosen), gbs,
+                       100 * gbs / bw);
+            }
+    cudaFree((void *)qc.x);
+    cudaFree((void *)qc.w);
+    cudaFree((void *)qc.w4);
+    cudaFree((void *)qc.sw);
+    cudaFree((void *)qc.d);
+    cudaFree(qc.q);
+    cudaFree(qc.sx);
+    cudaFree(qc.y);
     free(ref);
     free(got);
     return ok;
@@ -649,6 +837,11 @@ int main(int argc, char **argv)
            "the roofline, %.1fx at 64, %.1f%% of the GEMM rate)\n", roof * 1e3, stream / 1e9,
            bw, 100 * roof / fc.t1, fc.tps64 / fc.tps1, 100 * fc.pflops / gemm);
 
+    if (nq) {
+        int qbits = qgemm_sweep(m, bw, o);
+        cJSON_AddBoolToObject(o, "quantized_gemm_same_bits", qbits);
+        same_bits = same_bits && qbits;
+    }
     figs fq[2];
     size_t qstream[2];
     for (int i = 0; i < nq; i++) {

@@ -9,12 +9,14 @@
 // per-group chain runs in increasing g inside one thread per output.
 //
 // Each GEMM has two shapes, chosen by M:
-//   - warp (M <= WARP_MAX_M, decode): a warp per weight row, the row read
-//     once per MR activation rows (one pass for M <= 8), lanes on 16-byte
-//     chunks so the warp reads the row coalesced; memory-bound.
+//   - rows (M <= ROWS_MAX_M, decode): a warp per weight row, the row read
+//     once per pass of up to 8 activation rows (templated on the pass, so
+//     M = 1 carries no idle rows), lanes on 16-byte chunks so the warp
+//     reads the row coalesced, several loads in flight; memory-bound.
 //   - tiled (prefill): 64 x 64 outputs per block through shared memory, so
 //     the weights are read M / 64 times rather than M / 8.
-// Both give the same bits; the threshold is a guess until bench_cuda times it.
+// A third, the first decode kernels (warp), stays for bench_cuda to time
+// beside them. All give the same bits (cuda_k_gemm_i8_with says which ran).
 // Pointers q, w and w4 must be 16-byte aligned (cudaMalloc'd, and the
 // contract's strides keep every row so); the launchers refuse otherwise.
 #include <cuda_fp16.h>
@@ -26,8 +28,8 @@ namespace {
 
 constexpr int QUANT_THREADS = 256;
 constexpr int WARP_ROWS = 8;   // warp kernels: weight rows per block, a warp each
-constexpr int MR = 8;          // warp kernels: activation rows per pass, in registers
-constexpr int WARP_MAX_M = 32; // larger M takes the tiled kernels
+constexpr int WARP_MR = 8;     // warp kernels: activation rows per pass, in registers
+constexpr int ROWS_MAX_M = 64; // larger M takes the tiled kernels
 constexpr int TB = 64;         // tiled: TB rows of M x TB rows of N per block
 constexpr int TK = 64;         // tiled: K bytes per stage (two int4 groups)
 constexpr int TKI = TK / 4 + 1; // ints per shared row, padded: see tile_dot
@@ -101,14 +103,26 @@ __device__ __forceinline__ void unpack_q4(int4 v, int4 &lo, int4 &hi)
                    (int)__vsub4((w[2] >> 4) & m, e), (int)__vsub4((w[3] >> 4) & m, e));
 }
 
-// ---- warp kernels (decode) ---------------------------------------------------
+// ---- row kernels (decode) -----------------------------------------------------
 
-// Warp n % WARP_ROWS of block n / WARP_ROWS computes column n of y: for
-// each pass of up to MR rows, lane l sums chunks l, l + 32, ... (16 bytes
-// each) of K against the MR activation rows, the warp adds its lanes'
-// sums (exact) and lane i writes row m0 + i.
+// Rows m0..m0 + MR - 1 of q, clamped to the last row below M: a short last
+// pass recomputes that row rather than testing i < mc in the inner loops.
+template <int MR>
+__device__ __forceinline__ void pass_rows(const int8_t *q, int ldq, int m0, int M,
+                                          const int8_t *(&qr)[MR])
+{
+#pragma unroll
+    for (int i = 0; i < MR; i++)
+        qr[i] = q + (size_t)min(m0 + i, M - 1) * ldq;
+}
+
+// Warp n % WARP_ROWS of block n / WARP_ROWS computes column n of y, MR
+// activation rows a pass: lane l sums chunks l, l + 32, ... (16 bytes each)
+// of K, eight chunks in flight, the warp adds its lanes' sums (exact) and
+// lane i writes row m0 + i.
+template <int MR>
 __global__ void __launch_bounds__(WARP_ROWS * 32)
-    k_gemm_i8_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
+    k_gemm_i8_rows(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
                    const int8_t *__restrict__ w, int ldw, const float *__restrict__ sw, int N,
                    int K, float *__restrict__ y, int ldy, int M)
 {
@@ -118,19 +132,130 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
     const int4 *wr = (const int4 *)(w + (size_t)n * ldw);
     int nc = (K + 15) / 16; // past K, w and q are zero up to ldw
     for (int m0 = 0; m0 < M; m0 += MR) {
-        int mc = min(MR, M - m0), s[MR] = {};
-#pragma unroll 4 // for speed: several weight loads in flight per lane
+        const int8_t *qr[MR];
+        pass_rows<MR>(q, ldq, m0, M, qr);
+        int s[MR] = {};
+#pragma unroll 8
         for (int c = lane; c < nc; c += 32) {
             int4 wv = __ldg(wr + c);
 #pragma unroll
             for (int i = 0; i < MR; i++)
+                s[i] = dot16(wv, __ldg((const int4 *)qr[i] + c), s[i]);
+        }
+        int mc = min(MR, M - m0);
+#pragma unroll
+        for (int i = 0; i < MR; i++)
+            if (i < mc) { // warp-uniform
+                int S = warp_sum(s[i]);
+                if (lane == i)
+                    y[(size_t)(m0 + i) * ldy + n] =
+                        __fmul_rn(__fmul_rn(__int2float_rn(S), sx[m0 + i]), sw[n]);
+            }
+    }
+}
+
+constexpr int GC = 128;     // int4 row kernel: groups a chunk, four a lane
+constexpr int GCP = GC + 4; // its shared rows, padded: see k_gemm_i4_rows
+
+// The same for int4, a chunk of GC groups at a time: lane l finds s_g of
+// groups l, l + 32, l + 64 and l + 96 of the chunk for the pass's rows (the
+// four 16-byte loads in flight together) and puts (float)s_g (exact) and
+// the scale in the warp's shared rows; lane i < MR then extends row
+// m0 + i's chain over the chunk, in increasing g. Slots past G hold 0 and
+// 0, which leave the chain's bits alone: acc starts at +0 and is never -0
+// (an exact zero sum rounds to +0), and x + (+0) is x for every other x.
+// The padded stride puts lane i's float4 reads of row i in banks 4i..4i+3.
+template <int MR>
+__global__ void __launch_bounds__(WARP_ROWS * 32)
+    k_gemm_i4_rows(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
+                   const uint8_t *__restrict__ w4, const uint16_t *__restrict__ d, int N, int G,
+                   float *__restrict__ y, int ldy, int M)
+{
+    __shared__ __align__(16) float ss[WARP_ROWS][MR][GCP];
+    __shared__ __align__(16) float ds[WARP_ROWS][GC];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n = blockIdx.x * WARP_ROWS + warp;
+    if (n >= N)
+        return; // the whole warp; the barriers below are per warp
+    const int4 *wr = (const int4 *)(w4 + (size_t)n * G * 16);
+    const uint16_t *dr = d + (size_t)n * G;
+    for (int m0 = 0; m0 < M; m0 += MR) {
+        const int8_t *qr[MR];
+        pass_rows<MR>(q, ldq, m0, M, qr);
+        int mc = min(MR, M - m0);
+        float acc = 0.0f; // lane i < mc: row m0 + i's chain
+        for (int g0 = 0; g0 < G; g0 += GC) {
+            int4 wv[GC / 32];
+            uint16_t dv[GC / 32];
+#pragma unroll
+            for (int j = 0; j < GC / 32; j++) { // the loads first, all in flight
+                int g = g0 + lane + 32 * j;
+                wv[j] = g < G ? __ldg(wr + g) : make_int4(0, 0, 0, 0);
+                dv[j] = g < G ? __ldg(dr + g) : (uint16_t)0;
+            }
+#pragma unroll
+            for (int j = 0; j < GC / 32; j++) {
+                int g = g0 + lane + 32 * j, gl = lane + 32 * j;
+                int4 lo, hi;
+                unpack_q4(wv[j], lo, hi);
+#pragma unroll
+                for (int i = 0; i < MR; i++) {
+                    int s = 0;
+                    if (g < G) {
+                        const int4 *qg = (const int4 *)qr[i] + 2 * g;
+                        s = dot16(hi, __ldg(qg + 1), dot16(lo, __ldg(qg), 0));
+                    }
+                    ss[warp][i][gl] = __int2float_rn(s); // |s_g| <= 32 * 127 * 8: exact
+                }
+                ds[warp][gl] = __half2float(__ushort_as_half(dv[j])); // exact
+            }
+            __syncwarp();
+            int nq = (min(GC, G - g0) + 3) / 4;
+            if (lane < mc) {
+                const float4 *sr = (const float4 *)ss[warp][lane], *dr4 = (const float4 *)ds[warp];
+#pragma unroll 4
+                for (int j = 0; j < nq; j++) {
+                    float4 a = sr[j], b = dr4[j];
+                    acc = __fmaf_rn(a.x, b.x, acc);
+                    acc = __fmaf_rn(a.y, b.y, acc);
+                    acc = __fmaf_rn(a.z, b.z, acc);
+                    acc = __fmaf_rn(a.w, b.w, acc);
+                }
+            }
+            __syncwarp(); // the next chunk overwrites ss
+        }
+        if (lane < mc)
+            y[(size_t)(m0 + lane) * ldy + n] = __fmul_rn(acc, sx[m0 + lane]);
+    }
+}
+
+// ---- warp kernels (the first decode kernels, kept for bench_cuda to time) ------
+
+// Like the row kernels with 8 rows a pass at every M, predicated on the pass's
+// rows; int4 extends its chains every 32 groups, one load a lane.
+__global__ void __launch_bounds__(WARP_ROWS * 32)
+    k_gemm_i8_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
+                   const int8_t *__restrict__ w, int ldw, const float *__restrict__ sw, int N,
+                   int K, float *__restrict__ y, int ldy, int M)
+{
+    int lane = threadIdx.x & 31, n = blockIdx.x * WARP_ROWS + (threadIdx.x >> 5);
+    if (n >= N)
+        return;
+    const int4 *wr = (const int4 *)(w + (size_t)n * ldw);
+    int nc = (K + 15) / 16;
+    for (int m0 = 0; m0 < M; m0 += WARP_MR) {
+        int mc = min(WARP_MR, M - m0), s[WARP_MR] = {};
+#pragma unroll 4
+        for (int c = lane; c < nc; c += 32) {
+            int4 wv = __ldg(wr + c);
+#pragma unroll
+            for (int i = 0; i < WARP_MR; i++)
                 if (i < mc) {
                     const int4 *qr = (const int4 *)(q + (size_t)(m0 + i) * ldq);
                     s[i] = dot16(wv, __ldg(qr + c), s[i]);
                 }
         }
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < WARP_MR; i++) {
             int S = warp_sum(s[i]);
             if (lane == i && i < mc)
                 y[(size_t)(m0 + i) * ldy + n] =
@@ -139,52 +264,47 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
     }
 }
 
-// The same for int4: lane l takes groups l, l + 32, ... (16 bytes of
-// nibbles and a scale each) and finds s_g for the pass's rows; the s_g of
-// the warp's 32 groups go to shared memory, and lane i < MR then runs row
-// m0 + i's chain over them in increasing g before the next 32 groups.
 __global__ void __launch_bounds__(WARP_ROWS * 32)
     k_gemm_i4_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
                    const uint8_t *__restrict__ w4, const uint16_t *__restrict__ d, int N, int G,
                    float *__restrict__ y, int ldy, int M)
 {
-    // row stride 33: lanes 0..7 read column j of rows 0..7 from distinct banks
-    __shared__ int ss[WARP_ROWS][MR][33];
+    __shared__ int ss[WARP_ROWS][WARP_MR][33];
     __shared__ float ds[WARP_ROWS][32];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n = blockIdx.x * WARP_ROWS + warp;
     if (n >= N)
-        return; // the whole warp; the barriers below are per warp
+        return;
     const int4 *wr = (const int4 *)(w4 + (size_t)n * G * 16);
     const uint16_t *dr = d + (size_t)n * G;
-    for (int m0 = 0; m0 < M; m0 += MR) {
-        int mc = min(MR, M - m0);
-        float acc = 0.0f; // lane i < mc: row m0 + i's chain
+    for (int m0 = 0; m0 < M; m0 += WARP_MR) {
+        int mc = min(WARP_MR, M - m0);
+        float acc = 0.0f;
         for (int g0 = 0; g0 < G; g0 += 32) {
-            int g = g0 + lane, s[MR] = {};
+            int g = g0 + lane, s[WARP_MR] = {};
             float dg = 0.0f;
             if (g < G) {
                 int4 lo, hi;
                 unpack_q4(__ldg(wr + g), lo, hi);
-                dg = __half2float(__ushort_as_half(__ldg(dr + g))); // exact
+                dg = __half2float(__ushort_as_half(__ldg(dr + g)));
 #pragma unroll
-                for (int i = 0; i < MR; i++)
+                for (int i = 0; i < WARP_MR; i++)
                     if (i < mc) {
                         const int4 *qg = (const int4 *)(q + (size_t)(m0 + i) * ldq) + 2 * g;
                         s[i] = dot16(hi, __ldg(qg + 1), dot16(lo, __ldg(qg), 0));
                     }
             }
 #pragma unroll
-            for (int i = 0; i < MR; i++)
+            for (int i = 0; i < WARP_MR; i++)
                 ss[warp][i][lane] = s[i];
             ds[warp][lane] = dg;
             __syncwarp();
             int ng = min(32, G - g0);
             if (lane < mc) {
-#pragma unroll 4 // a fixed unroll: the default one spilled (ptxas -v)
-                for (int j = 0; j < ng; j++) // |s_g| <= 32 * 127 * 8: exact as float
+#pragma unroll 4
+                for (int j = 0; j < ng; j++)
                     acc = __fmaf_rn(__int2float_rn(ss[warp][lane][j]), ds[warp][j], acc);
             }
-            __syncwarp(); // the next groups overwrite ss
+            __syncwarp();
         }
         if (lane < mc)
             y[(size_t)(m0 + lane) * ldy + n] = __fmul_rn(acc, sx[m0 + lane]);
@@ -323,17 +443,46 @@ bool grid_fits(long long gx, long long gy)
 
 } // namespace
 
-// A quantized GEMM's launch: the warp kernels (a warp per weight row) for
-// decode-sized M, the tiles beyond; false when the grid would not fit.
-static bool qgemm_grid(int M, int N, bool *warp, dim3 *grid)
+// The kernel cuda_k_gemm_i8 / _i4 run for M rows: the row kernels up to
+// ROWS_MAX_M (a guess until bench_cuda's sweep times both), tiles beyond.
+extern "C" int cuda_k_qgemm_kernel(int M)
 {
-    *warp = M <= WARP_MAX_M;
-    long long gx = *warp ? (N + WARP_ROWS - 1) / WARP_ROWS : (N + TB - 1) / TB;
-    long long gy = *warp ? 1 : (M + TB - 1) / TB;
+    return M <= ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_TILED;
+}
+
+// The grid of kernel `kernel` for M x N; false when it would not fit.
+static bool qgemm_grid(int kernel, int M, int N, dim3 *grid)
+{
+    bool rows = kernel != CUDA_QK_TILED;
+    long long gx = rows ? (N + WARP_ROWS - 1) / WARP_ROWS : (N + TB - 1) / TB;
+    long long gy = rows ? 1 : (M + TB - 1) / TB;
     if (!grid_fits(gx, gy))
         return false;
     *grid = dim3((unsigned)gx, (unsigned)gy);
     return true;
+}
+
+// The row kernels' activation rows a pass for M: all of them up to 8.
+#define ROWS_LAUNCH(kern, g, st, M, ...)                                                   \
+    do {                                                                                   \
+        if ((M) == 1)                                                                      \
+            kern<1><<<g, WARP_ROWS * 32, 0, st>>>(__VA_ARGS__);                            \
+        else if ((M) == 2)                                                                 \
+            kern<2><<<g, WARP_ROWS * 32, 0, st>>>(__VA_ARGS__);                            \
+        else if ((M) <= 4)                                                                 \
+            kern<4><<<g, WARP_ROWS * 32, 0, st>>>(__VA_ARGS__);                            \
+        else                                                                               \
+            kern<8><<<g, WARP_ROWS * 32, 0, st>>>(__VA_ARGS__);                            \
+    } while (0)
+
+extern "C" const char *cuda_k_qgemm_kernel_name(int kernel)
+{
+    switch (kernel) {
+    case CUDA_QK_ROWS: return "rows";
+    case CUDA_QK_TILED: return "tiled";
+    case CUDA_QK_WARP: return "warp";
+    default: return "?";
+    }
 }
 
 extern "C" cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q,
@@ -347,24 +496,60 @@ extern "C" cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int 
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx,
-                                      const int8_t *w, int ldw, const float *sw, int N, int K,
-                                      float *y, int ldy, int M, cudaStream_t st)
+extern "C" cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq,
+                                           const float *sx, const int8_t *w, int ldw,
+                                           const float *sw, int N, int K, float *y, int ldy,
+                                           int M, cudaStream_t st)
 {
     if (K < 0 || ldw < K || ldw % 32 || ldq < ldw || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (kernel < 0 || kernel >= CUDA_QK_KERNELS)
         return cudaErrorInvalidValue;
     if (M <= 0 || N <= 0)
         return cudaGetLastError();
     if (!aligned16(q) || !aligned16(w))
         return cudaErrorInvalidValue;
-    bool warp;
     dim3 g;
-    if (!qgemm_grid(M, N, &warp, &g))
+    if (!qgemm_grid(kernel, M, N, &g))
         return cudaErrorInvalidValue;
-    if (warp)
+    if (kernel == CUDA_QK_ROWS)
+        ROWS_LAUNCH(k_gemm_i8_rows, g, st, M, q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
+    else if (kernel == CUDA_QK_WARP)
         k_gemm_i8_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
     else
         k_gemm_i8_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx,
+                                      const int8_t *w, int ldw, const float *sw, int N, int K,
+                                      float *y, int ldy, int M, cudaStream_t st)
+{
+    return cuda_k_gemm_i8_with(cuda_k_qgemm_kernel(M), q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
+}
+
+extern "C" cudaError_t cuda_k_gemm_i4_with(int kernel, const int8_t *q, int ldq,
+                                           const float *sx, const uint8_t *w4,
+                                           const uint16_t *d, int N, int G, float *y, int ldy,
+                                           int M, cudaStream_t st)
+{
+    if (G < 0 || (long long)ldq < 32LL * G || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (kernel < 0 || kernel >= CUDA_QK_KERNELS)
+        return cudaErrorInvalidValue;
+    if (M <= 0 || N <= 0)
+        return cudaGetLastError();
+    if (!aligned16(q) || !aligned16(w4))
+        return cudaErrorInvalidValue;
+    dim3 g;
+    if (!qgemm_grid(kernel, M, N, &g))
+        return cudaErrorInvalidValue;
+    if (kernel == CUDA_QK_ROWS)
+        ROWS_LAUNCH(k_gemm_i4_rows, g, st, M, q, ldq, sx, w4, d, N, G, y, ldy, M);
+    else if (kernel == CUDA_QK_WARP)
+        k_gemm_i4_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
+    else
+        k_gemm_i4_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
     return cudaGetLastError();
 }
 
@@ -372,19 +557,5 @@ extern "C" cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx,
                                       const uint8_t *w4, const uint16_t *d, int N, int G,
                                       float *y, int ldy, int M, cudaStream_t st)
 {
-    if (G < 0 || (long long)ldq < 32LL * G || ldq % 16)
-        return cudaErrorInvalidValue;
-    if (M <= 0 || N <= 0)
-        return cudaGetLastError();
-    if (!aligned16(q) || !aligned16(w4))
-        return cudaErrorInvalidValue;
-    bool warp;
-    dim3 g;
-    if (!qgemm_grid(M, N, &warp, &g))
-        return cudaErrorInvalidValue;
-    if (warp)
-        k_gemm_i4_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
-    else
-        k_gemm_i4_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w4, d, N, G, y, ldy, M);
-    return cudaGetLastError();
+    return cuda_k_gemm_i4_with(cuda_k_qgemm_kernel(M), q, ldq, sx, w4, d, N, G, y, ldy, M, st);
 }

@@ -530,7 +530,7 @@ static void test_cuda_kern_quant_rows_exact(void **state)
 
 /* The row counts of the GEMM tests: one and two passes of the decode
  * kernels, then the tiled ones with a partial and several row tiles. */
-static const int q_ms[] = {1, 3, 8, 9, 40, 130};
+static const int q_ms[] = {1, 2, 3, 5, 8, 9, 40, 64, 65, 130};
 enum { Q_MMAX = 130 };
 
 /* Activations as cuda_k_quant_rows leaves them ([-127, 127], zero past K)
@@ -581,25 +581,30 @@ typedef struct i8_case {
     const int8_t *q, *w;
     const float *sx, *sw;
     int ldq, ldw, N, K;
+    int kernel; /* CUDA_QK_*, or -1: the launcher's choice by M */
 } i8_case;
 
 static cudaError_t run_i8(const void *ctx, int M, float *dy, int ldy)
 {
     const i8_case *c = ctx;
-    return cuda_k_gemm_i8(c->q, c->ldq, c->sx, c->w, c->ldw, c->sw, c->N, c->K, dy, ldy, M, 0);
+    if (c->kernel < 0)
+        return cuda_k_gemm_i8(c->q, c->ldq, c->sx, c->w, c->ldw, c->sw, c->N, c->K, dy, ldy, M,
+                              0);
+    return cuda_k_gemm_i8_with(c->kernel, c->q, c->ldq, c->sx, c->w, c->ldw, c->sw, c->N, c->K,
+                               dy, ldy, M, 0);
 }
 
 /* cuda_k_gemm_i8 gives the contract's bits, y = ((float)S * sx) * sw, for
  * N not a multiple of any tile, K a multiple of 32 and not (with ldw and
  * ldq padded), weights holding -128, and one output whose sum is past 2^24
- * (so (float)S rounds). */
+ * (so (float)S rounds); so does each of its kernels at every M. */
 static void test_cuda_kern_gemm_i8_exact(void **state)
 {
     (void)state;
     NEED_GPU();
     const int shapes[][4] = {/* N, K, ldw, ldq */
                              {1, 32, 32, 32}, {37, 96, 96, 96}, {300, 2080, 2080, 2080},
-                             {37, 100, 128, 160}};
+                             {37, 100, 128, 160}, {9, 9600, 9600, 9600}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         int N = shapes[c][0], K = shapes[c][1], ldw = shapes[c][2], ldq = shapes[c][3];
         int8_t *q = malloc((size_t)Q_MMAX * ldq), *w = malloc((size_t)N * ldw);
@@ -624,9 +629,12 @@ static void test_cuda_kern_gemm_i8_exact(void **state)
         i8_case ic = {.q = to_dev(q, (size_t)Q_MMAX * ldq), .w = to_dev(w, (size_t)N * ldw),
                       .sx = to_dev(sx, sizeof sx), .sw = to_dev(sw, (size_t)N * 4),
                       .ldq = ldq, .ldw = ldw, .N = N, .K = K};
-        char what[80];
-        snprintf(what, sizeof what, "gemm_i8 N %d K %d ldw %d ldq %d", N, K, ldw, ldq);
-        q_gemm_check(run_i8, &ic, N, want, what);
+        for (ic.kernel = -1; ic.kernel < CUDA_QK_KERNELS; ic.kernel++) {
+            char what[96];
+            snprintf(what, sizeof what, "gemm_i8 N %d K %d ldw %d ldq %d (%s)", N, K, ldw, ldq,
+                     ic.kernel < 0 ? "by M" : cuda_k_qgemm_kernel_name(ic.kernel));
+            q_gemm_check(run_i8, &ic, N, want, what);
+        }
         cudaFree((void *)ic.q);
         cudaFree((void *)ic.w);
         cudaFree((void *)ic.sx);
@@ -644,23 +652,30 @@ typedef struct i4_case {
     const uint16_t *d;
     const float *sx;
     int ldq, N, G;
+    int kernel; /* CUDA_QK_*, or -1: the launcher's choice by M */
 } i4_case;
 
 static cudaError_t run_i4(const void *ctx, int M, float *dy, int ldy)
 {
     const i4_case *c = ctx;
-    return cuda_k_gemm_i4(c->q, c->ldq, c->sx, c->w4, c->d, c->N, c->G, dy, ldy, M, 0);
+    if (c->kernel < 0)
+        return cuda_k_gemm_i4(c->q, c->ldq, c->sx, c->w4, c->d, c->N, c->G, dy, ldy, M, 0);
+    return cuda_k_gemm_i4_with(c->kernel, c->q, c->ldq, c->sx, c->w4, c->d, c->N, c->G, dy, ldy,
+                               M, 0);
 }
 
 /* cuda_k_gemm_i4 gives the contract's bits: s_g exact from the nibbles
  * (low k = 32g + i, high 32g + 16 + i, minus 8), the fmaf chain over g in
  * order, then times sx; random nibbles and f16 scales of both signs (and
- * some 0), N not a multiple of any tile, G odd and even, ldq padded. */
+ * some 0), N not a multiple of any tile, G odd and even, over several of
+ * the row kernel's 128-group chunks (300), ldq padded; each kernel at
+ * every M. */
 static void test_cuda_kern_gemm_i4_exact(void **state)
 {
     (void)state;
     NEED_GPU();
-    const int shapes[][3] = {/* N, G, ldq */ {1, 1, 32}, {37, 3, 128}, {300, 65, 2080}};
+    const int shapes[][3] = {/* N, G, ldq */ {1, 1, 32},      {37, 3, 128},
+                             {300, 65, 2080}, {9, 300, 9632}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         int N = shapes[c][0], G = shapes[c][1], ldq = shapes[c][2], K = 32 * G;
         size_t nd = (size_t)N * G;
@@ -690,9 +705,12 @@ static void test_cuda_kern_gemm_i4_exact(void **state)
         i4_case ic = {.q = to_dev(q, (size_t)Q_MMAX * ldq), .w4 = to_dev(w4, nd * 16),
                       .d = to_dev(d, nd * 2), .sx = to_dev(sx, sizeof sx), .ldq = ldq, .N = N,
                       .G = G};
-        char what[80];
-        snprintf(what, sizeof what, "gemm_i4 N %d G %d ldq %d", N, G, ldq);
-        q_gemm_check(run_i4, &ic, N, want, what);
+        for (ic.kernel = -1; ic.kernel < CUDA_QK_KERNELS; ic.kernel++) {
+            char what[96];
+            snprintf(what, sizeof what, "gemm_i4 N %d G %d ldq %d (%s)", N, G, ldq,
+                     ic.kernel < 0 ? "by M" : cuda_k_qgemm_kernel_name(ic.kernel));
+            q_gemm_check(run_i4, &ic, N, want, what);
+        }
         cudaFree((void *)ic.q);
         cudaFree((void *)ic.w4);
         cudaFree((void *)ic.d);

@@ -76,12 +76,33 @@ static void gemm_i8_run(const void *p)
         }
 }
 
+/* The fake device has one kernel: every choice runs the contract. */
+const char *cuda_k_qgemm_kernel_name(int kernel)
+{
+    return kernel == CUDA_QK_ROWS ? "rows" : kernel == CUDA_QK_TILED ? "tiled" : "warp";
+}
+
+int cuda_k_qgemm_kernel(int M)
+{
+    (void)M;
+    return CUDA_QK_ROWS;
+}
+
 cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx, const int8_t *w, int ldw,
                            const float *sw, int N, int K, float *y, int ldy, int M,
                            cudaStream_t st)
 {
+    return cuda_k_gemm_i8_with(CUDA_QK_ROWS, q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
+}
+
+cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq, const float *sx,
+                                const int8_t *w, int ldw, const float *sw, int N, int K,
+                                float *y, int ldy, int M, cudaStream_t st)
+{
     (void)st;
     if (K < 0 || ldw < K || ldw % 32 || ldq < ldw || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (kernel < 0 || kernel >= CUDA_QK_KERNELS)
         return cudaErrorInvalidValue;
     if (M <= 0 || N <= 0)
         return cudaSuccess;
@@ -115,8 +136,17 @@ cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint
                            const uint16_t *d, int N, int G, float *y, int ldy, int M,
                            cudaStream_t st)
 {
+    return cuda_k_gemm_i4_with(CUDA_QK_ROWS, q, ldq, sx, w4, d, N, G, y, ldy, M, st);
+}
+
+cudaError_t cuda_k_gemm_i4_with(int kernel, const int8_t *q, int ldq, const float *sx,
+                                const uint8_t *w4, const uint16_t *d, int N, int G, float *y,
+                                int ldy, int M, cudaStream_t st)
+{
     (void)st;
     if (G < 0 || (long long)ldq < 32LL * G || ldq % 16)
+        return cudaErrorInvalidValue;
+    if (kernel < 0 || kernel >= CUDA_QK_KERNELS)
         return cudaErrorInvalidValue;
     if (M <= 0 || N <= 0)
         return cudaSuccess;

@@ -22,6 +22,11 @@ function workload(n) {
   }));
 }
 
+// A KV budget in KiB as the CPU needs it for a given number of blocks:
+// --device cuda keeps the cache in bf16, half the CPU's f32, so the same
+// blocks take half the memory there (scripts/gpu-check sets the device).
+const kvKiB = (cpuKiB) => `${process.env.INFERD_E2E_DEVICE === 'cuda' ? cpuKiB / 2 : cpuKiB}KiB`;
+
 function metric(text, name, label = '') {
   const re = new RegExp(`^inferd:${name}\\{[^}]*${label}[^}]*\\} (\\S+)$`, 'm');
   const m = re.exec(text);
@@ -104,7 +109,7 @@ describe(`continuous batching on ${model}`, () => {
 
   test('a tiny KV pool forces preemption; outputs are still identical', async () => {
     // room for about 6 full sequences at once: 64 requests must take turns
-    const d = await startDaemon(model, ['--kv-cache-memory', model === real ? '800KiB' : '1MiB',
+    const d = await startDaemon(model, ['--kv-cache-memory', kvKiB(model === real ? 800 : 1024),
       '--max-num-seqs', '64', '--no-enable-prefix-caching']);
     try {
       await allAtOnceWithPreemption(d.base, work, expected, alone);
@@ -166,7 +171,7 @@ describe(`int8 weights (--quantization int8) on ${model}`, () => {
 
   test('concurrent streams and preemption give the outputs each request gets alone', async () => {
     const d = await startDaemon(model, ['--quantization', 'int8', '--max-num-seqs', '32',
-      '--kv-cache-memory', model === real ? '800KiB' : '256KiB', '--no-enable-prefix-caching']);
+      '--kv-cache-memory', kvKiB(model === real ? 800 : 256), '--no-enable-prefix-caching']);
     try {
       await allAtOnceWithPreemption(d.base, work, expected, stream);
     } finally { await d.stop(); }
