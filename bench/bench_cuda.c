@@ -397,7 +397,7 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
                 double wbytes = quant == CUDA_QUANT_INT8
                                     ? (double)qc.N * qc.K + 4.0 * qc.N
                                     : (double)qc.N * qc.K / 2 + 2.0 * qc.N * (qc.K / 32);
-                int chosen = cuda_k_qgemm_kernel(qc.M);
+                int chosen = cuda_k_qgemm_kernel(qi ? 4 : 8, qc.M);
                 cJSON *e = cJSON_CreateObject();
                 cJSON_AddStringToObject(e, "gemm", names[s]);
                 cJSON_AddStringToObject(e, "quant", qi ? "int4" : "int8");

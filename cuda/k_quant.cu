@@ -8,15 +8,16 @@
 // __int2float_rn) so nvcc can neither contract nor reorder them, and W4A8's
 // per-group chain runs in increasing g inside one thread per output.
 //
-// Each GEMM has two shapes, chosen by M:
-//   - rows (M <= ROWS_MAX_M, decode): a warp per weight row, the row read
+// Each GEMM has three kernels, chosen by M:
+//   - rows (decode): a warp per weight row, the row read
 //     once per pass of up to 8 activation rows (templated on the pass, so
 //     M = 1 carries no idle rows), lanes on 16-byte chunks so the warp
 //     reads the row coalesced, several loads in flight; memory-bound.
 //   - tiled (prefill): 64 x 64 outputs per block through shared memory, so
 //     the weights are read M / 64 times rather than M / 8.
-// A third, the first decode kernels (warp), stays for bench_cuda to time
-// beside them. All give the same bits (cuda_k_gemm_i8_with says which ran).
+//   - warp: the first decode kernels, 8 activation rows a pass at every M;
+//     int4 runs it for 5 to 32 rows, where it measured faster than rows.
+// All give the same bits; cuda_k_qgemm_kernel says which runs for M.
 // Pointers q, w and w4 must be 16-byte aligned (cudaMalloc'd, and the
 // contract's strides keep every row so); the launchers refuse otherwise.
 #include <cuda_fp16.h>
@@ -29,7 +30,13 @@ namespace {
 constexpr int QUANT_THREADS = 256;
 constexpr int WARP_ROWS = 8;   // warp kernels: weight rows per block, a warp each
 constexpr int WARP_MR = 8;     // warp kernels: activation rows per pass, in registers
-constexpr int ROWS_MAX_M = 64; // larger M takes the tiled kernels
+// Which kernel runs for M rows, from bench_cuda's sweep on an H200
+// (bench-results/cuda-h200-20261126T2329Z.json, the four Mistral-7B-shaped
+// GEMMs summed): int8 rows up to 32 (at 32 rows and tiles are 772 and 801
+// us a layer), int4 rows up to 4, warp up to 32 (at 8, 16 and 32 the warp
+// kernel is 11-15% faster than rows; at 4, 13% slower), tiles beyond (at
+// 64 they take 830-834 us a layer, the others 1,448-1,724).
+constexpr int I8_ROWS_MAX_M = 32, I4_ROWS_MAX_M = 4, I4_WARP_MAX_M = 32;
 constexpr int TB = 64;         // tiled: TB rows of M x TB rows of N per block
 constexpr int TK = 64;         // tiled: K bytes per stage (two int4 groups)
 constexpr int TKI = TK / 4 + 1; // ints per shared row, padded: see tile_dot
@@ -228,10 +235,10 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
     }
 }
 
-// ---- warp kernels (the first decode kernels, kept for bench_cuda to time) ------
+// ---- warp kernels (int4 for 5 to 32 rows) ----------------------------------------
 
-// Like the row kernels with 8 rows a pass at every M, predicated on the pass's
-// rows; int4 extends its chains every 32 groups, one load a lane.
+// Like the row kernels with 8 rows a pass at every M, predicated on the
+// pass's rows; int4 extends its chains every 32 groups, one load a lane.
 __global__ void __launch_bounds__(WARP_ROWS * 32)
     k_gemm_i8_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
                    const int8_t *__restrict__ w, int ldw, const float *__restrict__ sw, int N,
@@ -443,11 +450,11 @@ bool grid_fits(long long gx, long long gy)
 
 } // namespace
 
-// The kernel cuda_k_gemm_i8 / _i4 run for M rows: the row kernels up to
-// ROWS_MAX_M (a guess until bench_cuda's sweep times both), tiles beyond.
-extern "C" int cuda_k_qgemm_kernel(int M)
+extern "C" int cuda_k_qgemm_kernel(int bits, int M)
 {
-    return M <= ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_TILED;
+    if (bits == 8)
+        return M <= I8_ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_TILED;
+    return M <= I4_ROWS_MAX_M ? CUDA_QK_ROWS : M <= I4_WARP_MAX_M ? CUDA_QK_WARP : CUDA_QK_TILED;
 }
 
 // The grid of kernel `kernel` for M x N; false when it would not fit.
@@ -525,7 +532,7 @@ extern "C" cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx,
                                       const int8_t *w, int ldw, const float *sw, int N, int K,
                                       float *y, int ldy, int M, cudaStream_t st)
 {
-    return cuda_k_gemm_i8_with(cuda_k_qgemm_kernel(M), q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
+    return cuda_k_gemm_i8_with(cuda_k_qgemm_kernel(8, M), q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
 }
 
 extern "C" cudaError_t cuda_k_gemm_i4_with(int kernel, const int8_t *q, int ldq,
@@ -557,5 +564,5 @@ extern "C" cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx,
                                       const uint8_t *w4, const uint16_t *d, int N, int G,
                                       float *y, int ldy, int M, cudaStream_t st)
 {
-    return cuda_k_gemm_i4_with(cuda_k_qgemm_kernel(M), q, ldq, sx, w4, d, N, G, y, ldy, M, st);
+    return cuda_k_gemm_i4_with(cuda_k_qgemm_kernel(4, M), q, ldq, sx, w4, d, N, G, y, ldy, M, st);
 }

@@ -203,15 +203,17 @@ cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint
                            const uint16_t *d, int N, int G, float *y, int ldy, int M,
                            cudaStream_t st);
 
-/* The kernels cuda_k_gemm_i8 and _i4 choose among by M, each giving the
- * same bits at every M: CUDA_QK_ROWS (a warp per weight row, activations
- * in passes of up to 8 rows: decode), CUDA_QK_TILED (64 x 64 tiles through
- * shared memory: prefill) and CUDA_QK_WARP (the first decode kernels, kept
- * for bench_cuda to time beside the others). The _with launches run the
- * one named, for bench_cuda's sweep and the exact tests. */
+/* The kernels cuda_k_gemm_i8 and _i4 choose among by M (as measured on an
+ * H200, cuda/k_quant.cu), each giving the same bits at every M:
+ * CUDA_QK_ROWS (a warp per weight row, activations in passes of up to 8
+ * rows: decode), CUDA_QK_TILED (64 x 64 tiles through shared memory:
+ * prefill) and CUDA_QK_WARP (the first decode kernels: 8 rows a pass,
+ * int4's chains every 32 groups). The _with launches run the one named,
+ * for bench_cuda's sweep and the exact tests. */
 enum { CUDA_QK_ROWS, CUDA_QK_TILED, CUDA_QK_WARP, CUDA_QK_KERNELS };
 const char *cuda_k_qgemm_kernel_name(int kernel);
-int cuda_k_qgemm_kernel(int M); /* the one cuda_k_gemm_i8 / _i4 run for M rows */
+/* The one cuda_k_gemm_i8 (bits 8) or _i4 (bits 4) runs for M rows. */
+int cuda_k_qgemm_kernel(int bits, int M);
 cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq, const float *sx,
                                 const int8_t *w, int ldw, const float *sw, int N, int K,
                                 float *y, int ldy, int M, cudaStream_t st);

@@ -82,9 +82,9 @@ const char *cuda_k_qgemm_kernel_name(int kernel)
     return kernel == CUDA_QK_ROWS ? "rows" : kernel == CUDA_QK_TILED ? "tiled" : "warp";
 }
 
-int cuda_k_qgemm_kernel(int M)
+int cuda_k_qgemm_kernel(int bits, int M)
 {
-    (void)M;
+    (void)bits, (void)M;
     return CUDA_QK_ROWS;
 }
 
