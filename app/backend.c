@@ -58,6 +58,8 @@ static int open_cpu(const model *m, const app_backend_config *c, app_backend *ou
     cc.n_threads = c->is_draft ? 1 : c->threads; /* a draft's steps are too short to split */
     cc.kernels = c->kernels;
     cc.quant = c->is_draft ? CPU_QUANT_NONE : c->quant; /* --quantization is the target's */
+    cc.codes_packed = c->codes_packed;
+    cc.codes_ctx = c->codes_ctx;
     cc.block_size = c->block_size;
     cc.max_tokens = c->max_tokens;
     cc.max_context = out->max_context;

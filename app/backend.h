@@ -31,6 +31,10 @@ typedef struct app_backend_config {
                              (on CUDA its share comes out of the budget)     */
     int is_draft;         /* this is the draft: unquantized, one thread, its
                              context capped by its own, num_blocks required  */
+    void (*codes_packed)(void *ctx, int layer); /* CPU: cpu_config's hook, so
+                             a checkpoint's 4-bit codes go layer by layer as
+                             they are packed (model_codes_packed); NULL     */
+    void *codes_ctx;
 } app_backend_config;
 
 /* cpu, one sequence of the model's context, the step of 512 tokens in

@@ -208,10 +208,12 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     bc.spec_k = app_spec_k(spec);
     bc.draft = spec->dm;
     bc.kv_bytes = SIZE_MAX; /* the pool holds the one sequence at full length */
+    bc.codes_packed = model_codes_packed; /* each layer's codes go once packed */
+    bc.codes_ctx = m;
     app_backend ab;
     if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;
-    model_drop_codes(m); /* the backend packed its own copy */
+    model_drop_codes(m); /* the rest (none on the CPU): the backend has its own copy */
     be = ab.be;
     if ((rc = app_spec_open(spec, m, tk, &bc, ab.num_blocks, max_ctx, NULL, err)))
         goto done;

@@ -303,10 +303,12 @@ static void *load(void *arg)
         rc = app_spec_load_draft(&a->spec, &a->err);
     app_backend tb = {0};
     app_backend_config bc = backend_config(a, max_len);
+    bc.codes_packed = model_codes_packed; /* each layer's codes go once packed */
+    bc.codes_ctx = a->m;
     if (!rc) {
         rc = app_backend_open(a->m, &bc, &tb, &a->err);
         if (!rc)
-            model_drop_codes(a->m); /* the backend packed its own copy */
+            model_drop_codes(a->m); /* the rest (none on the CPU): the backend has its own copy */
         a->be = tb.be;
         if (!rc && tb.note[0])
             log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);

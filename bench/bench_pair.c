@@ -64,6 +64,8 @@ static int side_open(side *s, const char *kernels, int quant, int threads, int s
     cc.n_threads = threads;
     cc.max_tokens = MAX_LEN;
     cc.max_context = MAX_LEN + MAX_ROWS;
+    cc.codes_packed = model_codes_packed; /* as serve does */
+    cc.codes_ctx = s->m;
     cc.num_blocks = (MAX_LEN + MAX_ROWS + cc.block_size - 1) / cc.block_size + 1;
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     batch_limits bl = {.max_tokens = MAX_LEN, .max_seqs = 1, .max_rows = MAX_ROWS,
@@ -71,7 +73,7 @@ static int side_open(side *s, const char *kernels, int quant, int threads, int s
     if ((rc = cpu_backend_create(s->m, &cc, &s->be, err)) || (rc = kv_create(&kc, &s->kv, err)) ||
         (rc = batch_create(&bl, &s->bb, err)))
         return rc;
-    model_drop_codes(s->m); /* as serve does: the backend's copy alone */
+    model_drop_codes(s->m); /* as serve does: the backend's copy alone (already) */
     s->V = s->m->cfg.vocab_size;
     s->bytes = (double)cpu_backend_weight_bytes(s->be);
     s->logits = malloc(sizeof(float) * (size_t)s->V * MAX_ROWS);

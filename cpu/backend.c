@@ -584,7 +584,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
         }
     }
     gain_f32(be, &m->norm, be->norms + (size_t)be->L * NORM_N * D, 1);
-    if (quant != CPU_QUANT_NONE && (rc = cpu__quantize_layers(be, quant, err))) {
+    if (quant != CPU_QUANT_NONE && (rc = cpu__quantize_layers(be, quant, cfg, err))) {
         cpu_destroy(&be->base);
         return rc;
     }

@@ -264,7 +264,7 @@ size_t cpu_backend_weight_bytes(const be_backend *base)
     return n;
 }
 
-int cpu__quantize_layers(cpu_be *be, int quant, inf_err *err)
+int cpu__quantize_layers(cpu_be *be, int quant, const cpu_config *cfg, inf_err *err)
 {
     if (quant == CPU_QUANT_INT4) {
         be->q4 = calloc((size_t)be->L * QW_N, sizeof *be->q4);
@@ -283,14 +283,19 @@ int cpu__quantize_layers(cpu_be *be, int quant, inf_err *err)
         be->xs8 = malloc((size_t)be->max_tokens * be->ldxs * sizeof(int32_t));
     if ((!be->qw && !be->q4) || !be->xq || !be->xs || (be->q4 && !be->xs8))
         return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
-    for (int l = 0; l < be->L; l++)
+    for (int l = 0; l < be->L; l++) {
+        int codes = 0;
         for (int i = 0; i < QW_N; i++) {
             const model_tensor *t = layer_matrix(&be->m->layers[l], i);
+            codes |= t->q4 != NULL;
             int rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
                             : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
             if (rc)
                 return rc;
         }
+        if (codes && be->q4 && cfg->codes_packed) /* the codes are no longer read */
+            cfg->codes_packed(cfg->codes_ctx, l);
+    }
     int sorted = 0; /* a desc_act checkpoint's codes: room to gather inputs */
     for (size_t i = 0; be->q4 && i < (size_t)be->L * QW_N; i++)
         sorted |= be->q4[i]->perm != NULL;

@@ -86,6 +86,7 @@ void hfq_free(hfq *q)
     for (int i = 0; i < q->n_bufs; i++)
         free(q->bufs[i]);
     free(q->bufs);
+    free(q->sizes);
     free(q->is_code);
     free(q);
 }
@@ -158,11 +159,16 @@ static void *keep(hfq *q, size_t n, int is_code)
         if (!c)
             return NULL;
         q->is_code = c;
+        size_t *z = realloc(q->sizes, sizeof *z * (size_t)cap);
+        if (!z)
+            return NULL;
+        q->sizes = z;
         q->cap = cap;
     }
     void *p = malloc(n ? n : 1);
     if (p) {
         q->is_code[q->n_bufs] = (unsigned char)is_code;
+        q->sizes[q->n_bufs] = n;
         q->bufs[q->n_bufs++] = p;
     }
     return p;
@@ -173,13 +179,27 @@ void *hfq__keep_bytes(hfq *q, size_t n)
     return keep(q, n, 0);
 }
 
+static void drop_buf(hfq *q, int i)
+{
+    free(q->bufs[i]);
+    q->bufs[i] = NULL;
+    q->is_code[i] = 0;
+}
+
 void hfq_drop_codes(hfq *q)
 {
     for (int i = 0; q && i < q->n_bufs; i++)
-        if (q->is_code[i]) {
-            free(q->bufs[i]);
-            q->bufs[i] = NULL;
-            q->is_code[i] = 0;
+        if (q->is_code[i])
+            drop_buf(q, i);
+}
+
+void hfq_drop_codes_at(hfq *q, const void *const *at, int n)
+{
+    for (int i = 0; q && i < q->n_bufs; i++)
+        for (int j = 0; q->is_code[i] && j < n; j++) {
+            uintptr_t b = (uintptr_t)q->bufs[i], p = (uintptr_t)at[j];
+            if (at[j] && p >= b && p - b < (q->sizes[i] ? q->sizes[i] : 1))
+                drop_buf(q, i);
         }
 }
 

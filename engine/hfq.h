@@ -79,6 +79,10 @@ void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
  * orders, q4_perm, stay): model_drop_codes, once a backend holds its own
  * packed copy. NULL-safe. */
 void hfq_drop_codes(hfq *q);
+/* The same for those of the buffers that hold one of the n pointers (a
+ * tensor's codes, or a view into a fused linear's): model_drop_layer_codes,
+ * one layer at a time as a backend packs it. NULL entries are skipped. */
+void hfq_drop_codes_at(hfq *q, const void *const *at, int n);
 
 /* The method's name ("gptq", "awq", "compressed-tensors"). */
 const char *hfq_method(const hfq *q);

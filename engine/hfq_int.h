@@ -32,8 +32,10 @@ struct hfq {
     int64_t last_perm_k;
     char path[512];  /* config.json, for messages              */
     void **bufs;     /* what bound tensors point into           */
+    size_t *sizes;   /* [cap] their bytes                       */
     unsigned char *is_code; /* [cap] 1: 4-bit codes, scales or zeros
-                               (hfq__bind_codes), which hfq_drop_codes frees */
+                               (hfq__bind_codes), which hfq_drop_codes and
+                               hfq_drop_codes_at free */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
 };

@@ -613,20 +613,37 @@ int model_has_q4(const model *m)
     return 0;
 }
 
+void model_drop_layer_codes(model *m, int layer)
+{
+    if (!m || layer < 0 || layer >= m->cfg.n_layers || !model_has_q4(m))
+        return;
+    model_layer *l = &m->layers[layer];
+    model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+    enum { NT = sizeof ts / sizeof ts[0] };
+    const void *at[3 * NT];
+    for (int j = 0; j < NT; j++) {
+        at[3 * j] = ts[j]->q4;
+        at[3 * j + 1] = ts[j]->q4_zero;
+        at[3 * j + 2] = ts[j]->q4_scale;
+        ts[j]->q4 = ts[j]->q4_zero = NULL;
+        ts[j]->q4_scale = NULL;
+    }
+    m->codes_dropped = 1; /* from the first layer on, no backend can pack them */
+    hfq_drop_codes_at(m->hfq, at, 3 * NT);
+}
+
+void model_codes_packed(void *m, int layer)
+{
+    model_drop_layer_codes(m, layer);
+}
+
 void model_drop_codes(model *m)
 {
-    if (!model_has_q4(m) || m->codes_dropped)
+    if (!model_has_q4(m))
         return;
-    for (int i = 0; i < m->cfg.n_layers; i++) {
-        model_layer *l = &m->layers[i];
-        model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
-        for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) {
-            ts[j]->q4 = ts[j]->q4_zero = NULL;
-            ts[j]->q4_scale = NULL;
-        }
-    }
-    m->codes_dropped = 1;
-    hfq_drop_codes(m->hfq);
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        model_drop_layer_codes(m, i);
+    hfq_drop_codes(m->hfq); /* anything no layer pointed at */
 }
 
 int model_is_w8a8(const model *m)

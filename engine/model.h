@@ -122,8 +122,9 @@ typedef struct model {
                                   does not align data; typed loads need
                                   it)                                     */
     char *dir;
-    int codes_dropped;         /* model_drop_codes ran: the layers' 4-bit
-                                  codes are gone                          */
+    int codes_dropped;         /* model_drop_codes (or _layer_codes) ran:
+                                  the layers' 4-bit codes are (partly)
+                                  gone                                    */
 } model;
 
 /* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
@@ -174,6 +175,14 @@ int model_has_q4(const model *m);
  * byte per weight). model_has_q4 stays 1, and a backend created after
  * refuses the model. A no-op without codes; NULL-safe. */
 void model_drop_codes(model *m);
+
+/* The same for one layer, as soon as the backend has packed it, so the
+ * load's peak holds one layer's codes twice rather than the model's. From
+ * the first call on, model_has_q4 stays 1 and a backend created after
+ * refuses the model. NULL-safe; a no-op without codes or out of range.
+ * model_codes_packed is it as a cpu_config.codes_packed hook (m a model). */
+void model_drop_layer_codes(model *m, int layer);
+void model_codes_packed(void *m, int layer);
 
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */

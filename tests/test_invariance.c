@@ -352,12 +352,28 @@ static void test_invariance_w8a8(void **state)
     }
 }
 
+/* A cpu_config.codes_packed hook that checks it hears of each layer once,
+ * in order, while that layer's codes are still bound, then lets them go. */
+typedef struct drop_log {
+    model *m;
+    int calls, in_order;
+} drop_log;
+
+static void drop_logged(void *ctx, int layer)
+{
+    drop_log *d = ctx;
+    d->in_order &= layer == d->calls++ && d->m->layers[layer].w_down.q4 != NULL;
+    model_codes_packed(d->m, layer);
+}
+
 /* GPTQ checkpoints of tiny bound as their 4-bit codes (tests/ref/check_hfq.py
  * --write-gptq): in order, and desc_act (each token's activations gathered
  * into each linear's order of inputs, cpu/q4.h); every int4 variant alike.
  * Then the model lets its codes go under a backend already made
- * (model_drop_codes, as serve does): that backend's results are unchanged
- * (under ASan: it reads nothing freed), and a backend made after refuses. */
+ * (model_drop_codes): that backend's results are unchanged (under ASan: it
+ * reads nothing freed), and a backend made after refuses. Last, as serve
+ * does, a backend that lets each layer's codes go as soon as it has packed
+ * it (cpu_config.codes_packed): every layer's are gone, its bits the same. */
 static void test_invariance_gptq_codes(void **state)
 {
     (void)state;
@@ -391,6 +407,29 @@ static void test_invariance_gptq_codes(void **state)
         assert_non_null(strstr(err.msg, "released"));
         run_on(be, m, p, &v, got);
         same_runs(m, p, ref, got, dir, "after model_drop_codes", "before");
+        be_destroy(be);
+        model_destroy(m);
+
+        assert_int_equal(model_load_with(dir, &lo, &m, &err), INF_OK);
+        drop_log dl = {.m = m, .in_order = 1};
+        cc.codes_packed = drop_logged;
+        cc.codes_ctx = &dl;
+        assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+        assert_int_equal(dl.calls, m->cfg.n_layers);
+        assert_true(dl.in_order);
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            const model_layer *ly = &m->layers[l];
+            assert_null(ly->wq.q4);
+            assert_null(ly->wv.q4_zero);
+            assert_null(ly->w_down.q4_scale);
+        }
+        assert_true(model_has_q4(m));
+        assert_int_not_equal(cpu_backend_create(m, &cc, &again, &err), INF_OK);
+        free_out(got);
+        memset(got, 0, sizeof *got);
+        run_on(be, m, p, &v, got);
+        same_runs(m, p, ref, got, dir, "codes let go as each layer was packed", "kept");
+        model_drop_codes(m); /* the rest, none: a no-op */
         be_destroy(be);
         free_out(ref), free_out(got);
         free(ref), free(got), free(p);
