@@ -288,7 +288,7 @@ static int gemm_sweep(const model *m, cJSON *out)
 
 /* One quantized GEMM (or, with kernel -1, the activations' quantization). */
 typedef struct qcall {
-    int quant, kernel, M, N, K;
+    int quant, kernel, qr, M, N, K; /* kernel -1: cuda_k_quant_rows_with kernel qr */
     const uint16_t *x;
     int8_t *q;
     float *sx, *y;
@@ -302,7 +302,7 @@ static void qcall_once(const void *p)
 {
     const qcall *c = p;
     if (c->kernel < 0)
-        TRY(cuda_k_quant_rows(c->x, c->K, c->K, c->M, c->q, c->K, c->sx, 0));
+        TRY(cuda_k_quant_rows_with(c->qr, c->x, c->K, c->K, c->M, c->q, c->K, c->sx, 0));
     else if (c->quant == CUDA_QUANT_INT8)
         TRY(cuda_k_gemm_i8_with(c->kernel, c->q, c->K, c->sx, c->w, c->K, c->sw, c->N, c->K,
                                 c->y, c->N, c->M, 0));
@@ -376,10 +376,14 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
     TRY(cudaMalloc((void **)&qc.y, 2048 * nmax * 4));
     TRY(cuda_k_quant_rows(qc.x, (int)kmax, (int)kmax, 2048, qc.q, (int)kmax, qc.sx, 0));
     float *ref = malloc(cmp_max * 4), *got = malloc(cmp_max * 4);
+    int8_t *qref = malloc(64 * kmax), *qgot = malloc(64 * kmax);
+    float sxref[64], sxgot[64];
     cJSON *arr = cJSON_AddArrayToObject(out, "quantized_gemm_shapes");
     printf("\nquantized GEMMs (us; GB/s of weights read by the launcher's choice, %% of the "
-           "copy bandwidth %.0f)\n%-8s %5s %6s %6s %5s %8s", bw, "gemm", "M", "N", "K", "quant",
-           "quant_x");
+           "copy bandwidth %.0f; qx_: the activations' quantization)\n%-8s %5s %6s %6s %5s",
+           bw, "gemm", "M", "N", "K", "quant");
+    for (int r = 0; r < CUDA_QR_KERNELS; r++)
+        printf("  qx_%-6s", cuda_k_quant_rows_kernel_name(r));
     for (int k = 0; k < CUDA_QK_KERNELS; k++)
         printf(" %9s", cuda_k_qgemm_kernel_name(k));
     printf(" %6s %9s %6s\n", "chosen", "GB/s", "of bw");
@@ -392,7 +396,20 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
                 qc.K = shapes[s][1];
                 qc.M = Ms[mi];
                 qc.kernel = -1;
-                double tq = median_ms(qcall_once, &qc);
+                double tq[CUDA_QR_KERNELS];
+                size_t qn = (size_t)(qc.M < 64 ? qc.M : 64);
+                /* vec first, into qgot; block last, into qref: the GEMMs read its q */
+                for (int r = CUDA_QR_VEC; r >= CUDA_QR_BLOCK; r--) {
+                    qc.qr = r;
+                    tq[r] = median_ms(qcall_once, &qc);
+                    TRY(cudaMemcpy(r ? qgot : qref, qc.q, qn * qc.K, cudaMemcpyDeviceToHost));
+                    TRY(cudaMemcpy(r ? sxgot : sxref, qc.sx, qn * 4, cudaMemcpyDeviceToHost));
+                }
+                if (memcmp(qgot, qref, qn * qc.K) || memcmp(sxgot, sxref, qn * 4)) {
+                    printf("\nquantizing kernel vec: NOT the block kernel's bits at M %d K %d\n",
+                           qc.M, qc.K);
+                    ok = 0;
+                }
                 size_t cmp = (size_t)(qc.M < 64 ? qc.M : 64) * qc.N;
                 double wbytes = quant == CUDA_QUANT_INT8
                                     ? (double)qc.N * qc.K + 4.0 * qc.N
@@ -405,15 +422,18 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
                 cJSON_AddNumberToObject(e, "N", qc.N);
                 cJSON_AddNumberToObject(e, "K", qc.K);
                 cJSON_AddNumberToObject(e, "weight_bytes", wbytes);
-                cJSON_AddNumberToObject(e, "quant_rows_us", tq * 1e3);
+                cJSON *qx = cJSON_AddObjectToObject(e, "quant_rows_us");
+                for (int r = 0; r < CUDA_QR_KERNELS; r++)
+                    cJSON_AddNumberToObject(qx, cuda_k_quant_rows_kernel_name(r), tq[r] * 1e3);
                 cJSON_AddStringToObject(e, "chosen", cuda_k_qgemm_kernel_name(chosen));
                 cJSON *ks = cJSON_AddObjectToObject(e, "kernels_us");
-                printf("%-8s %5d %6d %6d %5s %8.1f", names[s], qc.M, qc.N, qc.K,
-                       qi ? "int4" : "int8", tq * 1e3);
+                printf("%-8s %5d %6d %6d %5s", names[s], qc.M, qc.N, qc.K, qi ? "int4" : "int8");
+                for (int r = 0; r < CUDA_QR_KERNELS; r++)
+                    printf(" %10.1f", tq[r] * 1e3);
                 double tch = 0;
                 int have_ref = 0;
                 for (int k = 0; k < CUDA_QK_KERNELS; k++) {
-                    if (k != CUDA_QK_TILED && k != chosen && qc.M > 256) {
+                    if ((k == CUDA_QK_ROWS || k == CUDA_QK_WARP) && k != chosen && qc.M > 256) {
                         printf(" %9s", "-"); /* a warp a weight row: minutes at large M */
                         continue;
                     }
@@ -449,6 +469,8 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
     cudaFree(qc.y);
     free(ref);
     free(got);
+    free(qref);
+    free(qgot);
     return ok;
 }
 

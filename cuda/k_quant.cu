@@ -1,5 +1,6 @@
 // Quantized layer matrices (cuda/kern.h, "quantized layer matrices"): the
-// CPU backend's W8A8 and W4A8 arithmetic, bit for bit.
+// CPU backend's W8A8 and W4A8 GEMMs, bit for bit (their inputs' int8 rows:
+// cuda/k_quant_rows.cu; the tensor-core kernels: cuda/k_quant_mma.cu).
 //
 // Every dot product is an int32 sum of __dp4a products, exact (no overflow
 // for the contract's sizes), so lane splits, tiles and reduction orders are
@@ -17,17 +18,19 @@
 //     the weights are read M / 64 times rather than M / 8.
 //   - warp: the first decode kernels, 8 activation rows a pass at every M;
 //     int4 runs it for 5 to 32 rows, where it measured faster than rows.
+// A fourth, on the tensor cores (mma, cuda/k_quant_mma.cu), is not chosen
+// until a GPU has run and timed it.
 // All give the same bits; cuda_k_qgemm_kernel says which runs for M.
 // Pointers q, w and w4 must be 16-byte aligned (cudaMalloc'd, and the
 // contract's strides keep every row so); the launchers refuse otherwise.
 #include <cuda_fp16.h>
 
 #include "cuda/dev.cuh"
+#include "cuda/k_quant.cuh"
 #include "cuda/kern.h"
 
 namespace {
 
-constexpr int QUANT_THREADS = 256;
 constexpr int WARP_ROWS = 8;   // warp kernels: weight rows per block, a warp each
 constexpr int WARP_MR = 8;     // warp kernels: activation rows per pass, in registers
 // Which kernel runs for M rows, from bench_cuda's sweep on an H200
@@ -42,51 +45,6 @@ constexpr int TK = 64;         // tiled: K bytes per stage (two int4 groups)
 constexpr int TKI = TK / 4 + 1; // ints per shared row, padded: see tile_dot
 constexpr int T_THREADS = 256; // tiled: 16 x 16 threads, 4 x 4 outputs each
 
-// Largest value over the block. Max is exact, so any order gives the same
-// result; the inputs are never NaN (quant_rows skips them).
-__device__ float block_max(float v, float *red)
-{
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0)
-        red[w] = v;
-    __syncthreads();
-    v = lane < nw ? red[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// One block per row t: amax, then q over all ldq columns (zeros past K).
-__global__ void __launch_bounds__(QUANT_THREADS)
-    k_quant_rows(const uint16_t *__restrict__ x, int ldx, int K, int8_t *__restrict__ q,
-                 int ldq, float *__restrict__ sx)
-{
-    __shared__ float red[32];
-    const uint16_t *xr = x + (size_t)blockIdx.x * ldx;
-    int8_t *qr = q + (size_t)blockIdx.x * ldq;
-    float amax = 0.0f;
-    for (int k = threadIdx.x; k < K; k += blockDim.x) {
-        float a = fabsf(bf2f(xr[k]));
-        if (a > amax) // false for NaN: NaNs skipped, as the CPU
-            amax = a;
-    }
-    amax = block_max(amax, red);
-    float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    for (int k = threadIdx.x; k < ldq; k += blockDim.x) {
-        int r = 0;
-        if (k < K) {
-            // fmaxf(NaN, -127) is -127, as C's fmaxf: NaN -> -127
-            float t = fminf(fmaxf(__fmul_rn(bf2f(xr[k]), inv), -127.0f), 127.0f);
-            r = (int)rintf(t); // nearest even; t is then an integer, converted exactly
-        }
-        qr[k] = (int8_t)r;
-    }
-    if (threadIdx.x == 0)
-        sx[blockIdx.x] = __fdiv_rn(amax, 127.0f);
-}
-
 // sum of the four byte products of four words each (signed bytes)
 __device__ __forceinline__ int dot16(int4 a, int4 b, int s)
 {
@@ -94,20 +52,6 @@ __device__ __forceinline__ int dot16(int4 a, int4 b, int s)
     s = __dp4a(a.y, b.y, s);
     s = __dp4a(a.z, b.z, s);
     return __dp4a(a.w, b.w, s);
-}
-
-// One Q4_0 group's 16 bytes as signed weights q = nibble - 8: lo holds
-// k = 4j..4j+3 of the group (low nibbles of bytes 4j..4j+3), hi holds
-// k = 16 + 4j.. (their high nibbles). __vsub4 subtracts per byte with
-// wrap-around, so 0..15 - 8 becomes the signed bytes -8..7.
-__device__ __forceinline__ void unpack_q4(int4 v, int4 &lo, int4 &hi)
-{
-    const unsigned m = 0x0F0F0F0Fu, e = 0x08080808u;
-    unsigned w[4] = {(unsigned)v.x, (unsigned)v.y, (unsigned)v.z, (unsigned)v.w};
-    lo = make_int4((int)__vsub4(w[0] & m, e), (int)__vsub4(w[1] & m, e),
-                   (int)__vsub4(w[2] & m, e), (int)__vsub4(w[3] & m, e));
-    hi = make_int4((int)__vsub4((w[0] >> 4) & m, e), (int)__vsub4((w[1] >> 4) & m, e),
-                   (int)__vsub4((w[2] >> 4) & m, e), (int)__vsub4((w[3] >> 4) & m, e));
 }
 
 // ---- row kernels (decode) -----------------------------------------------------
@@ -488,19 +432,9 @@ extern "C" const char *cuda_k_qgemm_kernel_name(int kernel)
     case CUDA_QK_ROWS: return "rows";
     case CUDA_QK_TILED: return "tiled";
     case CUDA_QK_WARP: return "warp";
+    case CUDA_QK_MMA: return "mma";
     default: return "?";
     }
-}
-
-extern "C" cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q,
-                                         int ldq, float *sx, cudaStream_t st)
-{
-    if (K < 0 || ldx < K || ldq < K || ldq % 32)
-        return cudaErrorInvalidValue;
-    if (T <= 0)
-        return cudaGetLastError();
-    k_quant_rows<<<(unsigned)T, QUANT_THREADS, 0, st>>>(x, ldx, K, q, ldq, sx);
-    return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq,
@@ -516,6 +450,8 @@ extern "C" cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq,
         return cudaGetLastError();
     if (!aligned16(q) || !aligned16(w))
         return cudaErrorInvalidValue;
+    if (kernel == CUDA_QK_MMA)
+        return cuda_k_quant__i8_mma(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
     dim3 g;
     if (!qgemm_grid(kernel, M, N, &g))
         return cudaErrorInvalidValue;
@@ -548,6 +484,8 @@ extern "C" cudaError_t cuda_k_gemm_i4_with(int kernel, const int8_t *q, int ldq,
         return cudaGetLastError();
     if (!aligned16(q) || !aligned16(w4))
         return cudaErrorInvalidValue;
+    if (kernel == CUDA_QK_MMA)
+        return cuda_k_quant__i4_mma(q, ldq, sx, w4, d, N, G, y, ldy, M, st);
     dim3 g;
     if (!qgemm_grid(kernel, M, N, &g))
         return cudaErrorInvalidValue;

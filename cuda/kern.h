@@ -182,6 +182,13 @@ cudaError_t cuda_k_gemm_variants_setup(void);
  * >= K). */
 cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q, int ldq,
                               float *sx, cudaStream_t st);
+/* Its kernels (cuda/k_quant_rows.cu), the same bits: CUDA_QR_BLOCK (the one
+ * cuda_k_quant_rows runs) and CUDA_QR_VEC (16-byte loads held between the
+ * passes; not yet run on a GPU). For bench_cuda's sweep and the tests. */
+enum { CUDA_QR_BLOCK, CUDA_QR_VEC, CUDA_QR_KERNELS };
+const char *cuda_k_quant_rows_kernel_name(int kernel);
+cudaError_t cuda_k_quant_rows_with(int kernel, const uint16_t *x, int ldx, int K, int T,
+                                   int8_t *q, int ldq, float *sx, cudaStream_t st);
 
 /* W8A8: y[m][n] = ((float)S * sx[m]) * sw[n], S = sum_k q[m][k] * w[n][k]
  * (int32, exact), for m < M, n < N. w [N][ldw] int8 with ldw a multiple of
@@ -207,10 +214,12 @@ cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint
  * H200, cuda/k_quant.cu), each giving the same bits at every M:
  * CUDA_QK_ROWS (a warp per weight row, activations in passes of up to 8
  * rows: decode), CUDA_QK_TILED (64 x 64 tiles through shared memory:
- * prefill) and CUDA_QK_WARP (the first decode kernels: 8 rows a pass,
- * int4's chains every 32 groups). The _with launches run the one named,
+ * prefill), CUDA_QK_WARP (the first decode kernels: 8 rows a pass, int4's
+ * chains every 32 groups) and CUDA_QK_MMA (64 x 64 tiles on the int8 tensor
+ * cores, sm_80 and later, cuda/k_quant_mma.cu: not yet run on a GPU, never
+ * chosen by M until it has been). The _with launches run the one named,
  * for bench_cuda's sweep and the exact tests. */
-enum { CUDA_QK_ROWS, CUDA_QK_TILED, CUDA_QK_WARP, CUDA_QK_KERNELS };
+enum { CUDA_QK_ROWS, CUDA_QK_TILED, CUDA_QK_WARP, CUDA_QK_MMA, CUDA_QK_KERNELS };
 const char *cuda_k_qgemm_kernel_name(int kernel);
 /* The one cuda_k_gemm_i8 (bits 8) or _i4 (bits 4) runs for M rows. */
 int cuda_k_qgemm_kernel(int bits, int M);

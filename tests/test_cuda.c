@@ -474,8 +474,10 @@ static float quant_host(const uint16_t *x, int K, int8_t *q, int ldq)
 /* cuda_k_quant_rows gives the contract's q (zero padding included) and sx
  * bits: random rows of several magnitudes, a row of zeros, NaNs (skipped by
  * amax, -127 in q), an infinity (inv 0: finite values 0, the infinity -127),
- * and a row scaled by exactly 1 whose halves round to even. The host
- * computation is checked against the CPU backend's quantizer too. */
+ * and a row scaled by exactly 1 whose halves round to even; each of its
+ * kernels too, and on rows longer than the vec kernel holds and of a K
+ * that is not a multiple of 8. The host computation is checked against the
+ * CPU backend's quantizer too. */
 static void test_cuda_kern_quant_rows_exact(void **state)
 {
     (void)state;
@@ -513,19 +515,55 @@ static void test_cuda_kern_quant_rows_exact(void **state)
     uint16_t *dx = to_dev(x, (size_t)T * LDX * 2);
     int8_t *dq = dmalloc((size_t)T * LDQ);
     float *dsx = dmalloc(sizeof got_sx);
-    CK(cudaMemset(dq, 0x55, (size_t)T * LDQ)); /* the padding must be written */
-    CK(cuda_k_quant_rows(dx, LDX, K, T, dq, LDQ, dsx, 0));
-    CK(cudaDeviceSynchronize());
-    to_host(got, dq, (size_t)T * LDQ);
-    to_host(got_sx, dsx, sizeof got_sx);
-    assert_memory_equal(got, want, (size_t)T * LDQ);
-    assert_memory_equal(got_sx, want_sx, sizeof got_sx);
+    for (int kern = -1; kern < CUDA_QR_KERNELS; kern++) { /* -1: cuda_k_quant_rows */
+        CK(cudaMemset(dq, 0x55, (size_t)T * LDQ)); /* the padding must be written */
+        CK(kern < 0 ? cuda_k_quant_rows(dx, LDX, K, T, dq, LDQ, dsx, 0)
+                    : cuda_k_quant_rows_with(kern, dx, LDX, K, T, dq, LDQ, dsx, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(got, dq, (size_t)T * LDQ);
+        to_host(got_sx, dsx, sizeof got_sx);
+        assert_memory_equal(got, want, (size_t)T * LDQ);
+        assert_memory_equal(got_sx, want_sx, sizeof got_sx);
+    }
     cudaFree(dx);
     cudaFree(dq);
     cudaFree(dsx);
     free(x);
     free(want);
     free(got);
+
+    /* rows longer than the vec kernel holds (16,384 values), and K not a
+     * multiple of 8 (the block kernel runs), each kernel */
+    const int longs[][2] = {{20000, 20032}, {4100, 4128}}; /* K, ldq (= ldx) */
+    for (size_t c = 0; c < sizeof longs / sizeof longs[0]; c++) {
+        int LK = longs[c][0], LQ = longs[c][1];
+        uint16_t *lx = malloc((size_t)2 * LQ * 2);
+        int8_t *lwant = malloc((size_t)2 * LQ), *lgot = malloc((size_t)2 * LQ);
+        float lsx[2], lgsx[2];
+        for (int i = 0; i < 2 * LQ; i++)
+            lx[i] = inf_f32_to_bf16(frand());
+        lx[LQ + LK - 1] = inf_f32_to_bf16(9.0f); /* row 1's amax in its last value */
+        for (int t = 0; t < 2; t++)
+            lsx[t] = quant_host(lx + (size_t)t * LQ, LK, lwant + (size_t)t * LQ, LQ);
+        uint16_t *ldx_ = to_dev(lx, (size_t)2 * LQ * 2);
+        int8_t *ldq_ = dmalloc((size_t)2 * LQ);
+        float *lds = dmalloc(sizeof lsx);
+        for (int kern = 0; kern < CUDA_QR_KERNELS; kern++) {
+            CK(cudaMemset(ldq_, 0x55, (size_t)2 * LQ));
+            CK(cuda_k_quant_rows_with(kern, ldx_, LQ, LK, 2, ldq_, LQ, lds, 0));
+            CK(cudaDeviceSynchronize());
+            to_host(lgot, ldq_, (size_t)2 * LQ);
+            to_host(lgsx, lds, sizeof lgsx);
+            assert_memory_equal(lgot, lwant, (size_t)2 * LQ);
+            assert_memory_equal(lgsx, lsx, sizeof lsx);
+        }
+        cudaFree(ldx_);
+        cudaFree(ldq_);
+        cudaFree(lds);
+        free(lx);
+        free(lwant);
+        free(lgot);
+    }
 }
 
 /* The row counts of the GEMM tests: one and two passes of the decode

@@ -44,11 +44,22 @@ static void quant_run(const void *p)
     }
 }
 
+const char *cuda_k_quant_rows_kernel_name(int kernel)
+{
+    return kernel == CUDA_QR_BLOCK ? "block" : kernel == CUDA_QR_VEC ? "vec" : "?";
+}
+
 cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q, int ldq,
                               float *sx, cudaStream_t st)
 {
+    return cuda_k_quant_rows_with(CUDA_QR_BLOCK, x, ldx, K, T, q, ldq, sx, st);
+}
+
+cudaError_t cuda_k_quant_rows_with(int kernel, const uint16_t *x, int ldx, int K, int T,
+                                   int8_t *q, int ldq, float *sx, cudaStream_t st)
+{
     (void)st;
-    if (K < 0 || ldx < K || ldq < K || ldq % 32)
+    if (K < 0 || ldx < K || ldq < K || ldq % 32 || kernel < 0 || kernel >= CUDA_QR_KERNELS)
         return cudaErrorInvalidValue;
     quant_args a = {.x = x, .ldx = ldx, .K = K, .T = T, .ldq = ldq, .q = q, .sx = sx};
     return T > 0 ? fake_launch(quant_run, &a, sizeof a) : cudaSuccess;
@@ -79,7 +90,8 @@ static void gemm_i8_run(const void *p)
 /* The fake device has one kernel: every choice runs the contract. */
 const char *cuda_k_qgemm_kernel_name(int kernel)
 {
-    return kernel == CUDA_QK_ROWS ? "rows" : kernel == CUDA_QK_TILED ? "tiled" : "warp";
+    static const char *const names[] = {"rows", "tiled", "warp", "mma"};
+    return kernel >= 0 && kernel < CUDA_QK_KERNELS ? names[kernel] : "?";
 }
 
 int cuda_k_qgemm_kernel(int bits, int M)
