@@ -204,18 +204,27 @@ static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint1
     return median_ms(gemm_call_once, &c);
 }
 
+/* The layer's four GEMMs (N, K): fused q|k|v, o, fused gate|up, down. */
+static const char *const gemm_names[4] = {"qkv", "o", "gate_up", "down"};
+
+static void layer_gemms(const model *m, int shapes[4][2])
+{
+    const model_config *c = &m->cfg;
+    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
+    const int s[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
+                         {D, c->n_heads * hd},
+                         {2 * F, D},
+                         {D, F}};
+    memcpy(shapes, s, sizeof s);
+}
+
 /* Times cuBLAS, cuda_k_gemm and every candidate shape on the model's four
  * GEMMs at several M, on random data; checks that every candidate gives the
  * default's bits (first 64 rows). Returns 0 when one does not. */
 static int gemm_sweep(const model *m, cJSON *out)
 {
-    const model_config *c = &m->cfg;
-    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
-    const int shapes[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
-                              {D, c->n_heads * hd},
-                              {2 * F, D},
-                              {D, F}};
-    const char *names[4] = {"qkv", "o", "gate_up", "down"};
+    int shapes[4][2];
+    layer_gemms(m, shapes);
     const int Ms[] = {1, 4, 16, 32, 64, 256, 2048};
     int nM = (int)(sizeof Ms / sizeof *Ms), nv = cuda_k_gemm_variants(), ok = 1;
     size_t wmax = 0, kmax = 0, nmax = 0;
@@ -245,7 +254,7 @@ static int gemm_sweep(const model *m, cJSON *out)
             double td = gemm_ms(K_DEFAULT, h, dx, dw, N, K, dy, M, dws);
             TRY(cudaMemcpy(ref, dy, cmp * 4, cudaMemcpyDeviceToHost));
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "gemm", names[s]);
+            cJSON_AddStringToObject(e, "gemm", gemm_names[s]);
             cJSON_AddNumberToObject(e, "M", M);
             cJSON_AddNumberToObject(e, "N", N);
             cJSON_AddNumberToObject(e, "K", K);
@@ -271,7 +280,7 @@ static int gemm_sweep(const model *m, cJSON *out)
                 }
             }
             cJSON_AddItemToArray(arr, e);
-            printf("%-8s %5d %6d %6d %10.1f %10.1f  %-22s %10.1f\n", names[s], M, N, K,
+            printf("%-8s %5d %6d %6d %10.1f %10.1f  %-22s %10.1f\n", gemm_names[s], M, N, K,
                    tc * 1e3, td * 1e3, cuda_k_gemm_variant_name(best), tb * 1e3);
         }
     cublasDestroy(h);
@@ -339,13 +348,8 @@ static void *dev_random_bytes(size_t n, uint32_t seed, int avoid_min)
  * same bits (first 64 rows). Returns 0 when one does not. */
 static int qgemm_sweep(const model *m, double bw, cJSON *out)
 {
-    const model_config *c = &m->cfg;
-    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
-    const int shapes[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
-                              {D, c->n_heads * hd},
-                              {2 * F, D},
-                              {D, F}};
-    const char *names[4] = {"qkv", "o", "gate_up", "down"};
+    int shapes[4][2];
+    layer_gemms(m, shapes);
     const int Ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 2048};
     int nM = (int)(sizeof Ms / sizeof *Ms), ok = 1;
     size_t wmax = 0, kmax = 0, nmax = 0;
@@ -416,7 +420,7 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
                                     : (double)qc.N * qc.K / 2 + 2.0 * qc.N * (qc.K / 32);
                 int chosen = cuda_k_qgemm_kernel(qi ? 4 : 8, qc.M);
                 cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "gemm", names[s]);
+                cJSON_AddStringToObject(e, "gemm", gemm_names[s]);
                 cJSON_AddStringToObject(e, "quant", qi ? "int4" : "int8");
                 cJSON_AddNumberToObject(e, "M", qc.M);
                 cJSON_AddNumberToObject(e, "N", qc.N);
@@ -427,7 +431,8 @@ static int qgemm_sweep(const model *m, double bw, cJSON *out)
                     cJSON_AddNumberToObject(qx, cuda_k_quant_rows_kernel_name(r), tq[r] * 1e3);
                 cJSON_AddStringToObject(e, "chosen", cuda_k_qgemm_kernel_name(chosen));
                 cJSON *ks = cJSON_AddObjectToObject(e, "kernels_us");
-                printf("%-8s %5d %6d %6d %5s", names[s], qc.M, qc.N, qc.K, qi ? "int4" : "int8");
+                printf("%-8s %5d %6d %6d %5s", gemm_names[s], qc.M, qc.N, qc.K,
+                       qi ? "int4" : "int8");
                 for (int r = 0; r < CUDA_QR_KERNELS; r++)
                     printf(" %10.1f", tq[r] * 1e3);
                 double tch = 0;

@@ -398,7 +398,9 @@ extern "C" int cuda_k_qgemm_kernel(int bits, int M)
 {
     if (bits == 8)
         return M <= I8_ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_TILED;
-    return M <= I4_ROWS_MAX_M ? CUDA_QK_ROWS : M <= I4_WARP_MAX_M ? CUDA_QK_WARP : CUDA_QK_TILED;
+    return M <= I4_ROWS_MAX_M   ? CUDA_QK_ROWS
+           : M <= I4_WARP_MAX_M ? CUDA_QK_WARP
+                                : CUDA_QK_TILED;
 }
 
 // The grid of kernel `kernel` for M x N; false when it would not fit.

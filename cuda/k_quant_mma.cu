@@ -95,6 +95,24 @@ __device__ __forceinline__ void out_at(int i, int j, int e, int *m, int *n)
     *n = (warp & 1) * 32 + 8 * j + 2 * (lane & 3) + (e & 1);
 }
 
+// put(i, j, e, m, n) for each of the thread's outputs inside M x N, at
+// (m, n) of y for accumulator element e of tile (i, j).
+template <class F> __device__ __forceinline__ void store_outs(int m0, int n0, int M, int N, F put)
+{
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int m, n;
+                out_at(i, j, e, &m, &n);
+                m += m0, n += n0;
+                if (m < M && n < N)
+                    put(i, j, e, m, n);
+            }
+}
+
 __global__ void __launch_bounds__(THREADS)
     k_gemm_i8_mma(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
                   const int8_t *__restrict__ w, int ldw, const float *__restrict__ sw, int N,
@@ -122,19 +140,9 @@ __global__ void __launch_bounds__(THREADS)
         }
         __syncthreads(); // the next stage overwrites the tiles
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int m, n;
-                out_at(i, j, e, &m, &n);
-                m += m0, n += n0;
-                if (m < M && n < N)
-                    y[(size_t)m * ldy + n] =
-                        __fmul_rn(__fmul_rn(__int2float_rn(acc[i][j][e]), sx[m]), sw[n]);
-            }
+    store_outs(m0, n0, M, N, [&](int i, int j, int e, int m, int n) {
+        y[(size_t)m * ldy + n] = __fmul_rn(__fmul_rn(__int2float_rn(acc[i][j][e]), sx[m]), sw[n]);
+    });
 }
 
 // int4: a stage holds two groups; thread t < 2 NB unpacks group t % 2 of
@@ -185,18 +193,9 @@ __global__ void __launch_bounds__(THREADS)
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int m, n;
-                out_at(i, j, e, &m, &n);
-                m += m0, n += n0;
-                if (m < M && n < N)
-                    y[(size_t)m * ldy + n] = __fmul_rn(acc[i][j][e], sx[m]);
-            }
+    store_outs(m0, n0, M, N, [&](int i, int j, int e, int m, int n) {
+        y[(size_t)m * ldy + n] = __fmul_rn(acc[i][j][e], sx[m]);
+    });
 }
 
 // sm_80 or later on the current device, where the instruction exists.
