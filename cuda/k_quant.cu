@@ -470,7 +470,8 @@ extern "C" cudaError_t cuda_k_gemm_i8(const int8_t *q, int ldq, const float *sx,
                                       const int8_t *w, int ldw, const float *sw, int N, int K,
                                       float *y, int ldy, int M, cudaStream_t st)
 {
-    return cuda_k_gemm_i8_with(cuda_k_qgemm_kernel(8, M), q, ldq, sx, w, ldw, sw, N, K, y, ldy, M, st);
+    return cuda_k_gemm_i8_with(cuda_k_qgemm_kernel(8, M), q, ldq, sx, w, ldw, sw, N, K, y, ldy, M,
+                               st);
 }
 
 extern "C" cudaError_t cuda_k_gemm_i4_with(int kernel, const int8_t *q, int ldq,
