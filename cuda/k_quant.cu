@@ -2,9 +2,9 @@
 // CPU backend's W8A8 and W4A8 GEMMs, bit for bit (their inputs' int8 rows:
 // cuda/k_quant_rows.cu; the tensor-core kernels: cuda/k_quant_mma.cu).
 //
-// Every dot product is an int32 sum of __dp4a products, exact (no overflow
-// for the contract's sizes), so lane splits, tiles and reduction orders are
-// free and a row's bits never depend on M. The few float steps are written
+// Every dot product is an int32 sum of __dp4a (or mma) products, exact (no
+// overflow for the contract's sizes), so lane splits, tiles and reduction
+// orders are free and a row's bits never depend on M. The few float steps are written
 // with explicit rounding intrinsics (__fmul_rn, __fdiv_rn, __fmaf_rn,
 // __int2float_rn) so nvcc can neither contract nor reorder them, and W4A8's
 // per-group chain runs in increasing g inside one thread per output.
