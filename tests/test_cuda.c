@@ -566,9 +566,13 @@ static void test_cuda_kern_quant_rows_exact(void **state)
     }
 }
 
-/* The row counts of the GEMM tests: one and two passes of the decode
- * kernels, then the tiled ones with a partial and several row tiles. */
+/* The row counts of the GEMM tests: each pass size of the row kernels, one
+ * and two passes of 8, then the tiles with a partial and several row
+ * tiles. INFERD_CUDA_TEST_SHORT (gpu-check's racecheck, which runs kernels
+ * far slower) keeps one of each kind: 1, a short pass of 8, five passes,
+ * and tiles with a partial one. */
 static const int q_ms[] = {1, 2, 3, 5, 8, 9, 40, 64, 65, 130};
+static const int q_ms_short[] = {1, 5, 40, 130};
 enum { Q_MMAX = 130 };
 
 /* Activations as cuda_k_quant_rows leaves them ([-127, 127], zero past K)
@@ -593,8 +597,12 @@ static void q_gemm_check(q_gemm_fn run, const void *ctx, int N, const float *wan
     int ldy = N + 3;
     size_t ybytes = (size_t)Q_MMAX * ldy * 4;
     float *dy = dmalloc(ybytes), *y = malloc(ybytes), *row0 = malloc((size_t)N * 4);
-    for (size_t i = 0; i < sizeof q_ms / sizeof *q_ms; i++) {
-        int M = q_ms[i];
+    const char *sh = getenv("INFERD_CUDA_TEST_SHORT");
+    int shrt = sh && *sh && strcmp(sh, "0");
+    const int *ms = shrt ? q_ms_short : q_ms;
+    size_t nms = shrt ? sizeof q_ms_short / sizeof *q_ms_short : sizeof q_ms / sizeof *q_ms;
+    for (size_t i = 0; i < nms; i++) {
+        int M = ms[i];
         CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
         CK(run(ctx, M, dy, ldy));
         CK(cudaDeviceSynchronize());
@@ -609,7 +617,7 @@ static void q_gemm_check(q_gemm_fn run, const void *ctx, int N, const float *wan
         if (M == Q_MMAX)
             assert_memory_equal(row0, y, (size_t)N * 4);
     }
-    print_message("%s: every M the contract's bits\n", what);
+    print_message("%s: the contract's bits at each of %zu M\n", what, nms);
     cudaFree(dy);
     free(y);
     free(row0);
