@@ -309,6 +309,11 @@ $(FIXTURES)/tiny-gptq-desc/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/
 FIXTURE_MODELS += $(FIXTURES)/tiny-w8a8s/config.json
 $(FIXTURES)/%-w8a8s/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
 	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8s --static
+# a W8A16 (pack-quantized, 8 bits, per channel) copy of tiny, whose int8 rows
+# go to the GPU as stored under --quantization int8 (tests/test_cuda.c)
+FIXTURE_MODELS += $(FIXTURES)/tiny-w8a16/config.json
+$(FIXTURES)/%-w8a16/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json
+	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a16 --pack 8 --group 0
 # and an FP8 copy of tiny (dequantized at load), for the CUDA backend's tests
 FIXTURE_MODELS += $(FIXTURES)/tiny-fp8/config.json
 $(FIXTURES)/%-fp8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIXTURES)/%/config.json

@@ -1495,11 +1495,11 @@ static double worst_err(const float *a, const float *b, int n, int V)
  * So the quantized runs allow 2.5 tolerances, and for int4, whose distance
  * from bf16 is 13 to 17 tolerances there, the GPU must also be within 30% of
  * that distance: it runs the CPU's scheme, not merely some 4-bit one. */
-static void logits_match_cpu_q(const char *dir, int quant)
+static void logits_match_cpu_q_with(const char *dir, int quant, const model_load_opts *lo)
 {
     model *m = NULL;
     inf_err err = {0};
-    if (model_load(dir, &m, &err))
+    if (model_load_with(dir, lo, &m, &err))
         fail_msg("%s", err.msg);
     int V = m->cfg.vocab_size, n = 40;
     int32_t toks[40];
@@ -1567,6 +1567,12 @@ static void logits_match_cpu_q(const char *dir, int quant)
     free(lg1);
 }
 
+static void logits_match_cpu_q(const char *dir, int quant)
+{
+    const model_load_opts lo = {0};
+    logits_match_cpu_q_with(dir, quant, &lo);
+}
+
 static void logits_match_cpu(const char *dir)
 {
     logits_match_cpu_q(dir, CUDA_QUANT_NONE);
@@ -1601,9 +1607,10 @@ static void test_cuda_families_match_cpu(void **state)
 
 /* --quantization int8 and int4 on the GPU against the CPU's, on the
  * fixtures, a family with biases (qwen2) and Gemma 3's, and a
- * compressed-tensors W8A8 checkpoint (int8 as stored; int4 refused); and a
- * compressed-tensors FP8 checkpoint (dequantized to f32 at load) as bf16,
- * int8 and int4. */
+ * compressed-tensors W8A8 checkpoint (int8 as stored; int4 refused); a
+ * W8A16 one loaded as `--quantization int8` loads it (its int8 rows as
+ * stored, model_load_opts.packed_q8); and a compressed-tensors FP8
+ * checkpoint (dequantized to f32 at load) as bf16, int8 and int4. */
 static void test_cuda_quantized_match_cpu(void **state)
 {
     (void)state;
@@ -1623,6 +1630,17 @@ static void test_cuda_quantized_match_cpu(void **state)
         fail_msg("%s is missing (the Makefile makes it)", dir);
     for (int q = CUDA_QUANT_NONE; q <= CUDA_QUANT_INT4; q++)
         logits_match_cpu_q(dir, q);
+    snprintf(dir, sizeof dir, "%s/tiny-w8a16", fixtures());
+    if (!is_dir(dir))
+        fail_msg("%s is missing (the Makefile makes it)", dir);
+    const model_load_opts rows = {.packed_q8 = 1};
+    model *mr = NULL;
+    inf_err er = {0};
+    if (model_load_with(dir, &rows, &mr, &er))
+        fail_msg("%s", er.msg);
+    assert_true(model_is_w8a8(mr)); /* the rows as stored, not f32 */
+    model_destroy(mr);
+    logits_match_cpu_q_with(dir, CUDA_QUANT_INT8, &rows);
     snprintf(dir, sizeof dir, "%s/tiny-w8a8", fixtures());
     if (!is_dir(dir))
         fail_msg("%s is missing (the Makefile makes it)", dir);
