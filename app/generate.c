@@ -213,7 +213,6 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     app_backend ab;
     if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;
-    model_drop_codes(m); /* the rest (none on the CPU): the backend has its own copy */
     be = ab.be;
     if ((rc = app_spec_open(spec, m, tk, &bc, ab.num_blocks, max_ctx, NULL, err)))
         goto done;

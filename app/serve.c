@@ -307,8 +307,6 @@ static void *load(void *arg)
     bc.codes_ctx = a->m;
     if (!rc) {
         rc = app_backend_open(a->m, &bc, &tb, &a->err);
-        if (!rc)
-            model_drop_codes(a->m); /* the rest (none on the CPU): the backend has its own copy */
         a->be = tb.be;
         if (!rc && tb.note[0])
             log_msg(a->log, LOG_INFO, "loader", NULL, "%s", tb.note);

@@ -73,7 +73,6 @@ static int side_open(side *s, const char *kernels, int quant, int threads, int s
     if ((rc = cpu_backend_create(s->m, &cc, &s->be, err)) || (rc = kv_create(&kc, &s->kv, err)) ||
         (rc = batch_create(&bl, &s->bb, err)))
         return rc;
-    model_drop_codes(s->m); /* as serve does: the backend's copy alone (already) */
     s->V = s->m->cfg.vocab_size;
     s->bytes = (double)cpu_backend_weight_bytes(s->be);
     s->logits = malloc(sizeof(float) * (size_t)s->V * MAX_ROWS);

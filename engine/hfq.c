@@ -146,7 +146,7 @@ int hfq_is_int8(const hfq *q)
     return q && (q->kind == HFQ_CT_INT8 || q->kind == HFQ_CT_INT8S);
 }
 
-/* n bytes owned by q; is_code: 4-bit codes' parts, for hfq_drop_codes. */
+/* n bytes owned by q; is_code: 4-bit codes' parts, for hfq_drop_codes_at. */
 static void *keep(hfq *q, size_t n, int is_code)
 {
     if (q->n_bufs == q->cap) {
@@ -179,27 +179,16 @@ void *hfq__keep_bytes(hfq *q, size_t n)
     return keep(q, n, 0);
 }
 
-static void drop_buf(hfq *q, int i)
-{
-    free(q->bufs[i]);
-    q->bufs[i] = NULL;
-    q->is_code[i] = 0;
-}
-
-void hfq_drop_codes(hfq *q)
-{
-    for (int i = 0; q && i < q->n_bufs; i++)
-        if (q->is_code[i])
-            drop_buf(q, i);
-}
-
 void hfq_drop_codes_at(hfq *q, const void *const *at, int n)
 {
     for (int i = 0; q && i < q->n_bufs; i++)
         for (int j = 0; q->is_code[i] && j < n; j++) {
             uintptr_t b = (uintptr_t)q->bufs[i], p = (uintptr_t)at[j];
-            if (at[j] && p >= b && p - b < (q->sizes[i] ? q->sizes[i] : 1))
-                drop_buf(q, i);
+            if (at[j] && p >= b && p - b < (q->sizes[i] ? q->sizes[i] : 1)) {
+                free(q->bufs[i]);
+                q->bufs[i] = NULL;
+                q->is_code[i] = 0;
+            }
         }
 }
 

@@ -75,13 +75,11 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err);
 
 void hfq_free(hfq *q); /* NULL-safe; frees the dequantized tensors */
 
-/* Frees the 4-bit codes, scales and zeros bound as model_tensor.q4 (their
- * orders, q4_perm, stay): model_drop_codes, once a backend holds its own
- * packed copy. NULL-safe. */
-void hfq_drop_codes(hfq *q);
-/* The same for those of the buffers that hold one of the n pointers (a
+/* Frees those of the 4-bit codes, scales and zeros bound as model_tensor.q4
+ * (their orders, q4_perm, stay) whose buffers hold one of the n pointers (a
  * tensor's codes, or a view into a fused linear's): model_drop_layer_codes,
- * one layer at a time as a backend packs it. NULL entries are skipped. */
+ * one layer at a time as a backend packs it. NULL entries are skipped;
+ * NULL-safe. */
 void hfq_drop_codes_at(hfq *q, const void *const *at, int n);
 
 /* The method's name ("gptq", "awq", "compressed-tensors"). */

@@ -34,8 +34,8 @@ struct hfq {
     void **bufs;     /* what bound tensors point into           */
     size_t *sizes;   /* [cap] their bytes                       */
     unsigned char *is_code; /* [cap] 1: 4-bit codes, scales or zeros
-                               (hfq__bind_codes), which hfq_drop_codes and
-                               hfq_drop_codes_at free */
+                               (hfq__bind_codes), which hfq_drop_codes_at
+                               frees */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
 };

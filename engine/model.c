@@ -641,9 +641,8 @@ void model_drop_codes(model *m)
 {
     if (!model_has_q4(m))
         return;
-    for (int i = 0; i < m->cfg.n_layers; i++)
+    for (int i = 0; i < m->cfg.n_layers; i++) /* every codes buffer is some layer's */
         model_drop_layer_codes(m, i);
-    hfq_drop_codes(m->hfq); /* anything no layer pointed at */
 }
 
 int model_is_w8a8(const model *m)

@@ -169,20 +169,17 @@ size_t model_tensor_bytes(const model_tensor *t);
  * CPU's int4 path runs them. */
 int model_has_q4(const model *m);
 
-/* Frees the layers' 4-bit codes (model_tensor.q4, q4_scale, q4_zero: NULL
- * after; the shapes and q4_perm stay) once the one backend that runs them
- * has packed its own copy, so the process does not hold both (about 0.6
- * byte per weight). model_has_q4 stays 1, and a backend created after
- * refuses the model. A no-op without codes; NULL-safe. */
-void model_drop_codes(model *m);
-
-/* The same for one layer, as soon as the backend has packed it, so the
- * load's peak holds one layer's codes twice rather than the model's. From
- * the first call on, model_has_q4 stays 1 and a backend created after
- * refuses the model. NULL-safe; a no-op without codes or out of range.
- * model_codes_packed is it as a cpu_config.codes_packed hook (m a model). */
+/* Frees layer `layer`'s 4-bit codes (model_tensor.q4, q4_scale, q4_zero:
+ * NULL after; the shapes and q4_perm stay) once the one backend that runs
+ * them has packed its own copy, so the process does not hold both (about
+ * 0.6 byte per weight), and the load's peak holds one layer's twice at
+ * most. From the first call on, model_has_q4 stays 1 and a backend created
+ * after refuses the model. NULL-safe; a no-op without codes or out of
+ * range. model_codes_packed is it as a cpu_config.codes_packed hook (m a
+ * model: serve and generate pass it); model_drop_codes does every layer. */
 void model_drop_layer_codes(model *m, int layer);
 void model_codes_packed(void *m, int layer);
+void model_drop_codes(model *m);
 
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */

@@ -86,11 +86,10 @@ int main(int argc, char **argv)
     cc.max_context = n;
     cc.num_blocks = (n + cc.block_size - 1) / cc.block_size + 1;
     cc.codes_packed = model_codes_packed; /* as serve does: each layer's codes */
-    cc.codes_ctx = m;                     /* go once packed, the rest after   */
+    cc.codes_ctx = m;                     /* go once packed                   */
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     if ((rc = cpu_backend_create(m, &cc, &be, &err)) || (rc = kv_create(&kc, &kv, &err)))
         goto done;
-    model_drop_codes(m);
     logits = malloc(sizeof(float) * (size_t)n * V);
     batch_limits bl = {.max_tokens = chunk, .max_seqs = 1, .max_rows = chunk,
                        .max_blocks = cc.num_blocks - 1};
