@@ -16,8 +16,9 @@
 //     reads the row coalesced, several loads in flight; memory-bound.
 //   - tiled (prefill): 64 x 64 outputs per block through shared memory, so
 //     the weights are read M / 64 times rather than M / 8.
-//   - warp: the first decode kernels, 8 activation rows a pass at every M;
-//     int4 runs it for 5 to 32 rows, where it measured faster than rows.
+//   - warp: 8 activation rows a pass at every M (int8: the row kernel so;
+//     int4: the first decode kernel, whose chains advance every 32
+//     groups); int4 runs it for 5 to 32 rows, where it measured faster.
 // A fourth, on the tensor cores (mma, cuda/k_quant_mma.cu), is not chosen
 // until a GPU has run and timed it.
 // All give the same bits; cuda_k_qgemm_kernel says which runs for M.
@@ -179,64 +180,37 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
     }
 }
 
-// ---- warp kernels (int4 for 5 to 32 rows) ----------------------------------------
+// ---- warp kernel (int4 for 5 to 32 rows) -------------------------------------
 
-// Like the row kernels with 8 rows a pass at every M, predicated on the
-// pass's rows; int4 extends its chains every 32 groups, one load a lane.
-__global__ void __launch_bounds__(WARP_ROWS * 32)
-    k_gemm_i8_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
-                   const int8_t *__restrict__ w, int ldw, const float *__restrict__ sw, int N,
-                   int K, float *__restrict__ y, int ldy, int M)
-{
-    int lane = threadIdx.x & 31, n = blockIdx.x * WARP_ROWS + (threadIdx.x >> 5);
-    if (n >= N)
-        return;
-    const int4 *wr = (const int4 *)(w + (size_t)n * ldw);
-    int nc = (K + 15) / 16;
-    for (int m0 = 0; m0 < M; m0 += WARP_MR) {
-        int mc = min(WARP_MR, M - m0), s[WARP_MR] = {};
-#pragma unroll 4
-        for (int c = lane; c < nc; c += 32) {
-            int4 wv = __ldg(wr + c);
-#pragma unroll
-            for (int i = 0; i < WARP_MR; i++)
-                if (i < mc) {
-                    const int4 *qr = (const int4 *)(q + (size_t)(m0 + i) * ldq);
-                    s[i] = dot16(wv, __ldg(qr + c), s[i]);
-                }
-        }
-#pragma unroll
-        for (int i = 0; i < WARP_MR; i++) {
-            int S = warp_sum(s[i]);
-            if (lane == i && i < mc)
-                y[(size_t)(m0 + i) * ldy + n] =
-                    __fmul_rn(__fmul_rn(__int2float_rn(S), sx[m0 + i]), sw[n]);
-        }
-    }
-}
-
+// The first int4 decode kernel: 8 activation rows a pass at every M,
+// predicated on the pass's rows. Lane l takes groups l, l + 32, ... (16
+// bytes of nibbles and a scale each) and finds s_g for the pass's rows;
+// the s_g of the warp's 32 groups go to shared memory, and lane i < 8 then
+// runs row m0 + i's chain over them in increasing g before the next 32
+// groups. int8's CUDA_QK_WARP is its row kernel with 8 rows a pass.
 __global__ void __launch_bounds__(WARP_ROWS * 32)
     k_gemm_i4_warp(const int8_t *__restrict__ q, int ldq, const float *__restrict__ sx,
                    const uint8_t *__restrict__ w4, const uint16_t *__restrict__ d, int N, int G,
                    float *__restrict__ y, int ldy, int M)
 {
+    // row stride 33: lanes 0..7 read column j of rows 0..7 from distinct banks
     __shared__ int ss[WARP_ROWS][WARP_MR][33];
     __shared__ float ds[WARP_ROWS][32];
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n = blockIdx.x * WARP_ROWS + warp;
     if (n >= N)
-        return;
+        return; // the whole warp; the barriers below are per warp
     const int4 *wr = (const int4 *)(w4 + (size_t)n * G * 16);
     const uint16_t *dr = d + (size_t)n * G;
     for (int m0 = 0; m0 < M; m0 += WARP_MR) {
         int mc = min(WARP_MR, M - m0);
-        float acc = 0.0f;
+        float acc = 0.0f; // lane i < mc: row m0 + i's chain
         for (int g0 = 0; g0 < G; g0 += 32) {
             int g = g0 + lane, s[WARP_MR] = {};
             float dg = 0.0f;
             if (g < G) {
                 int4 lo, hi;
                 unpack_q4(__ldg(wr + g), lo, hi);
-                dg = __half2float(__ushort_as_half(__ldg(dr + g)));
+                dg = __half2float(__ushort_as_half(__ldg(dr + g))); // exact
 #pragma unroll
                 for (int i = 0; i < WARP_MR; i++)
                     if (i < mc) {
@@ -251,11 +225,11 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
             __syncwarp();
             int ng = min(32, G - g0);
             if (lane < mc) {
-#pragma unroll 4
-                for (int j = 0; j < ng; j++)
+#pragma unroll 4 // a fixed unroll: the default one spilled (ptxas -v)
+                for (int j = 0; j < ng; j++) // |s_g| <= 32 * 127 * 8: exact as float
                     acc = __fmaf_rn(__int2float_rn(ss[warp][lane][j]), ds[warp][j], acc);
             }
-            __syncwarp();
+            __syncwarp(); // the next groups overwrite ss
         }
         if (lane < mc)
             y[(size_t)(m0 + lane) * ldy + n] = __fmul_rn(acc, sx[m0 + lane]);
@@ -460,7 +434,8 @@ extern "C" cudaError_t cuda_k_gemm_i8_with(int kernel, const int8_t *q, int ldq,
     if (kernel == CUDA_QK_ROWS)
         ROWS_LAUNCH(k_gemm_i8_rows, g, st, M, q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
     else if (kernel == CUDA_QK_WARP)
-        k_gemm_i8_warp<<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
+        k_gemm_i8_rows<WARP_MR><<<g, WARP_ROWS * 32, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y,
+                                                             ldy, M);
     else
         k_gemm_i8_tiled<<<g, T_THREADS, 0, st>>>(q, ldq, sx, w, ldw, sw, N, K, y, ldy, M);
     return cudaGetLastError();

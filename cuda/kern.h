@@ -214,8 +214,8 @@ cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint
  * H200, cuda/k_quant.cu), each giving the same bits at every M:
  * CUDA_QK_ROWS (a warp per weight row, activations in passes of up to 8
  * rows: decode), CUDA_QK_TILED (64 x 64 tiles through shared memory:
- * prefill), CUDA_QK_WARP (the first decode kernels: 8 rows a pass, int4's
- * chains every 32 groups) and CUDA_QK_MMA (64 x 64 tiles on the int8 tensor
+ * prefill), CUDA_QK_WARP (8 rows a pass at every M: int8's row kernel so,
+ * int4's first decode kernel, its chains advancing every 32 groups) and CUDA_QK_MMA (64 x 64 tiles on the int8 tensor
  * cores, sm_80 and later, cuda/k_quant_mma.cu: not yet run on a GPU, never
  * chosen by M until it has been). The _with launches run the one named,
  * for bench_cuda's sweep and the exact tests. */
