@@ -133,9 +133,13 @@ static __global__ void __launch_bounds__(DEC_THREADS)
 }
 
 // Merges the splits of decode token a.dec[blockIdx.x], query head
-// blockIdx.y (local), in split order, and writes the bf16 output row.
+// blockIdx.y (local), in split order, and writes the bf16 output row. Each
+// split's scale exp(m_s - M) is computed once (s_w, a.max_splits floats of
+// dynamic shared memory), not once per output element: the same expf of the
+// same argument, so the same bits.
 static __global__ void k_attn_combine(cuda_attn_args a)
 {
+    extern __shared__ float s_w[];
     int di = blockIdx.x, hh = blockIdx.y, g = hh / a.G, j = hh % a.G, hd = a.hd;
     int t = a.dec[di], n = a.positions[t] + 1;
     int ns = (n + a.chunk - 1) / a.chunk;
@@ -144,13 +148,16 @@ static __global__ void k_attn_combine(cuda_attn_args a)
     float M = -INFINITY, L = 0.0f;
     for (int s = 0; s < ns; s++)
         M = fmaxf(M, pb[s * step + hd]);
+    for (int s = threadIdx.x; s < ns; s += blockDim.x)
+        s_w[s] = expf(pb[s * step + hd] - M);
+    __syncthreads();
     for (int s = 0; s < ns; s++)
-        L += expf(pb[s * step + hd] - M) * pb[s * step + hd + 1];
+        L += s_w[s] * pb[s * step + hd + 1];
     uint16_t *o = a.out + (size_t)t * a.ldo + (size_t)hh * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float r = 0.0f;
         for (int s = 0; s < ns; s++)
-            r += expf(pb[s * step + hd] - M) * pb[s * step + d];
+            r += s_w[s] * pb[s * step + d];
         o[d] = f2bf(r / L);
     }
 }
@@ -163,7 +170,7 @@ static cudaError_t combine_after(cudaError_t e, const cuda_attn_args *a, int n,
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)n, (unsigned)(a->KVl * a->G));
-    k_attn_combine<<<grid, 64, 0, st>>>(*a);
+    k_attn_combine<<<grid, 64, (size_t)a->max_splits * sizeof(float), st>>>(*a);
     return cudaGetLastError();
 }
 

@@ -6,6 +6,7 @@
 // fuse them into FMAs either.
 #include "cuda/dev.cuh"
 #include "cuda/kern.h"
+#include "cuda/plan.h"
 
 static __global__ void k_embed(const uint16_t *table, int D, const int32_t *tokens,
                                const int32_t *prev_ids, float scale, float *x)
@@ -146,6 +147,16 @@ static __global__ void k_rope_kv(float *qkv, const int32_t *positions, const int
     double p = (double)positions[t];
     const double *inv_freq = r.inv_long && positions[t] >= r.long_from ? r.inv_long : r.inv_freq;
     int slot = slots[t], blk = slot / bs, off = slot % bs;
+    // the angle depends on the token and i only: one double sincos per i, not
+    // per head (the same values, so the same bits)
+    __shared__ float s_cos[CUDA_MAX_HEAD_DIM / 2], s_sin[CUDA_MAX_HEAD_DIM / 2];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos(p * inv_freq[i], &s, &c);
+        s_cos[i] = (float)(c * r.attn_factor);
+        s_sin[i] = (float)(s * r.attn_factor);
+    }
+    __syncthreads();
     // dims past rot are not rotated: k's go to the cache as they are
     for (int e = threadIdx.x; e < KVl * (hd - r.rot); e += blockDim.x) {
         int h = e / (hd - r.rot), d = r.rot + e % (hd - r.rot);
@@ -153,9 +164,7 @@ static __global__ void k_rope_kv(float *qkv, const int32_t *positions, const int
     }
     for (int e = threadIdx.x; e < (Hl + KVl) * half; e += blockDim.x) {
         int h = e / half, i = e % half;
-        double s, c;
-        sincos(p * inv_freq[i], &s, &c);
-        float cf = (float)(c * r.attn_factor), sf = (float)(s * r.attn_factor);
+        float cf = s_cos[i], sf = s_sin[i];
         float *v = row + (size_t)h * hd; // k heads follow the q heads
         float a = v[i], b = v[i + half];
         float na = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
@@ -181,6 +190,8 @@ extern "C" cudaError_t cuda_k_rope_kv(float *qkv, int T, const int32_t *position
                                       int KVl, int hd, uint16_t *kc, uint16_t *vc,
                                       int block_size, cudaStream_t st)
 {
+    if (rope->rot > hd || rope->rot > CUDA_MAX_HEAD_DIM) // the shared cos/sin rows
+        return cudaErrorInvalidValue;
     if (T > 0)
         k_rope_kv<<<T, 128, 0, st>>>(qkv, positions, slots, *rope, Hl, KVl, hd, kc, vc,
                                      block_size);
