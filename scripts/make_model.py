@@ -5,6 +5,7 @@
       [--layers 2] [--heads 4] [--kv-heads 2] [--head-dim N] [--max-pos 256]
       [--rope-theta 10000] [--eps 1e-5] [--dtype f32|f16|bf16] [--shards N]
       [--untied] [--tokenizer PATH | --no-tokenizer] [--set KEY=JSON ...] [--from SRC_DIR]
+      [--stream]
 
 --tokenizer takes a SentencePiece tokenizer.model, or a Hugging Face tokenizer.json
 (the file or its directory; tokenizer_config.json beside it is copied too, and the
@@ -16,6 +17,13 @@ real-size checkpoint for the engine benchmark, which never tokenizes). --set
 KEY=JSON overrides one config.json key after the family's (repeatable; null
 removes a setting): real checkpoints' values, e.g. Gemma-3-1B's
 --set sliding_window=512 --set sliding_window_pattern=6 --set rope_scaling=null.
+
+--stream makes each projection matrix as it is written, a block of rows at a
+time from its own random stream (uniform, with the same standard deviation):
+a real-size checkpoint (Llama-3-8B's or Qwen3-8B's 16 GB for scripts/gpu-check)
+in the time its bytes take to write, where the default draws every tensor in
+memory first (about ten minutes an 8B model). The numbers differ from the
+default's for the same seed; the shapes, names and scales do not.
 
 --family (default llama) writes that family's config keys and tensor names as
 Hugging Face does, with its settings switched on where a tiny model can show
@@ -63,8 +71,9 @@ EXTRA_FILES = ("tokenizer.model", "tokenizer_config.json", "generation_config.js
 
 def bf16_bits(x):
     """Finite float32 array -> bfloat16 bit patterns (uint16), rounding to nearest even."""
-    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    # in uint32: a finite pattern is at most 0xFF7FFFFF, so adding 0x8000 cannot wrap
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return ((b + (0x7FFF + ((b >> 16) & 1))) >> 16).astype(np.uint16)
 
 
 def encode(x, dtype):
@@ -72,6 +81,36 @@ def encode(x, dtype):
     if dtype == "BF16":
         return bf16_bits(x).astype("<u2").tobytes()
     return np.ascontiguousarray(x, dtype={"F32": "<f4", "F16": "<f2"}[dtype]).tobytes()
+
+
+class Streamed:
+    """A (rows, cols) matrix of std `std` made a block of rows at a time as it is
+    written (--stream): uniform in [-a, a] with a = sqrt(3) * std, from a stream
+    of its own (seed, index), so nothing of it is held in memory but one block."""
+    ROWS_PER_BLOCK_ELEMS = 1 << 22
+
+    def __init__(self, rows, cols, std, seed, index):
+        self.shape, self.size = (rows, cols), rows * cols
+        self.std, self.seed, self.index = std, seed, index
+
+    def blocks(self):
+        rows, cols = self.shape
+        step = max(1, self.ROWS_PER_BLOCK_ELEMS // cols)
+        rng = np.random.default_rng([self.seed, self.index])
+        a = np.float32(np.sqrt(3.0) * self.std)
+        for r in range(0, rows, step):
+            n = min(step, rows - r)
+            u = rng.random((n, cols), dtype=np.float32)
+            yield (u * (2 * a) - a).astype(np.float32)
+
+
+def write_tensor(f, t, dtype):
+    """One tensor's bytes: an array at once, a Streamed matrix block by block."""
+    if isinstance(t, Streamed):
+        for b in t.blocks():
+            f.write(encode(b, dtype))
+    else:
+        f.write(encode(t, dtype))
 
 
 def write_safetensors(path, tensors, dtype):
@@ -91,7 +130,7 @@ def write_safetensors(path, tensors, dtype):
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
         for _, t in tensors:
-            f.write(encode(t, dtype))
+            write_tensor(f, t, dtype)
     return off
 
 
@@ -359,20 +398,25 @@ def family_weights(c, family, seed, tensors):
     return out
 
 
-def random_weights(c, seed):
+def random_weights(c, seed, stream=False):
     """Random Llama weights as [(name, float32 array)] in HF names and [out, in] layout.
 
     Projections have std 1/sqrt(fan_in), so every sublayer returns O(1) activations;
     q and k are sqrt(SCORE_STD) larger, giving attention scores of std SCORE_STD.
     Embeddings are small (std 1/sqrt(hidden), unit-norm rows) so a tied lm_head does not
     just favour repeating the current token; the final norm's gain sets the logit std
-    to about LOGIT_STD, giving clear greedy margins.
+    to about LOGIT_STD, giving clear greedy margins. With stream, the matrices are
+    Streamed (made as they are written) with the same standard deviations.
     """
     rng = np.random.default_rng(seed)
     d, inter, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     hd, nh, nkv = c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+    made = [0]
 
     def mat(rows, cols, gain=1.0):
+        if stream:
+            made[0] += 1
+            return Streamed(rows, cols, gain / np.sqrt(cols), seed, made[0])
         return (gain * rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
     def norm(gain=1.0):
@@ -442,7 +486,7 @@ def make_random(a):
                    {"bos_token_id": bos, "eos_token_id": eos})
     else:
         write_side_files(a.out, c, os.path.basename(os.path.abspath(a.out)))
-    return c, family_weights(c, a.family, a.seed, random_weights(c, a.seed))
+    return c, family_weights(c, a.family, a.seed, random_weights(c, a.seed, a.stream))
 
 
 def relayout(a):
@@ -512,7 +556,12 @@ def parse_args():
     ap.add_argument("--set", action="append", default=[], type=config_override, metavar="KEY=JSON",
                     help="override a config.json key after the family's (null removes it)")
     ap.add_argument("--from", dest="src", metavar="SRC_DIR", help="relayout an existing model")
+    ap.add_argument("--stream", action="store_true",
+                    help="make each matrix as it is written (real-size checkpoints; other numbers)")
     a = ap.parse_args()
+    if a.stream and (a.src or a.family == "phi3"):
+        ap.error("--stream makes a fresh model of a family without fused tensors (not --from, "
+                 "not phi3)")
     if a.tokenizer and a.no_tokenizer:
         ap.error("--tokenizer and --no-tokenizer exclude each other")
     if a.src and any(getattr(a, k) != ap.get_default(k) for k in SHAPE_OPTS):

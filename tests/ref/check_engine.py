@@ -250,6 +250,27 @@ def make_variant(src, out, args):
     return out
 
 
+def make_streamed(out, family, seed, failures):
+    """A fresh --stream model (make_model makes each matrix as it writes it: the
+    real-size checkpoints of scripts/gpu-check's families stage), checked here
+    at a tiny size: its matrices' standard deviations are the ones asked for,
+    and check_model then runs it like every fixture."""
+    if not os.path.exists(os.path.join(out, "config.json")):
+        run([PY, MAKE_MODEL, out, "--stream", "--family", family, "--seed", str(seed),
+             "--layers", "3", "--dtype", "bf16", "--intermediate", "1000", "--untied"])
+    sys.path.insert(0, os.path.dirname(MAKE_MODEL))
+    import make_model as mm
+    w = mm.read_model_weights(out)
+    for name, gain in (("self_attn.q_proj.weight", np.sqrt(mm.SCORE_STD)),
+                       ("mlp.down_proj.weight", 1.0), ("mlp.up_proj.weight", 1.0)):
+        t = w["model.layers.1." + name]
+        want = gain / np.sqrt(t.shape[1])
+        if abs(t.std() / want - 1) > 0.05 or abs(t.mean()) > 0.05 * want:
+            failures.append(f"make_model --stream: {name} std {t.std():.4g} mean {t.mean():.3g}, "
+                            f"asked std {want:.4g}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -273,6 +294,9 @@ def main():
     models.append(("family gemma3 as bf16", make_variant(os.path.join(fx, "fam-gemma3"),
                                                           os.path.join(fx, "fam-gemma3-bf16"),
                                                           ["--dtype", "bf16"])))
+    failures = []
+    models.append(("family qwen3 streamed (bf16, untied)", make_streamed(
+        os.path.join(fx, "fam-qwen3-stream"), "qwen3", 6, failures)))
     shared_models = os.path.join(a.shared, "models")
     real = []
     for name in ("stories260K", "babyllama-105"):
@@ -286,7 +310,6 @@ def main():
     if real and real[0][0] == "stories260K":
         models.append(("stories260K as bf16, 2 shards", make_variant(
             real[0][1], os.path.join(fx, "stories260K-bf16-sharded"), ["--dtype", "bf16", "--shards", "2"])))
-    failures = []
     kernels = supported_kernels(a.build, os.path.join(fx, "tiny"))  # a property of the CPU
     print("engine vs float64 numpy reference:")
     for name, d in models:
