@@ -112,7 +112,10 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
 T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/backend_mm.o $(CPU_KERN_OBJ) $(MODEL_OBJ) \
                engine/be.o engine/kv.o engine/smp.o $(TOK_OBJ) \
                engine/spec_mlp.o engine/spec_mlp_load.o engine/spec.o tests/mlp_fix.o \
-               engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o
+               engine/gram_parse.o engine/gram_auto.o engine/gram_vocab.o engine/gram_match.o \
+               engine/eng.o engine/eng_req.o engine/eng_step.o engine/eng_emit.o engine/eng_spec.o \
+               engine/eng_gram.o engine/sched.o engine/batch.o engine/lp.o engine/metrics.o \
+               engine/log.o engine/stop.o engine/json_esc.o
 # test_cuda_fake: tests/test_cuda.c against the fake device (cuda/fake/: the
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.

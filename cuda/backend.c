@@ -766,6 +766,7 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     be->m = m;
     be->cfg = *cfg;
     be->tp = cfg->tensor_parallel_size;
+    be->base.placeholders = be->tp == 1; /* the sampled ids are on rank 0 only */
     be->eps = (float)c->rms_norm_eps;
     be->feat = mdesc_features(&c->desc);
     be->prev_rows = -1;

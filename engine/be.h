@@ -87,6 +87,9 @@ struct be_backend {
     int num_blocks;      /* KV blocks the backend holds storage for       */
     int max_inflight;    /* steps submit may queue before a wait (>= 1)    */
     int device_sampling; /* submit takes be_smp_row rows                  */
+    int placeholders;    /* a token -1 - i in a batch is the id the step
+                            submitted before it sampled for logit row i
+                            (resolved on the device; that step had smp rows) */
 };
 
 /* Checks a batch against the backend's limits (at most max_tokens tokens;

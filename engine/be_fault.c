@@ -67,6 +67,8 @@ int be_fault_create(be_backend *inner, const be_fault_config *c, be_backend **ou
         return inf_fail(err, INF_ERR_NOMEM, "out of memory");
     f->base = *inner;
     f->base.ops = &fault_ops;
+    f->base.placeholders = 0; /* a failed step never reached the inner backend:
+                                 a placeholder after it would name another's */
     f->inner = inner;
     f->cfg = *c;
     atomic_init(&f->failed, 0);

@@ -112,10 +112,11 @@ static void *eng_main(void *arg)
     eng *e = arg;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        if (!e->stop && !e->inbox_head && e->n_active == 0)
+        if (!e->stop && !e->inbox_head && e->n_active == 0 && e->fly_n == 0)
             e->log_at = 0; /* idle: the line is for busy periods */
         atomic_store(&e->idle, 1);
-        while (!e->stop && !e->inbox_head && e->n_active == 0)
+        /* a step still in flight (its requests finished) is waited for first */
+        while (!e->stop && !e->inbox_head && e->n_active == 0 && e->fly_n == 0)
             pthread_cond_wait(&e->cv, &e->mu);
         atomic_store(&e->idle, 0);
         atomic_store(&e->beat, inf_now());
@@ -129,6 +130,7 @@ static void *eng_main(void *arg)
             admit(e, r);
         }
         if (stop) {
+            eng__step_drain(e);
             for (int i = 0; i < e->n_active; i++)
                 eng__finish(e, e->active[i], ENG_FINISH_ABORT, NULL);
             e->n_active = 0;

@@ -3,7 +3,9 @@
  *   eng.c       the thread, its inbox, admission, notification, lifecycle
  *   eng_req.c   requests and their output buffers (text, stop strings,
  *               logprobs)
- *   eng_step.c  one step: plan -> batch -> forward -> sample -> emit
+ *   eng_step.c  one step: plan -> batch -> forward -> sample, and running
+ *               one step ahead
+ *   eng_emit.c  tokens into requests (detokenize, stop checks, output)
  *   eng_spec.c  speculation inside the step: propose, verify, roll back */
 #ifndef INFERD_ENG_INTERNAL_H
 #define INFERD_ENG_INTERNAL_H
@@ -63,6 +65,8 @@ struct eng_req {
                                  proposer that wants it (else NULL)         */
     int has_hidden;
     int n_draft;              /* drafted tokens appended after the last real */
+    int ahead;                /* its last token is a placeholder: the id the
+                                 step in flight samples (eng_step.c)       */
     int draft_slot;           /* row block of their probs in eng.dprobs     */
     double accept_avg;        /* recent acceptance (moving average)        */
     int spec_pause, spec_backoff; /* steps without drafting, next pause     */
@@ -76,6 +80,19 @@ struct eng_req {
     pthread_mutex_t mu;
     eng_out out;
 };
+
+/* A step submitted to the backend: what its results are for. */
+typedef struct eng_fly {
+    int n;                      /* plan entries                             */
+    int n_tokens;               /* batch tokens                             */
+    struct eng_req **reqs;      /* [max_num_seqs] their requests (one
+                                   reference each until the step is done)  */
+    int *n_new;                 /* [max_num_seqs] tokens each computes      */
+    int *row0, *nrows;          /* [max_num_seqs] logits rows of each entry  */
+    int dev;                    /* sampled on the device: ids come back     */
+    batch_builder *bb;          /* its batch, valid until its wait          */
+    be_smp_row *smp_rows;       /* [max_rows] device sampling, else NULL    */
+} eng_fly;
 
 struct eng {
     eng_config cfg;
@@ -103,8 +120,11 @@ struct eng {
                                    never fails, so no finish goes unsaid)  */
     smp_rng seeds;              /* seeds for requests that bring none       */
     /* step buffers (eng_step.c) */
-    batch_builder *bb;
-    int *row0, *nrows;          /* [max_num_seqs] logits rows of each plan entry */
+    eng_fly fly[2];             /* submitted steps not yet waited for: a ring
+                                   from fly_at, fly_n of them (2 only while a
+                                   step runs ahead, see eng_step.c)          */
+    int fly_at, fly_n;
+    long ahead_steps;           /* steps queued ahead (tests)               */
     float *logits;              /* [rows][vocab]: rows = max_num_seqs * (k+1) */
     float *hidden;              /* [rows][hidden_size] when the proposer
                                    wants hidden states, else NULL           */
@@ -113,7 +133,6 @@ struct eng {
     int max_rows;
     /* device sampling (backends with device_sampling; else NULL): a step
      * whose every row is a plain next-token row comes back as ids */
-    be_smp_row *smp_rows;       /* [max_rows]                               */
     int32_t *ids;               /* [max_rows]                               */
     uint32_t *dmask;            /* [max_num_seqs][mask_words]: grammar masks */
     size_t mask_words;          /* (vocab + 31) / 32                        */
@@ -169,13 +188,16 @@ void eng__record_prompt_logprob(const tok *tk, int vocab, eng_req *r, const floa
  * engine's sampler context), then the caller's processors. */
 int eng__req_lp_init(eng_req *r, smp_ctx *scratch, const model_config *c, inf_err *err);
 
-/* ---- eng_step.c: the step ------------------------------------------------- */
+/* ---- eng_step.c: the step (eng_emit.c: its tokens into requests) ------------ */
 
 int eng__step_init(eng *e, inf_err *err);   /* step and speculation buffers */
 void eng__step_free(eng *e);
 
 /* One scheduler step through the backend. Returns 0 when idle. */
 int eng__step(eng *e);
+
+/* Waits for the steps still in flight and drops their results (shutdown). */
+void eng__step_drain(eng *e);
 
 static inline eng_req *eng__req_of(sched_seq *q)
 {
@@ -197,6 +219,9 @@ int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row);
 /* The raw row through r's logits processors, into lg: what r samples its
  * next token from (temperature and filters still to come). */
 void eng__process_row(eng *e, eng_req *r, const float *row, float *lg);
+
+/* Samples r's next token on the host from its raw logits row and emits it. */
+void eng__advance(eng *e, eng_req *r, const float *row);
 
 /* ---- eng_gram.c: grammar-constrained output -------------------------------- */
 

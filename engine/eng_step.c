@@ -1,150 +1,12 @@
 /* One engine step: the scheduler's plan laid out as one batch, the backend's
  * forward, then per sequence a sampled token or the verification of its
- * drafts, each token emitted (detokenized, stop checks, output buffer). */
+ * drafts, each token emitted (eng_emit.c); and running one step ahead where
+ * the backend allows it. */
 #include "eng_internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void eng__touch(eng *e, eng_req *r)
-{
-    if (r->touched)
-        return;
-    r->touched = 1;
-    r->next_touched = e->touched;
-    e->touched = r;
-}
-
-void eng__finish(eng *e, eng_req *r, int reason, const char *error)
-{
-    if (r->n_draft) { /* unverified drafts never count */
-        r->seq.n_tokens -= r->n_draft;
-        r->n_draft = 0;
-    }
-    if (e->cfg.spec)
-        e->cfg.spec->ops->release(e->cfg.spec, &r->ss);
-    eng__gram_detach(e, r);
-    if (r->seq.state != SCHED_DONE)
-        sched_remove(e->sch, &r->seq);
-    pthread_mutex_lock(&r->mu);
-    r->out.finish = reason;
-    if (error)
-        snprintf(r->out.error, sizeof r->out.error, "%s", error);
-    pthread_mutex_unlock(&r->mu);
-    r->active = 0;
-    eng__touch(e, r);
-    met_registry *m = e->cfg.met;
-    if (m) {
-        static const met_finish why[] = {[ENG_FINISH_STOP] = MET_FINISH_STOP,
-                                         [ENG_FINISH_LENGTH] = MET_FINISH_LENGTH,
-                                         [ENG_FINISH_ABORT] = MET_FINISH_ABORT,
-                                         [ENG_FINISH_ERROR] = MET_FINISH_ERROR};
-        met_request_finished(m, why[reason]);
-        met_observe(m, MET_E2E_SECONDS, inf_now() - r->t_arrival);
-        met_observe(m, MET_REQUEST_PROMPT_TOKENS, r->seq.n_prompt);
-        met_observe(m, MET_REQUEST_GENERATION_TOKENS, r->n_output);
-    }
-}
-
-static int is_stop_id(const eng *e, const eng_req *r, int32_t t, int *eos)
-{
-    *eos = 0;
-    for (int i = 0; i < r->p.n_stop_ids; i++)
-        if (r->stop_ids[i] == t)
-            return 1;
-    if (r->p.ignore_eos)
-        return 0;
-    const model_config *c = &e->m->cfg;
-    for (int i = 0; i < c->n_eos; i++)
-        if (c->eos_token_ids[i] == t)
-            return *eos = 1;
-    return 0;
-}
-
-void eng__process_row(eng *e, eng_req *r, const float *row, float *lg)
-{
-    memcpy(lg, row, sizeof(float) * (size_t)e->vocab);
-    lp_chain_apply(&r->lp, lg, e->vocab);
-}
-
-int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
-{
-    sched_seq *q = &r->seq;
-    q->tokens[q->n_tokens++] = t;
-    r->n_output++;
-    if (e->cfg.met)
-        met_add(e->cfg.met, MET_GENERATION_TOKENS, 1);
-
-    int eos, stopped = is_stop_id(e, r, t, &eos);
-    const char *text = "";
-    size_t len = 0;
-    inf_err err = {0};
-    if (!stopped && tok_stream_push(r->ts, t, &text, &len, &err) != INF_OK) {
-        eng__finish(e, r, ENG_FINISH_ERROR, err.msg);
-        return 1;
-    }
-    int reason = ENG_FINISH_NONE;
-    if (eng__gram_refused(r)) { /* its mask makes this a bug */
-        char msg[96];
-        snprintf(msg, sizeof msg, "the grammar refused token %d", (int)t);
-        eng__finish(e, r, ENG_FINISH_ERROR, msg);
-        return 1;
-    }
-    if (stopped || eng__gram_must_end(r)) /* only EOS could follow */
-        reason = ENG_FINISH_STOP;
-    else if (r->n_output >= r->p.max_tokens || q->n_tokens >= e->cfg.max_model_len)
-        reason = ENG_FINISH_LENGTH;
-
-    pthread_mutex_lock(&r->mu);
-    eng_out *o = &r->out;
-    if (eng__grow((void **)&o->ids, &o->cap_ids, o->n_ids + 1, sizeof *o->ids))
-        o->ids[o->n_ids++] = t;
-    size_t before = o->len;
-    int matched = eng__emit(r, text, len, 0);
-    if (reason != ENG_FINISH_NONE && matched < 0) { /* release what is held */
-        const char *rest;
-        size_t rl;
-        if (tok_stream_flush(r->ts, &rest, &rl, &err) == INF_OK)
-            matched = eng__emit(r, rest, rl, 1);
-    }
-    if (matched >= 0) {
-        reason = ENG_FINISH_STOP;
-        o->stop_index = matched;
-    }
-    eng__emit_special(r, stopped ? -1 : t, reason != ENG_FINISH_NONE);
-    if (r->p.logprobs >= 0)
-        eng__record_logprobs(e->tk, e->vocab, r, row, t, o->text ? o->text + before : "", o->len - before);
-    o->n_output = r->n_output;
-    o->n_cached = q->n_cached;
-    double now = inf_now();
-    if (r->n_output == 1)
-        o->t_first = now;
-    if (e->cfg.met)
-        met_observe(e->cfg.met, r->n_output == 1 ? MET_TTFT_SECONDS : MET_ITL_SECONDS,
-                    now - (r->n_output == 1 ? r->t_arrival : r->t_last));
-    r->t_last = now;
-    if (stopped && !eos)
-        o->stop_token = t;
-    pthread_mutex_unlock(&r->mu);
-    eng__touch(e, r);
-    if (reason != ENG_FINISH_NONE) {
-        eng__finish(e, r, reason, NULL);
-        return 1;
-    }
-    return 0;
-}
-
-/* Samples r's next token from its logits row and appends it. */
-static void advance(eng *e, eng_req *r, const float *row)
-{
-    eng__process_row(e, r, row, e->scratch);
-    /* penalties were the chain's: no history for the sampler */
-    int32_t t = smp_sample(e->smp, &r->p.sampling, NULL, &r->rng, e->scratch);
-    lp_chain_accept(&r->lp, t);
-    eng__emit_token(e, r, t, row);
-}
 
 /* Whether the step's logit rows may be sampled on the device, and if so its
  * be_smp_row per row. Only when every row is a plain next-token row: one
@@ -154,23 +16,23 @@ static void advance(eng *e, eng_req *r, const float *row)
  * host does (be.h). Otherwise the whole step comes back as logits: a step is
  * sampled in one place. The uniform is drawn here, as smp_sample would
  * draw it, so a seed gives the same draws either way; greedy draws none. */
-static int device_step(eng *e, const sched_plan *plan, int n_logits)
+static int device_step(eng *e, eng_fly *f, int n_logits)
 {
-    if (!e->smp_rows || n_logits == 0)
+    if (!f->smp_rows || n_logits == 0)
         return 0;
-    for (int i = 0; i < plan->n; i++) {
-        eng_req *r = eng__req_of(plan->seqs[i]);
-        if (r->plp_rows || (e->nrows[i] &&
-                            (e->nrows[i] != 1 || r->n_draft || r->p.logprobs >= 0 ||
+    for (int i = 0; i < f->n; i++) {
+        eng_req *r = f->reqs[i];
+        if (r->plp_rows || (f->nrows[i] &&
+                            (f->nrows[i] != 1 || r->n_draft || r->p.logprobs >= 0 ||
                              !eng__gram_only(r))))
             return 0;
     }
-    for (int i = 0; i < plan->n; i++) {
-        if (!e->nrows[i])
+    for (int i = 0; i < f->n; i++) {
+        if (!f->nrows[i])
             continue;
-        eng_req *r = eng__req_of(plan->seqs[i]);
+        eng_req *r = f->reqs[i];
         const smp_params *p = &r->p.sampling;
-        be_smp_row *row = &e->smp_rows[e->row0[i]];
+        be_smp_row *row = &f->smp_rows[f->row0[i]];
         *row = (be_smp_row){.temperature = p->temperature, .top_k = p->top_k,
                             .top_p = p->top_p, .min_p = p->min_p};
         if (p->temperature > 0.0f)
@@ -214,9 +76,39 @@ static void step_metrics(eng *e, const sched_plan *plan, int T)
     met_observe(m, MET_ITERATION_TOKENS, T);
 }
 
-int eng__step(eng *e)
+/* ---- submitting and finishing steps --------------------------------------
+ *
+ * A step is planned, built and submitted into a record (eng_fly), then waited
+ * for and its rows sampled and emitted. Running ahead: when the backend can
+ * hold two steps (max_inflight >= 2) and samples on its device, and the step
+ * in flight is plain decoding that the next one repeats (see can_go_ahead),
+ * and it resolves placeholders (be_backend.placeholders), the next step is
+ * queued before this one's tokens are known, each sequence's next token being
+ * a placeholder (be.h: -1 - its row in the step before) that the device
+ * resolves. The host then samples, detokenizes and plans while the
+ * device runs (vLLM's async scheduling). A sequence that this step finishes
+ * (EOS, a stop string, a cancel) leaves the step ahead one wasted row; the
+ * KV it writes there goes with its blocks. Every token is the one the step
+ * without running ahead gives: the same rows, the same uniforms drawn from
+ * the request's own generator in the same order. */
+
+static eng_fly *fly_next(eng *e) { return &e->fly[(e->fly_at + e->fly_n) % 2]; }
+static eng_fly *fly_oldest(eng *e) { return &e->fly[e->fly_at]; }
+
+/* Plans the next step into a new record and submits it; ahead: the step in
+ * flight's sampled ids come in as placeholders. Returns 1 when a step was
+ * submitted, 0 when there was nothing to run, -1 when it failed (its
+ * sequences finished with the error). */
+static int submit_step(eng *e, int ahead)
 {
-    double t0 = inf_now();
+    if (ahead) { /* each sequence's next token: the id its row will hold */
+        const eng_fly *x = fly_oldest(e);
+        for (int i = 0; i < x->n; i++) {
+            eng_req *r = x->reqs[i];
+            r->seq.tokens[r->seq.n_tokens++] = -1 - x->row0[i];
+            r->ahead = 1;
+        }
+    }
     sched_plan *plan;
     sched_schedule(e->sch, &plan);
     e->step_no++;
@@ -231,14 +123,17 @@ int eng__step(eng *e)
         return 0;
     /* the batch: each planned sequence's new tokens; logits from its last
      * real token on (it and each computed draft) */
-    batch_builder *bb = e->bb;
+    eng_fly *f = fly_next(e);
+    batch_builder *bb = f->bb;
     batch_reset(bb);
     inf_err err = {0};
     int rc = INF_OK;
     int plp_left = ENG_PROMPT_LOGPROB_ROWS;
+    f->n = plan->n;
     for (int i = 0; i < plan->n && !rc; i++) {
         sched_seq *q = plan->seqs[i];
         eng_req *r = eng__req_of(q);
+        f->reqs[i] = r;
         int end = q->n_computed + plan->n_new[i];
         int p0 = 0;
         r->plp_rows = 0;
@@ -255,7 +150,8 @@ int eng__step(eng *e)
                 r->plp_next = p0;
             plp_left -= r->plp_rows;
         }
-        e->row0[i] = e->nrows[i] = 0;
+        f->n_new[i] = plan->n_new[i];
+        f->row0[i] = f->nrows[i] = 0;
         if (plan->n_new[i] == 0) /* its chunk waits for prompt-logprob rows */
             continue;
         int tb = batch_add_seq(bb, e->kv, &q->kv, q->tokens + q->n_computed, q->n_computed,
@@ -265,8 +161,8 @@ int eng__step(eng *e)
             if (batch_add_logits(bb, tb + (p - q->n_computed)) < 0)
                 tb = -1;
         int first = q->n_tokens - r->n_draft - 1;
-        e->row0[i] = batch_n_logits(bb);
-        e->nrows[i] = end > first ? end - first : 0;
+        f->row0[i] = batch_n_logits(bb);
+        f->nrows[i] = end > first ? end - first : 0;
         for (int p = first; p < end && tb >= 0; p++)
             if (batch_add_logits(bb, tb + (p - q->n_computed)) < 0)
                 tb = -1;
@@ -274,25 +170,67 @@ int eng__step(eng *e)
             rc = inf_fail(&err, INF_ERR_INVALID, "engine: step %ld does not fit its batch "
                           "buffers", e->step_no);
     }
-    int T = batch_n_tokens(bb);
-    int dev = !rc && device_step(e, plan, batch_n_logits(bb));
+    f->dev = !rc && device_step(e, f, batch_n_logits(bb));
     if (!rc)
-        rc = be_submit(e->be, batch_get(bb), dev ? e->smp_rows : NULL, &err);
-    if (!rc) { /* host work while the backend runs the step */
-        step_metrics(e, plan, T);
-        be_out out = {.logits = dev ? NULL : e->logits, .ids = dev ? e->ids : NULL,
-                      .hidden = e->hidden};
-        rc = be_wait(e->be, &out, &err);
-    }
+        rc = be_submit(e->be, batch_get(bb), f->dev ? f->smp_rows : NULL, &err);
     if (rc != INF_OK) {
         for (int i = 0; i < plan->n; i++)
             eng__finish(e, eng__req_of(plan->seqs[i]), ENG_FINISH_ERROR, err.msg);
-        return 1;
+        return -1;
     }
-    for (int i = 0; i < plan->n; i++)
+    /* host work while the backend runs the step */
+    f->n_tokens = batch_n_tokens(bb);
+    step_metrics(e, plan, f->n_tokens);
+    for (int i = 0; i < plan->n; i++) { /* their KV is written (or queued) */
         plan->seqs[i]->n_computed += plan->n_new[i];
-    for (int i = 0; i < plan->n; i++) {
-        eng_req *r = eng__req_of(plan->seqs[i]);
+        eng_req_ref(f->reqs[i]);
+    }
+    e->fly_n++;
+    e->ahead_steps += ahead;
+    return 1;
+}
+
+/* Whether the step after the one in flight may be queued now: the backend
+ * holds two and samples on its device; every running sequence is in the
+ * step in flight, decoding one token sampled there, with no grammar (its
+ * mask needs the token), no other logits processor, no speculation, and a
+ * token that will not end it by length; nothing waits for admission; and
+ * the pool has a block for each, so planning preempts nothing. */
+static int can_go_ahead(eng *e)
+{
+    const eng_fly *x = fly_oldest(e);
+    if (e->fly_n != 1 || e->be->max_inflight < 2 || !e->be->placeholders || !x->dev ||
+        e->cfg.spec || x->n == 0 ||
+        x->n != sched_num_running(e->sch) || sched_num_waiting(e->sch) > 0 ||
+        kv_num_free(e->kv) < x->n)
+        return 0;
+    for (int i = 0; i < x->n; i++) {
+        const eng_req *r = x->reqs[i];
+        if (!r->active || x->n_new[i] != 1 || x->nrows[i] != 1 || r->gm ||
+            !lp_chain_empty(&r->lp) || r->n_output + 1 >= r->p.max_tokens ||
+            r->seq.n_tokens + 1 >= e->cfg.max_model_len)
+            return 0;
+    }
+    return 1;
+}
+
+/* Waits for the oldest step in flight and samples and emits its rows. */
+static void finish_step(eng *e)
+{
+    eng_fly *f = fly_oldest(e);
+    be_out out = {.logits = f->dev ? NULL : e->logits, .ids = f->dev ? e->ids : NULL,
+                  .hidden = e->hidden};
+    inf_err err = {0};
+    int rc = be_wait(e->be, &out, &err);
+    e->fly_at = (e->fly_at + 1) % 2;
+    e->fly_n--;
+    for (int i = 0; i < f->n; i++) {
+        eng_req *r = f->reqs[i];
+        if (rc != INF_OK) {
+            if (r->active)
+                eng__finish(e, r, ENG_FINISH_ERROR, err.msg);
+            continue;
+        }
         if (r->plp_rows && r->active) { /* before the first output token's */
             const sched_seq *q = &r->seq;
             pthread_mutex_lock(&r->mu);
@@ -305,38 +243,64 @@ int eng__step(eng *e)
             r->plp_rows = 0;
             eng__touch(e, r);
         }
-        if (!e->nrows[i] || !r->active)
+        if (!f->nrows[i] || !r->active)
             continue;
-        const float *rows = e->logits + (size_t)e->row0[i] * e->vocab;
-        const float *hid = e->hidden ? e->hidden + (size_t)e->row0[i] * e->hidden_size : NULL;
+        const float *rows = e->logits + (size_t)f->row0[i] * e->vocab;
+        const float *hid = e->hidden ? e->hidden + (size_t)f->row0[i] * e->hidden_size : NULL;
         if (r->n_draft) {
-            eng__verify(e, r, rows, hid, e->nrows[i] - 1);
-        } else if (dev) { /* the device sampled it, mask and all */
-            int32_t t = e->ids[e->row0[i]];
+            eng__verify(e, r, rows, hid, f->nrows[i] - 1);
+        } else if (f->dev) { /* the device sampled it, mask and all */
+            int32_t t = e->ids[f->row0[i]];
             eng__keep_hidden(e, r, hid);
             lp_chain_accept(&r->lp, t);
             eng__emit_token(e, r, t, NULL);
         } else {
             eng__keep_hidden(e, r, hid);
-            advance(e, r, rows);
+            eng__advance(e, r, rows);
         }
     }
-    eng__propose(e);
+    for (int i = 0; i < f->n; i++) /* a finished one is notified after the step */
+        eng_req_unref(f->reqs[i]);
+    f->n = 0;
+}
+
+int eng__step(eng *e)
+{
+    double t0 = inf_now();
+    if (e->fly_n == 0) {
+        int rc = submit_step(e, 0);
+        if (rc <= 0)
+            return rc < 0;
+    }
+    if (can_go_ahead(e))
+        submit_step(e, 1); /* a failure finished its sequences */
+    int n = fly_oldest(e)->n, T = fly_oldest(e)->n_tokens;
+    finish_step(e);
+    if (e->fly_n == 0) /* drafts only between steps that do not overlap */
+        eng__propose(e);
     /* for --log-level debug: where a slow step comes from (scheduling,
-     * forward, sampling and drafting together) */
+     * forward, sampling and drafting together; with a step ahead, the host's
+     * share of the time between two results) */
     log_msg(e->cfg.log, LOG_DEBUG, "engine", NULL, "step %ld: %d seqs, %d tokens, %.1f ms",
-            e->step_no, plan->n, T, (inf_now() - t0) * 1e3);
+            e->step_no - e->fly_n, n, T, (inf_now() - t0) * 1e3);
     return 1;
 }
 
-
-void eng__keep_hidden(eng *e, eng_req *r, const float *hid)
+void eng__step_drain(eng *e)
 {
-    if (!hid || !r->hidden)
-        return;
-    memcpy(r->hidden, hid, sizeof(float) * (size_t)e->hidden_size);
-    r->has_hidden = 1;
+    while (e->fly_n) {
+        eng_fly *f = fly_oldest(e);
+        be_out out = {0};
+        inf_err err = {0};
+        be_wait(e->be, &out, &err); /* results dropped: the engine is stopping */
+        e->fly_at = (e->fly_at + 1) % 2;
+        e->fly_n--;
+        for (int i = 0; i < f->n; i++)
+            eng_req_unref(f->reqs[i]);
+        f->n = 0;
+    }
 }
+
 
 int eng__step_init(eng *e, inf_err *err)
 {
@@ -351,9 +315,21 @@ int eng__step_init(eng *e, inf_err *err)
                        .max_rows = e->max_rows,
                        .max_blocks = (cfg->max_model_len + cfg->block_size - 1) /
                                      cfg->block_size};
-    int rc = batch_create(&bl, &e->bb, err);
-    if (rc)
-        return rc;
+    for (int i = 0; i < 2; i++) {
+        eng_fly *f = &e->fly[i];
+        int rc = batch_create(&bl, &f->bb, err);
+        if (rc)
+            return rc;
+        f->reqs = malloc(sizeof *f->reqs * (size_t)S);
+        f->n_new = malloc(sizeof(int) * (size_t)S);
+        f->row0 = malloc(sizeof(int) * (size_t)S);
+        f->nrows = malloc(sizeof(int) * (size_t)S);
+        if (e->be->device_sampling)
+            f->smp_rows = malloc(sizeof *f->smp_rows * (size_t)e->max_rows);
+        if (!f->reqs || !f->n_new || !f->row0 || !f->nrows ||
+            (e->be->device_sampling && !f->smp_rows))
+            return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step records");
+    }
     if (cfg->spec && cfg->spec->ops->wants_hidden) {
         e->hidden_size = e->be->hidden_size;
         if (e->hidden_size < 1)
@@ -363,10 +339,9 @@ int eng__step_init(eng *e, inf_err *err)
         e->hidden = malloc(sizeof(float) * (size_t)e->max_rows * e->hidden_size);
         if (!e->hidden)
             return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for hidden states");
-        batch_set_want_hidden(e->bb, 1);
+        batch_set_want_hidden(e->fly[0].bb, 1);
+        batch_set_want_hidden(e->fly[1].bb, 1);
     }
-    e->row0 = malloc(sizeof(int) * (size_t)S);
-    e->nrows = malloc(sizeof(int) * (size_t)S);
     e->logits = malloc(sizeof(float) * (size_t)e->max_rows * e->vocab);
     e->scratch = malloc(sizeof(float) * (size_t)e->vocab);
     if (e->kmax) {
@@ -385,22 +360,25 @@ int eng__step_init(eng *e, inf_err *err)
     }
     if (e->be->device_sampling) {
         e->mask_words = ((size_t)e->vocab + 31) / 32;
-        e->smp_rows = malloc(sizeof *e->smp_rows * (size_t)e->max_rows);
         e->ids = malloc(sizeof *e->ids * (size_t)e->max_rows);
         e->dmask = malloc(sizeof *e->dmask * (size_t)S * e->mask_words);
-        if (!e->smp_rows || !e->ids || !e->dmask)
+        if (!e->ids || !e->dmask)
             return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for device sampling");
     }
-    if (!e->row0 || !e->nrows || !e->logits || !e->scratch)
+    if (!e->logits || !e->scratch)
         return inf_fail(err, INF_ERR_NOMEM, "engine: out of memory for step buffers");
     return INF_OK;
 }
 
 void eng__step_free(eng *e)
 {
-    batch_destroy(e->bb);
-    free(e->logits), free(e->hidden), free(e->scratch), free(e->row0), free(e->nrows);
+    for (int i = 0; i < 2; i++) {
+        eng_fly *f = &e->fly[i];
+        batch_destroy(f->bb);
+        free(f->reqs), free(f->n_new), free(f->row0), free(f->nrows), free(f->smp_rows);
+    }
+    free(e->logits), free(e->hidden), free(e->scratch);
     free(e->cand), free(e->cand_ss), free(e->cand_params), free(e->cand_k);
     free(e->drafts), free(e->dprobs), free(e->tprobs), free(e->argmaxes);
-    free(e->smp_rows), free(e->ids), free(e->dmask);
+    free(e->ids), free(e->dmask);
 }

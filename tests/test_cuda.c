@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cpu/backend.h"
@@ -35,6 +36,7 @@
 #include "cuda/kern.h"
 #include "cuda/mlp.h"
 #include "cuda/plan.h"
+#include "engine/eng_internal.h"
 #include "engine/model.h"
 #include "engine/gram.h"
 #include "engine/smp.h"
@@ -2047,6 +2049,77 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
+/* The engine on this backend, running ahead (its next decode step queued,
+ * with placeholders, before this one's tokens are back) and not (the
+ * backend's placeholders flag cleared): four requests at once, greedy and
+ * seeded sampled, of different lengths, give the same tokens, and the first
+ * run queued steps ahead. */
+static void test_cuda_engine_ahead_same_tokens(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char dir[600];
+    model *m = load_test_model(0, dir);
+    tok *tk = NULL;
+    inf_err err = {0};
+    if (tok_create(dir, &tk, &err))
+        fail_msg("tokenizer: %s", err.msg);
+    enum { NR = 4, OUT = 40 };
+    int32_t got[2][NR][OUT + 1];
+    int n[2][NR];
+    for (int run = 0; run < 2; run++) {
+        be_backend *be = gpu_make(m, MAXT, MAXS, 256, 64, 1, 1);
+        if (run)
+            be->placeholders = 0; /* one step at a time */
+        eng_config c = {.max_num_seqs = 8, .max_num_batched_tokens = 256,
+                        .max_model_len = 256, .block_size = BS, .num_blocks = 64,
+                        .seed = 3};
+        eng *e = NULL;
+        if (eng_create(&c, m, tk, be, &e, &err))
+            fail_msg("engine: %s", err.msg);
+        eng_req *r[NR];
+        for (int i = 0; i < NR; i++) {
+            int32_t prompt[4] = {1, (int32_t)(7 + i), (int32_t)(20 + 3 * i), 11};
+            eng_params p = {.sampling = smp_params_default(), .max_tokens = OUT - 6 * i,
+                            .logprobs = -1, .ignore_eos = 1};
+            p.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+            p.sampling.seed = (uint64_t)(40 + i);
+            p.has_seed = 1;
+            if (eng_req_create(prompt, 4, &p, &r[i], &err) || eng_submit(e, r[i], 0, &err))
+                fail_msg("request %d: %s", i, err.msg);
+        }
+        for (int i = 0; i < NR; i++) {
+            for (int ms = 0; !eng_req_finished(r[i]); ms++) { /* a watchdog, not a timing */
+                if (ms == 60000)
+                    fail_msg("request %d never finished", i);
+                usleep(1000);
+            }
+            eng_out o = {0};
+            eng_req_take(r[i], &o);
+            if (o.finish != ENG_FINISH_LENGTH)
+                fail_msg("run %d request %d: finish %d %s", run, i, o.finish, o.error);
+            n[run][i] = o.n_ids;
+            memcpy(got[run][i], o.ids, sizeof(int32_t) * (size_t)o.n_ids);
+            eng_out_free(&o);
+            eng_req_unref(r[i]);
+        }
+        long ahead = e->ahead_steps; /* the engine is done with its requests */
+        eng_destroy(e);
+        be_destroy(be);
+        if (run == 0)
+            assert_true(ahead > 0);
+        else
+            assert_int_equal(ahead, 0);
+    }
+    for (int i = 0; i < NR; i++) {
+        assert_int_equal(n[0][i], OUT - 6 * i);
+        assert_int_equal(n[1][i], n[0][i]);
+        assert_memory_equal(got[0][i], got[1][i], sizeof(int32_t) * (size_t)n[0][i]);
+    }
+    tok_destroy(tk);
+    model_destroy(m);
+}
+
 /* Constrained decoding: a grammar's mask on the device sampler (be_smp_row
  * mask) gives the tokens the host path gives (the same step's logits, the
  * mask applied on the host as -inf, then smp_argmax or smp_probs +
@@ -2378,6 +2451,7 @@ int main(void)
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
+        cmocka_unit_test(test_cuda_engine_ahead_same_tokens),
         cmocka_unit_test(test_cuda_constrained_decode_matches_host),
         cmocka_unit_test(test_cuda_hidden_matches_cpu),
         cmocka_unit_test(test_cuda_mlp_matches_host),

@@ -107,10 +107,16 @@ typedef struct fake_be {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int hold_at, held, released;
-    const be_batch *pending;  /* submitted; run by wait                   */
+    /* submitted steps, run by wait in order (two with base.max_inflight 2) */
+    const be_batch *pending[2];
     /* device sampling (base.device_sampling): the "device" samples each row
      * as the host's smp_ does, after the row's mask */
-    const be_smp_row *pending_smp;
+    const be_smp_row *pending_smp[2];
+    int pending_ph[2];        /* placeholders each may hold: the rows the step
+                                 before it sampled (base.placeholders)      */
+    int n_pending, max_pending, n_placeholders;
+    int last_rows;            /* rows the last submitted step sampled (-1: none) */
+    int32_t last_ids[MAXSEQ]; /* the ids the last run step sampled          */
     smp_ctx *smp;
     int n_sampled_steps, n_masked_rows;
 } fake_be;
@@ -151,18 +157,25 @@ static int32_t fake_sample(fake_be *f, const be_smp_row *s, float *row)
     return smp_draw(probs, f->fm.V, s->u);
 }
 
-static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, inf_err *err)
+static int fake_forward(be_backend *base, const be_batch *b, const be_smp_row *smp, int n_ph,
+                        const be_out *out, inf_err *err)
 {
     fake_be *f = (fake_be *)base;
-    int rc = be_batch_check(base, b, 64, MAXLEN, 0, err);
+    int rc = be_batch_check(base, b, 64, MAXLEN, n_ph, err);
     if (rc)
         return rc;
     gate(f);
     f->n_forward++;
     if (b->n_tokens > f->max_batch)
         f->max_batch = b->n_tokens;
-    for (int t = 0; t < b->n_tokens; t++) /* KV first, as attention does */
-        f->kv[b->slots[t]] = b->tokens[t];
+    for (int t = 0; t < b->n_tokens; t++) { /* KV first, as attention does */
+        int32_t id = b->tokens[t];
+        if (id < 0) { /* a placeholder: what the step before sampled */
+            f->n_placeholders++;
+            id = f->last_ids[-1 - id];
+        }
+        f->kv[b->slots[t]] = id;
+    }
     for (int s = 0; s < b->n_seqs; s++) {
         int rows = 0;
         for (int r = 0; r < b->n_logits; r++)
@@ -179,10 +192,10 @@ static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, 
         const int32_t *table = b->block_table + (size_t)s * b->max_blocks;
         for (int j = 0; j <= p; j++)
             ctx[j] = f->kv[table[j / BS] * BS + j % BS];
-        if (f->pending_smp) {
+        if (smp) {
             float row[4096];
             fake_row(&f->fm, ctx, p + 1, row);
-            out->ids[r] = fake_sample(f, &f->pending_smp[r], row);
+            out->ids[r] = f->last_ids[r] = fake_sample(f, &smp[r], row);
         } else {
             fake_row(&f->fm, ctx, p + 1, out->logits + (size_t)r * f->fm.V);
         }
@@ -195,10 +208,18 @@ static int fake_forward(be_backend *base, const be_batch *b, const be_out *out, 
 static int fake_submit(be_backend *base, const be_batch *b, const be_smp_row *smp, inf_err *err)
 {
     fake_be *f = (fake_be *)base;
-    if ((smp && !base->device_sampling) || f->pending)
-        return inf_fail(err, INF_ERR_INVALID, "fake: one step at a time, no device sampling");
-    f->pending = b;
-    f->pending_smp = smp;
+    if ((smp && (!base->device_sampling || b->n_logits > MAXSEQ)) ||
+        f->n_pending == base->max_inflight)
+        return inf_fail(err, INF_ERR_INVALID, "fake: %d steps queued, or device sampling "
+                        "without the backend's", f->n_pending);
+    /* the engine must keep each queued step's arrays as they were: the fake
+     * reads them only when it runs the step, in wait */
+    f->pending[f->n_pending] = b;
+    f->pending_smp[f->n_pending] = smp;
+    f->pending_ph[f->n_pending] = base->placeholders && f->last_rows > 0 ? f->last_rows : 0;
+    f->n_pending++;
+    f->max_pending = f->n_pending > f->max_pending ? f->n_pending : f->max_pending;
+    f->last_rows = smp ? b->n_logits : -1;
     f->n_sampled_steps += smp != NULL;
     return INF_OK;
 }
@@ -206,11 +227,16 @@ static int fake_submit(be_backend *base, const be_batch *b, const be_smp_row *sm
 static int fake_wait(be_backend *base, const be_out *out, inf_err *err)
 {
     fake_be *f = (fake_be *)base;
-    const be_batch *b = f->pending;
-    f->pending = NULL;
-    int rc = b ? fake_forward(base, b, out, err) : inf_fail(err, INF_ERR_INVALID, "fake: no step");
-    f->pending_smp = NULL;
-    return rc;
+    if (!f->n_pending)
+        return inf_fail(err, INF_ERR_INVALID, "fake: no step");
+    const be_batch *b = f->pending[0];
+    const be_smp_row *smp = f->pending_smp[0];
+    int n_ph = f->pending_ph[0];
+    f->pending[0] = f->pending[1];
+    f->pending_smp[0] = f->pending_smp[1];
+    f->pending_ph[0] = f->pending_ph[1];
+    f->n_pending--;
+    return fake_forward(base, b, smp, n_ph, out, err);
 }
 
 static void fake_destroy(be_backend *base)
@@ -392,15 +418,17 @@ static int teardown(void **state)
 /* Starts the engine: a step of `budget` tokens, k drafts (0: off); with
  * hidden, the proposer reads hidden states; with device, the fake backend
  * samples on its "device". */
-static void start_dev(fx *x, int budget, int k, int eos_pos, int hidden, int device)
+static void start_ahead(fx *x, int budget, int k, int eos_pos, int hidden, int device,
+                        int ahead)
 {
     x->be = calloc(1, sizeof *x->be);
     pthread_mutex_init(&x->be->mu, NULL);
     pthread_cond_init(&x->be->cv, NULL);
     x->be->base = (be_backend){.ops = &fake_ops, .vocab_size = x->m.cfg.vocab_size,
                                .block_size = BS, .num_blocks = NBLOCKS,
-                               .hidden_size = FAKE_HIDDEN, .max_inflight = 1,
-                               .device_sampling = device};
+                               .hidden_size = FAKE_HIDDEN, .max_inflight = ahead ? 2 : 1,
+                               .device_sampling = device, .placeholders = ahead};
+    x->be->last_rows = -1;
     inf_err serr = {0};
     assert_int_equal(smp_create(x->m.cfg.vocab_size, &x->be->smp, &serr), INF_OK);
     x->be->fm = (fake_model){.V = x->m.cfg.vocab_size, .eos = x->m.cfg.eos_token_ids[0],
@@ -416,6 +444,11 @@ static void start_dev(fx *x, int budget, int k, int eos_pos, int hidden, int dev
     if (rc)
         print_message("eng_create: %s\n", err.msg);
     assert_int_equal(rc, INF_OK);
+}
+
+static void start_dev(fx *x, int budget, int k, int eos_pos, int hidden, int device)
+{
+    start_ahead(x, budget, k, eos_pos, hidden, device, 0);
 }
 
 static void start_with(fx *x, int budget, int k, int eos_pos, int hidden)
@@ -851,6 +884,122 @@ static void test_step_device_sampling_same_as_host(void **state)
         }
 }
 
+
+/* Running ahead (a backend that holds two steps, samples on its device and
+ * resolves placeholders): greedy requests of several lengths (one passing
+ * the EOS the fake predicts at position 30 with ignore_eos), a seeded
+ * sampled one and one with a stop string, all at once, give exactly the
+ * tokens, texts and finishes of the same engine one step at a time (the
+ * greedy ones the reference's). While
+ * the fake holds its 9th forward, a request is cancelled and another
+ * arrives: the cancelled one stops, the new one is admitted (the engine
+ * stops running ahead while one waits) and matches the reference, and every
+ * block comes back. Steps must have been queued ahead (two in the fake at
+ * once, placeholders resolved), and none without it. */
+static void test_step_ahead_same_as_in_step(void **state)
+{
+    fx *x = *state;
+    NEED_FIXTURE(x);
+    enum { NR = 6 };
+    int32_t prompt[NR + 1][12], got[2][NR + 1][MAXLEN], want[MAXLEN];
+    int n[2][NR + 1], fin[2][NR + 1];
+    char *text[2][NR + 1];
+    eng_params p[NR + 1];
+    const char *stops[] = {"\x01 never", NULL};
+    for (int i = 0; i <= NR; i++) {
+        make_prompt(x, 61 + (unsigned)i, 6 + i, prompt[i]);
+        p[i] = greedy(i == 0 ? 3 : 10 + 7 * i);
+    }
+    p[2].ignore_eos = 1;
+    p[3].sampling.temperature = 0.9f;
+    p[3].sampling.top_p = 0.95f;
+    p[3].sampling.seed = 5;
+    p[3].has_seed = 1;
+    p[4].stop = stops;
+    p[4].n_stop = 1;
+    for (int run = 0; run < 2; run++) {
+        /* the stop string: two characters from the middle of run 0's text */
+        start_ahead(x, 64, 0, 30, 0, 1, run);
+        x->be->hold_at = 9;
+        eng_req *r[NR + 1];
+        for (int i = 0; i < NR; i++)
+            r[i] = submit(x, prompt[i], 6 + i, &p[i]);
+        pthread_mutex_lock(&x->be->mu);
+        while (!x->be->held)
+            pthread_cond_wait(&x->be->cv, &x->be->mu);
+        eng_cancel(x->e, r[5]);
+        r[NR] = submit(x, prompt[NR], 6 + NR, &p[NR]);
+        x->be->released = 1;
+        pthread_cond_broadcast(&x->be->cv);
+        pthread_mutex_unlock(&x->be->mu);
+        for (int i = 0; i <= NR; i++)
+            wait_done(x, r[i]);
+        wait_idle(x);
+        for (int i = 0; i <= NR; i++) {
+            eng_out o = {0};
+            eng_req_take(r[i], &o);
+            fin[run][i] = o.finish;
+            text[run][i] = strndup(o.text ? o.text : "", o.len);
+            n[run][i] = out_tokens(r[i], got[run][i]);
+            assert_int_equal(n[run][i], o.n_output);
+            eng_out_free(&o);
+            eng_req_unref(r[i]);
+        }
+        if (run == 0 && strlen(text[0][4]) >= 8) /* run 1 stops inside request 4 */
+            stops[0] = strndup(text[0][4] + strlen(text[0][4]) / 2, 2);
+        if (run) {
+            assert_true(x->e->ahead_steps > 0);
+            assert_int_equal(x->be->max_pending, 2);
+            assert_true(x->be->n_placeholders > 0);
+        } else {
+            assert_int_equal(x->e->ahead_steps, 0);
+            assert_int_equal(x->be->max_pending, 1);
+        }
+        assert_no_blocks_held(x);
+        eng_destroy(x->e);
+        be_destroy(&x->be->base);
+        x->e = NULL;
+        x->be = NULL;
+    }
+    for (int i = 0; i <= NR; i++) {
+        if (i == 4) /* run 1 had the stop string run 0's text gave it */
+            continue;
+        if (i == 5) { /* cancelled while held: both stop early, at a prefix */
+            assert_int_equal(fin[0][i], ENG_FINISH_ABORT);
+            assert_int_equal(fin[1][i], ENG_FINISH_ABORT);
+            int m = n[0][i] < n[1][i] ? n[0][i] : n[1][i];
+            assert_tokens(got[0][i], m, got[1][i], m);
+            continue;
+        }
+        assert_int_equal(fin[0][i], fin[1][i]);
+        assert_string_equal(text[0][i], text[1][i]);
+        assert_tokens(got[0][i], n[0][i], got[1][i], n[1][i]);
+        if (i != 3) { /* greedy: the reference too */
+            int32_t (*g)[MAXLEN] = got[1];
+            int nw = reference(&(fake_model){.V = x->m.cfg.vocab_size,
+                                             .eos = x->m.cfg.eos_token_ids[0], .eos_pos = 30},
+                               prompt[i], 6 + i, p[i].max_tokens, want);
+            if (!p[i].ignore_eos)
+                assert_tokens(want, nw, g[i], n[1][i]);
+        }
+    }
+    assert_int_equal(fin[0][1], ENG_FINISH_LENGTH); /* 7 + 17 tokens: before the EOS */
+    assert_int_equal(fin[0][2], ENG_FINISH_LENGTH); /* through it */
+    assert_int_equal(fin[0][6], ENG_FINISH_STOP);   /* the EOS at position 30 */
+    /* request 4 in run 1: its text up to the stop string run 0's text held */
+    if (stops[0][0] != '\x01') {
+        assert_int_equal(fin[1][4], ENG_FINISH_STOP);
+        const char *at = strstr(text[0][4], stops[0]);
+        assert_non_null(at);
+        assert_int_equal(strlen(text[1][4]), (size_t)(at - text[0][4]));
+        assert_memory_equal(text[1][4], text[0][4], strlen(text[1][4]));
+        free((char *)stops[0]);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i <= NR; i++)
+            free(text[run][i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,6 +1012,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_step_stop_string, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_processors_same_with_drafts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_step_ahead_same_as_in_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_device_sampling_same_as_host, setup,
                                         teardown),
     };
