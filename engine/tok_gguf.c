@@ -379,8 +379,10 @@ static int bpe_added(const gmeta *m, hf_impl *h, inf_err *err)
         a->id = i;
         a->len = m->len[i];
         a->special = m->type[i] == TT_CONTROL;
+        /* only valid UTF-8 is matched in the text (tok_hf_open.c says why) */
         if (!(a->content = hf_dup(m->str[i], a->len)) ||
-            hf_trie_add(h->raw_trie, a->content, a->len, h->n_added))
+            (hf_utf8_valid(a->content, a->len) &&
+             hf_trie_add(h->raw_trie, a->content, a->len, h->n_added)))
             return inf_fail(err, INF_ERR_NOMEM, "tok: out of memory");
         h->n_added++;
     }

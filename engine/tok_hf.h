@@ -43,6 +43,8 @@ size_t hf_utf8_next(const char *s, size_t n, int32_t *cp);
 size_t hf_utf8_put(int32_t cp, char *out); /* 1..4 bytes */
 /* Replaces invalid UTF-8 with U+FFFD; *out NULL when s is valid already. */
 int hf_utf8_sanitize(const char *s, size_t n, char **out, size_t *out_len);
+/* Whether s[0:n] is valid UTF-8. */
+int hf_utf8_valid(const char *s, size_t n);
 int hf_is_white(int32_t cp);   /* Unicode White_Space (Rust char::is_whitespace) */
 int hf_is_alnum(int32_t cp);   /* Rust char::is_alphanumeric                      */
 int hf_is_numeric(int32_t cp); /* Rust char::is_numeric (Nd, Nl, No)              */

@@ -65,9 +65,9 @@ size_t hf_utf8_put(int32_t cp, char *out)
     return (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
 }
 
-int hf_utf8_sanitize(const char *s, size_t n, char **out, size_t *out_len)
+/* The length of s[0:n]'s longest valid UTF-8 prefix. */
+static size_t utf8_valid_prefix(const char *s, size_t n)
 {
-    *out = NULL;
     size_t i = 0;
     while (i < n) {
         utf8proc_int32_t c;
@@ -77,6 +77,18 @@ int hf_utf8_sanitize(const char *s, size_t n, char **out, size_t *out_len)
             break;
         i += (size_t)k;
     }
+    return i;
+}
+
+int hf_utf8_valid(const char *s, size_t n)
+{
+    return utf8_valid_prefix(s, n) == n;
+}
+
+int hf_utf8_sanitize(const char *s, size_t n, char **out, size_t *out_len)
+{
+    *out = NULL;
+    size_t i = utf8_valid_prefix(s, n);
     if (i == n)
         return INF_OK;
     inf_buf b = {0};

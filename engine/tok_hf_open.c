@@ -76,7 +76,12 @@ static int ld_added(const hf_load *L, const cJSON *root, hf_impl *h, int32_t *ma
             key = norm.p ? norm.p : "";
             klen = norm.len;
         }
-        if (hf_trie_add(ad->normalized ? h->norm_trie : h->raw_trie, key, klen, h->n_added))
+        /* Text is split on added tokens as valid UTF-8 (invalid bytes are
+         * U+FFFD by then): content that is not could only match inside a
+         * character, and cut it in two, so it is never matched (its id
+         * still decodes). */
+        if (hf_utf8_valid(key, klen) &&
+            hf_trie_add(ad->normalized ? h->norm_trie : h->raw_trie, key, klen, h->n_added))
             rc = hf_ld_nomem(L);
         h->n_added++;
     }

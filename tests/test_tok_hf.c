@@ -326,6 +326,26 @@ static void test_tok_hf_bytelevel_added(void **state)
     tok_destroy(t);
 }
 
+/* An added token whose content is not valid UTF-8 (here the byte A9, the
+ * second byte of "é") would match inside a character and cut it in two;
+ * the text is valid UTF-8 by then, so it is never matched: "é" encodes as
+ * without it. (A GGUF control token did this to the Qwen 2 pre-tokenizer's
+ * regex, run on half a character: fuzz/regress/gguf_tok.) */
+static void test_tok_hf_added_not_utf8_never_matched(void **state)
+{
+    (void)state;
+    const char *head = "{\"added_tokens\":[";
+    size_t hl = strlen(head);
+    assert_memory_equal(BYTELEVEL_JSON, head, hl);
+    char json[4096];
+    snprintf(json, sizeof json, "%s{\"id\":15,\"content\":\"\xA9\",\"special\":true},%s", head,
+             BYTELEVEL_JSON + hl);
+    tok *t = open_json(json);
+    expect_ids(t, "\xC3\xA9", 0, (int32_t[]){14}, 1);
+    expect_ids(t, "ab\xC3\xA9 ab", 0, (int32_t[]){5, 14, 7}, 3);
+    tok_destroy(t);
+}
+
 /* The stream holds a byte-level piece that ends inside a character, and
  * the one before it when the character began there. */
 static void test_tok_hf_stream_bytelevel(void **state)
@@ -621,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_tok_hf_normalizers),
         cmocka_unit_test(test_tok_hf_bpe_fallback),
         cmocka_unit_test(test_tok_hf_bytelevel_added),
+        cmocka_unit_test(test_tok_hf_added_not_utf8_never_matched),
         cmocka_unit_test(test_tok_hf_stream_bytelevel),
         cmocka_unit_test(test_tok_hf_keep_special),
         cmocka_unit_test(test_tok_hf_metaspace_first),
