@@ -46,7 +46,7 @@ typedef struct serve_opts {
     int prefill_decoding; /* -1: by device */
     int max_waiting, max_connections, timeout_s, grace_s, max_body_mb, max_logprobs, max_n;
     int request_timeout_s;
-    int disable_log_stats, prefix_caching, disable_access_log;
+    int disable_log_stats, prefix_caching, disable_access_log, async_scheduling;
     const char *log_format, *log_level;
     /* TLS, keys and CORS (server/tls.h, keys.h, cors.h) */
     arg_strs api_keys;
@@ -331,6 +331,7 @@ static void *load(void *arg)
                          .max_model_len = max_len, .block_size = o->bc.block_size,
                          .num_blocks = tb.num_blocks, .seed = (uint64_t)(int64_t)o->seed,
                          .enable_prefix_caching = o->prefix_caching,
+                         .no_async_scheduling = !o->async_scheduling,
                          .met = a->met, .log_interval_s = o->disable_log_stats ? 0 : 10,
                          .notify = gcall_on_engine_output,
                          .spec = a->spec.proposer, .spec_k = a->spec.k,
@@ -397,7 +398,7 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
     serve_opts *o = &a->o;
     *o = (serve_opts){.host = "127.0.0.1", .port = 8000, .max_num_seqs = 64,
                       .bc = app_backend_config_default(), .prefill_decoding = -1,
-                      .prefix_caching = 1,
+                      .prefix_caching = 1, .async_scheduling = 1,
                       .max_waiting = 1024, .max_connections = 1024, .timeout_s = 30,
                       .request_timeout_s = 60,
                       .grace_s = 30, .max_body_mb = 8, .max_logprobs = 20, .max_n = 16,
@@ -498,6 +499,11 @@ static int serve_run(int argc, char **argv, const vargs *v, serve_offline_fn off
                                                                      "shared prefixes (default)"},
         {"no-enable-prefix-caching", ARG_FLAG_OFF, &o->prefix_caching, NULL, "turn prefix "
                                                                             "caching off"},
+        {"async-scheduling", ARG_FLAG, &o->async_scheduling, NULL, "plan the next decode step "
+                                                                   "while the device runs this "
+                                                                   "one (CUDA; default)"},
+        {"no-async-scheduling", ARG_FLAG_OFF, &o->async_scheduling, NULL, "one step at a "
+                                                                         "time"},
         APP_SPEC_ARG_SPECS(&o->spec),
         {"fault-token-id", ARG_INT, &o->fault_token, "N", "testing: a step whose batch holds "
                                                           "token N fails (the fault path)"},

@@ -32,6 +32,7 @@ typedef struct eng_config {
     int num_blocks;             /* KV blocks (the backend holds as many)    */
     uint64_t seed;              /* seeds requests that bring no seed        */
     int enable_prefix_caching;
+    int no_async_scheduling;    /* never run a decode step ahead (eng_step.c) */
     met_registry *met;          /* may be NULL                              */
     logger *log;                /* may be NULL (plain stderr)               */
     /* speculative decoding (spec NULL: off) */

@@ -199,8 +199,8 @@ static int submit_step(eng *e, int ahead)
 static int can_go_ahead(eng *e)
 {
     const eng_fly *x = fly_oldest(e);
-    if (e->fly_n != 1 || e->be->max_inflight < 2 || !e->be->placeholders || !x->dev ||
-        e->cfg.spec || x->n == 0 ||
+    if (e->fly_n != 1 || e->cfg.no_async_scheduling || e->be->max_inflight < 2 ||
+        !e->be->placeholders || !x->dev || e->cfg.spec || x->n == 0 ||
         x->n != sched_num_running(e->sch) || sched_num_waiting(e->sch) > 0 ||
         kv_num_free(e->kv) < x->n)
         return 0;

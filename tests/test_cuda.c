@@ -2050,8 +2050,8 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
 }
 
 /* The engine on this backend, running ahead (its next decode step queued,
- * with placeholders, before this one's tokens are back) and not (the
- * backend's placeholders flag cleared): four requests at once, greedy and
+ * with placeholders, before this one's tokens are back) and not
+ * (no_async_scheduling, serve's --no-async-scheduling): four requests at once, greedy and
  * seeded sampled, of different lengths, give the same tokens, and the first
  * run queued steps ahead. */
 static void test_cuda_engine_ahead_same_tokens(void **state)
@@ -2069,11 +2069,9 @@ static void test_cuda_engine_ahead_same_tokens(void **state)
     int n[2][NR];
     for (int run = 0; run < 2; run++) {
         be_backend *be = gpu_make(m, MAXT, MAXS, 256, 64, 1, 1);
-        if (run)
-            be->placeholders = 0; /* one step at a time */
         eng_config c = {.max_num_seqs = 8, .max_num_batched_tokens = 256,
                         .max_model_len = 256, .block_size = BS, .num_blocks = 64,
-                        .seed = 3};
+                        .seed = 3, .no_async_scheduling = run}; /* run 1: one at a time */
         eng *e = NULL;
         if (eng_create(&c, m, tk, be, &e, &err))
             fail_msg("engine: %s", err.msg);

@@ -368,6 +368,7 @@ typedef struct fx {
     fake_spec spec;
     eng *e;
     waiter w;
+    int no_async; /* eng_config.no_async_scheduling of the next start */
 } fx;
 
 static int setup(void **state)
@@ -438,7 +439,8 @@ static void start_ahead(fx *x, int budget, int k, int eos_pos, int hidden, int d
     eng_config c = {.max_num_seqs = MAXSEQ, .max_num_batched_tokens = budget,
                     .max_model_len = MAXLEN, .block_size = BS, .num_blocks = NBLOCKS,
                     .seed = 7, .spec = k ? &x->spec.base : NULL, .spec_k = k,
-                    .spec_min_accept = 0, .notify = on_notify, .notify_user = &x->w};
+                    .spec_min_accept = 0, .notify = on_notify, .notify_user = &x->w,
+                    .no_async_scheduling = x->no_async};
     inf_err err = {0};
     int rc = eng_create(&c, &x->m, x->tk, &x->be->base, &x->e, &err);
     if (rc)
@@ -895,7 +897,7 @@ static void test_step_device_sampling_same_as_host(void **state)
  * arrives: the cancelled one stops, the new one is admitted (the engine
  * stops running ahead while one waits) and matches the reference, and every
  * block comes back. Steps must have been queued ahead (two in the fake at
- * once, placeholders resolved), and none without it. */
+ * once, placeholders resolved), and none with no_async_scheduling set. */
 static void test_step_ahead_same_as_in_step(void **state)
 {
     fx *x = *state;
@@ -919,7 +921,8 @@ static void test_step_ahead_same_as_in_step(void **state)
     p[4].n_stop = 1;
     for (int run = 0; run < 2; run++) {
         /* the stop string: two characters from the middle of run 0's text */
-        start_ahead(x, 64, 0, 30, 0, 1, run);
+        x->no_async = !run; /* run 0: the same backend, one step at a time */
+        start_ahead(x, 64, 0, 30, 0, 1, 1);
         x->be->hold_at = 9;
         eng_req *r[NR + 1];
         for (int i = 0; i < NR; i++)
