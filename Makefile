@@ -301,6 +301,13 @@ $(FIXTURES)/%-w8a8/config.json: tests/ref/ct_ref.py tests/ref/llama_ref.py $(FIX
 	$(PYTHON) tests/ref/ct_ref.py $(FIXTURES)/$* $(FIXTURES)/$*-w8a8
 # a GPTQ copy of tiny (groups of 32, zero points: tests/ref/check_hfq.py),
 # for serve's --quantization int4 on its codes (tests/e2e/batching.test.mjs)
+# tiny as a GGUF file (tests/ref/gguf_ref.py): Q8_0 with two Q4_0
+# matrices, for the lazy conversion of layers (test_invariance).
+FIXTURE_MODELS += $(FIXTURES)/tiny-q8_0.gguf
+$(FIXTURES)/tiny-q8_0.gguf: tests/ref/gguf_ref.py $(FIXTURES)/tiny/config.json
+	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests/ref'); import gguf_ref; \
+	  gguf_ref.from_hf('$(FIXTURES)/tiny', '$@', tname='Q8_0', \
+	                   override={'blk.0.attn_k.weight': 'Q4_0', 'blk.1.ffn_down.weight': 'Q4_0'})"
 FIXTURE_MODELS += $(FIXTURES)/tiny-gptq/config.json
 $(FIXTURES)/tiny-gptq/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq

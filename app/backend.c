@@ -34,8 +34,12 @@ model_load_opts app_backend_load_opts(const app_backend_config *c)
 {
     int cpu = !c->device || !strcmp(c->device, "cpu");
     /* int8 rows go to either device as stored (cuda/upload.c) */
+    /* the CPU packs every layer matrix for int8 / int4: a GGUF file's are
+     * converted one layer at a time as it does (open_cpu's hooks) */
     return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4,
-                             .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8};
+                             .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8,
+                             .lazy_layers = cpu && !c->is_draft &&
+                                            c->quant != CPU_QUANT_NONE};
 }
 
 /* The context c's model is opened for: a draft's own is shorter at times. */
@@ -58,8 +62,9 @@ static int open_cpu(const model *m, const app_backend_config *c, app_backend *ou
     cc.n_threads = c->is_draft ? 1 : c->threads; /* a draft's steps are too short to split */
     cc.kernels = c->kernels;
     cc.quant = c->is_draft ? CPU_QUANT_NONE : c->quant; /* --quantization is the target's */
-    cc.codes_packed = c->codes_packed;
-    cc.codes_ctx = c->codes_ctx;
+    cc.layer_need = c->layer_need;
+    cc.layer_packed = c->layer_packed;
+    cc.layer_ctx = c->layer_ctx;
     cc.block_size = c->block_size;
     cc.max_tokens = c->max_tokens;
     cc.max_context = out->max_context;

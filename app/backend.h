@@ -31,10 +31,12 @@ typedef struct app_backend_config {
                              (on CUDA its share comes out of the budget)     */
     int is_draft;         /* this is the draft: unquantized, one thread, its
                              context capped by its own, num_blocks required  */
-    void (*codes_packed)(void *ctx, int layer); /* CPU: cpu_config's hook, so
-                             a checkpoint's 4-bit codes go layer by layer as
-                             they are packed (model_codes_packed); NULL     */
-    void *codes_ctx;
+    /* CPU: cpu_config's hooks, so a checkpoint's 4-bit codes or a GGUF
+     * file's conversion go layer by layer as they are packed
+     * (model_layer_need / model_layer_packed, ctx the model); NULL */
+    int (*layer_need)(void *ctx, int layer, inf_err *err);
+    void (*layer_packed)(void *ctx, int layer);
+    void *layer_ctx;
 } app_backend_config;
 
 /* cpu, one sequence of the model's context, the step of 512 tokens in

@@ -208,8 +208,9 @@ static int run(const gen_opts *o, app_spec *spec, int *bad_file, inf_err *err)
     bc.spec_k = app_spec_k(spec);
     bc.draft = spec->dm;
     bc.kv_bytes = SIZE_MAX; /* the pool holds the one sequence at full length */
-    bc.codes_packed = model_codes_packed; /* each layer's codes go once packed */
-    bc.codes_ctx = m;
+    bc.layer_need = model_layer_need; /* layer by layer: the loader's copy */
+    bc.layer_packed = model_layer_packed; /* goes once packed */
+    bc.layer_ctx = m;
     app_backend ab;
     if ((rc = app_backend_open(m, &bc, &ab, err)))
         goto done;

@@ -303,8 +303,9 @@ static void *load(void *arg)
         rc = app_spec_load_draft(&a->spec, &a->err);
     app_backend tb = {0};
     app_backend_config bc = backend_config(a, max_len);
-    bc.codes_packed = model_codes_packed; /* each layer's codes go once packed */
-    bc.codes_ctx = a->m;
+    bc.layer_need = model_layer_need; /* layer by layer: the loader's copy */
+    bc.layer_packed = model_layer_packed; /* goes once packed */
+    bc.layer_ctx = a->m;
     if (!rc) {
         rc = app_backend_open(a->m, &bc, &tb, &a->err);
         a->be = tb.be;

@@ -64,8 +64,9 @@ static int side_open(side *s, const char *kernels, int quant, int threads, int s
     cc.n_threads = threads;
     cc.max_tokens = MAX_LEN;
     cc.max_context = MAX_LEN + MAX_ROWS;
-    cc.codes_packed = model_codes_packed; /* as serve does */
-    cc.codes_ctx = s->m;
+    cc.layer_need = model_layer_need; /* as serve does */
+    cc.layer_packed = model_layer_packed;
+    cc.layer_ctx = s->m;
     cc.num_blocks = (MAX_LEN + MAX_ROWS + cc.block_size - 1) / cc.block_size + 1;
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     batch_limits bl = {.max_tokens = MAX_LEN, .max_seqs = 1, .max_rows = MAX_ROWS,

@@ -28,11 +28,15 @@ typedef struct cpu_config {
     int quant;            /* cpu_quant; embeddings and lm_head stay as stored;
                            * a W8A8 checkpoint (model_is_w8a8) runs int8 with
                            * NONE too, and refuses INT4                       */
-    /* Called with each layer once its 4-bit codes (model_has_q4) are packed
-     * into the backend's own layout, so the caller can free the model's
-     * copy at once (model_codes_packed, ctx the model); NULL: not called. */
-    void (*codes_packed)(void *ctx, int layer);
-    void *codes_ctx;
+    /* With quant, the layers are packed into the backend's own layout one
+     * at a time: layer_need is called before layer `layer` is read (a model
+     * with lazy layers converts it then: model_layer_need, ctx the model),
+     * layer_packed once it is packed, so the caller can free the model's
+     * copy at once (its 4-bit codes, its conversion: model_layer_packed).
+     * NULL: not called; a model with lazy layers needs layer_need. */
+    int (*layer_need)(void *ctx, int layer, inf_err *err);
+    void (*layer_packed)(void *ctx, int layer);
+    void *layer_ctx;
 } cpu_config;
 
 cpu_config cpu_config_default(void);

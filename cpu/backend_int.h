@@ -88,8 +88,8 @@ void cpu__matmul(cpu_be *be, const float *x, size_t ldx, const model_tensor *w, 
                  size_t ldy, int M);
 
 /* Quantizes every layer's seven matrices (quant: CPU_QUANT_INT8 or _INT4)
- * and allocates the quantized inputs' buffers; cfg->codes_packed hears of
- * each layer whose 4-bit codes were packed. */
+ * and allocates the quantized inputs' buffers; cfg->layer_need is asked for
+ * each layer before it is read and cfg->layer_packed hears of it after. */
 int cpu__quantize_layers(cpu_be *be, int quant, const cpu_config *cfg, inf_err *err);
 
 #endif

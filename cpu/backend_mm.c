@@ -284,17 +284,16 @@ int cpu__quantize_layers(cpu_be *be, int quant, const cpu_config *cfg, inf_err *
     if ((!be->qw && !be->q4) || !be->xq || !be->xs || (be->q4 && !be->xs8))
         return inf_fail(err, INF_ERR_NOMEM, "cpu: out of memory for int8 buffers");
     for (int l = 0; l < be->L; l++) {
-        int codes = 0;
-        for (int i = 0; i < QW_N; i++) {
+        int rc = cfg->layer_need ? cfg->layer_need(cfg->layer_ctx, l, err) : INF_OK;
+        for (int i = 0; i < QW_N && !rc; i++) {
             const model_tensor *t = layer_matrix(&be->m->layers[l], i);
-            codes |= t->q4 != NULL;
-            int rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
-                            : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
-            if (rc)
-                return rc;
+            rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
+                        : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
         }
-        if (codes && be->q4 && cfg->codes_packed) /* the codes are no longer read */
-            cfg->codes_packed(cfg->codes_ctx, l);
+        if (rc)
+            return rc;
+        if (cfg->layer_packed) /* the model's copy is no longer read */
+            cfg->layer_packed(cfg->layer_ctx, l);
     }
     int sorted = 0; /* a desc_act checkpoint's codes: room to gather inputs */
     for (size_t i = 0; be->q4 && i < (size_t)be->L * QW_N; i++)

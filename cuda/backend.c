@@ -754,6 +754,9 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     int n_dev = 0, rc = check_config(cfg, &n_dev, err);
     if (rc)
         return rc;
+    if (m->lazy_layers) /* the upload reads every matrix as the model holds it */
+        return inf_fail(err, INF_ERR_INVALID, "cuda: the model was loaded with lazy layers "
+                        "(model_load_opts.lazy_layers, for the CPU's int8 / int4)");
     cuda_be *be = calloc(1, sizeof *be);
     if (!be)
         return inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");

@@ -12,10 +12,21 @@
 #include "gguf_meta.h"
 #include "model_int.h"
 
+/* A layer matrix whose conversion waits for model_layer_need (lazy layers). */
+typedef struct gguf_lazy {
+    model_tensor *out;
+    const gguf_tensor *t;
+    int heads, layer;
+    void *buf;     /* its conversion while a backend needs it, else NULL */
+} gguf_lazy;
+
 struct gguf_weights {
     gguf_file *f;
     void **bufs;   /* converted tensors */
     int n_bufs, cap;
+    int lazy_on;   /* model_load_opts.lazy_layers */
+    gguf_lazy *lazy;
+    int n_lazy, cap_lazy;
 };
 
 /* ---- tensors ------------------------------------------------------------ */
@@ -36,9 +47,91 @@ static void *keep(gguf_weights *w, size_t bytes)
     return p;
 }
 
+/* t's R x cols values into dst as dtype dt (INF_DTYPE_NONE: a block type,
+ * dequantized to f32); heads > 0: rows interleaved per head by llama.cpp,
+ * put back in HF's order. */
+static void convert(const gguf_tensor *t, int64_t R, int64_t cols, int heads, inf_dtype dt,
+                    char *dst)
+{
+    size_t bb;
+    int block = gguf_type_block(t->type, &bb);
+    size_t src_row = (size_t)(cols / block) * bb;
+    size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : inf_dtype_size(dt);
+    int64_t hd = heads ? R / heads : 0;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t s = r;
+        if (heads) { /* HF row (head h, half, i) is llama.cpp's row (h, 2i + half) */
+            int64_t h = r / hd, in = r % hd, half = in / (hd / 2), i = in % (hd / 2);
+            s = h * hd + 2 * i + half;
+        }
+        const char *src = (const char *)t->data + (size_t)s * src_row;
+        if (dt != INF_DTYPE_NONE)
+            memcpy(dst + (size_t)r * cols * dst_es, src, (size_t)cols * dst_es);
+        else
+            gguf_dequant(t->type, src, (float *)dst + (size_t)r * cols, cols);
+    }
+}
+
+static inf_dtype plain_dtype(const gguf_tensor *t)
+{
+    return t->type == GGUF_F32 ? INF_F32 : t->type == GGUF_F16 ? INF_F16
+         : t->type == GGUF_BF16 ? INF_BF16 : INF_DTYPE_NONE;
+}
+
+/* Defers t's conversion into out until model_layer_need(layer). */
+static int defer(model *m, gguf_weights *w, const gguf_tensor *t, int heads, int layer,
+                 model_tensor *out, inf_err *err)
+{
+    if (w->n_lazy == w->cap_lazy) {
+        int cap = w->cap_lazy ? 2 * w->cap_lazy : 64;
+        gguf_lazy *v = realloc(w->lazy, sizeof *v * (size_t)cap);
+        if (!v)
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", gguf_path(w->f));
+        w->lazy = v;
+        w->cap_lazy = cap;
+    }
+    w->lazy[w->n_lazy++] = (gguf_lazy){.out = out, .t = t, .heads = heads, .layer = layer};
+    inf_dtype dt = plain_dtype(t);
+    out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
+    out->data = NULL;
+    m->lazy_layers = 1;
+    return INF_OK;
+}
+
+static int lazy_need(void *self, int layer, inf_err *err)
+{
+    gguf_weights *w = self;
+    for (int i = 0; i < w->n_lazy; i++) {
+        gguf_lazy *z = &w->lazy[i];
+        if (z->layer != layer || z->buf)
+            continue;
+        model_tensor *o = z->out;
+        size_t bytes = (size_t)o->rows * (size_t)o->cols * inf_dtype_size(o->dtype);
+        if (!(z->buf = malloc(bytes ? bytes : 1)))
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'",
+                            gguf_path(w->f), z->t->name);
+        convert(z->t, o->rows, o->cols, z->heads, plain_dtype(z->t), z->buf);
+        o->data = z->buf;
+    }
+    return INF_OK;
+}
+
+static void lazy_release(void *self, int layer)
+{
+    gguf_weights *w = self;
+    for (int i = 0; i < w->n_lazy; i++)
+        if (w->lazy[i].layer == layer) {
+            free(w->lazy[i].buf);
+            w->lazy[i].buf = NULL;
+            w->lazy[i].out->data = NULL;
+        }
+}
+
 /* name, which must be [rows, cols] (rows 0: a 1-D [cols]); heads > 0: a
- * projection whose rows are per head interleaved by llama.cpp (undone). */
-static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads,
+ * projection whose rows are per head interleaved by llama.cpp (undone).
+ * layer >= 0: a layer matrix, whose conversion (if it needs one) waits for
+ * model_layer_need when the model is loaded with lazy layers. */
+static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads, int layer,
                 model_tensor *out, inf_err *err)
 {
     gguf_weights *w = m->src.self;
@@ -57,8 +150,7 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
                         "reversed), expected [%lld, %lld]", path, name, (long long)t->ne[1],
                         (long long)t->ne[0], (long long)(rows ? rows : 1), (long long)cols);
     int64_t R = rows ? rows : 1;
-    inf_dtype dt = t->type == GGUF_F32 ? INF_F32 : t->type == GGUF_F16 ? INF_F16
-                 : t->type == GGUF_BF16 ? INF_BF16 : INF_DTYPE_NONE;
+    inf_dtype dt = plain_dtype(t);
     size_t es = dt == INF_DTYPE_NONE ? 0 : inf_dtype_size(dt);
     out->rows = R;
     out->cols = cols;
@@ -68,26 +160,13 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
         out->data = t->data;
         return INF_OK;
     }
-    size_t bb;
-    int block = gguf_type_block(t->type, &bb);
-    size_t src_row = (size_t)(cols / block) * bb;
+    if (w->lazy_on && layer >= 0)
+        return defer(m, w, t, heads, layer, out, err);
     size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : es;
     char *dst = keep(w, (size_t)R * (size_t)cols * dst_es);
     if (!dst)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", path, name);
-    int64_t hd = heads ? R / heads : 0;
-    for (int64_t r = 0; r < R; r++) {
-        int64_t s = r;
-        if (heads) { /* HF row (head h, half, i) is llama.cpp's row (h, 2i + half) */
-            int64_t h = r / hd, in = r % hd, half = in / (hd / 2), i = in % (hd / 2);
-            s = h * hd + 2 * i + half;
-        }
-        const char *src = (const char *)t->data + (size_t)s * src_row;
-        if (dt != INF_DTYPE_NONE)
-            memcpy(dst + (size_t)r * cols * dst_es, src, (size_t)cols * dst_es);
-        else
-            gguf_dequant(t->type, src, (float *)dst + (size_t)r * cols, cols);
-    }
+    convert(t, R, cols, heads, dt, dst);
     out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
     out->data = dst;
     return INF_OK;
@@ -168,12 +247,12 @@ static int bind_all(model *m, int permuted, inf_err *err)
     const model_config *c = &m->cfg;
     int64_t D = c->hidden_size, V = c->vocab_size;
     int rc;
-    if ((rc = bind(m, "token_embd.weight", V, D, 0, &m->embed, err)) ||
-        (rc = bind(m, "output_norm.weight", 0, D, 0, &m->norm, err)))
+    if ((rc = bind(m, "token_embd.weight", V, D, 0, -1, &m->embed, err)) ||
+        (rc = bind(m, "output_norm.weight", 0, D, 0, -1, &m->norm, err)))
         return rc;
     if (c->tie_word_embeddings)
         m->lm_head = m->embed;
-    else if ((rc = bind(m, "output.weight", V, D, 0, &m->lm_head, err)))
+    else if ((rc = bind(m, "output.weight", V, D, 0, -1, &m->lm_head, err)))
         return rc;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
@@ -184,7 +263,10 @@ static int bind_all(model *m, int permuted, inf_err *err)
             char name[96];
             snprintf(name, sizeof name, "blk.%d.%s", l, s->name);
             int heads = !permuted || !s->heads ? 0 : s->heads == 1 ? c->n_heads : c->n_kv_heads;
-            if ((rc = bind(m, name, dim(c, s->rows), dim(c, s->cols), heads,
+            /* matrices only (norms and biases are small); not fused ones,
+             * whose row views below need their data now */
+            int lazy = s->rows != S_1 && !c->desc.fused_qkv ? l : -1;
+            if ((rc = bind(m, name, dim(c, s->rows), dim(c, s->cols), heads, lazy,
                            (model_tensor *)((char *)ly + s->off), err)))
                 return rc;
         }
@@ -252,7 +334,7 @@ static void weights_prefetch(const void *w, void (*progress)(void *user, size_t 
     gguf_weights_prefetch(w, progress, user);
 }
 
-int gguf_model_load(const char *path, model **out, inf_err *err)
+int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf_err *err)
 {
     *out = NULL;
     model *m = calloc(1, sizeof *m);
@@ -263,7 +345,9 @@ int gguf_model_load(const char *path, model **out, inf_err *err)
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
+    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch,
+                            .need = lazy_need, .release = lazy_release};
+    w->lazy_on = o && o->lazy_layers;
     const gguf_arch *arch = NULL;
     if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
@@ -295,6 +379,9 @@ void gguf_weights_free(gguf_weights *w)
     for (int i = 0; i < w->n_bufs; i++)
         free(w->bufs[i]);
     free(w->bufs);
+    for (int i = 0; i < w->n_lazy; i++)
+        free(w->lazy[i].buf);
+    free(w->lazy);
     gguf_close(w->f);
     free(w);
 }

@@ -11,7 +11,8 @@
  * factors.
  *
  * F32, F16 and BF16 tensors are used in place from the mapping. Q8_0, Q4_0,
- * Q4_K, Q5_K and Q6_K are dequantized once at load to f32, exactly (their
+ * Q4_K, Q5_K and Q6_K are dequantized once to f32 (at load, or a layer at a
+ * time with model_load_opts.lazy_layers: model.h), exactly (their
  * values are f32 products of f16 scales and small integers, computed as
  * ggml does), so the model computes the file's own function; `--quantization
  * int8|int4` then requantizes them like any checkpoint (docs/engine.md gives
@@ -38,7 +39,7 @@ int gguf_model_tokenizer_dir(const char *model, const char *tokenizer, const cha
                              inf_err *err);
 
 /* Loads path as above. Errors name the file and the key or tensor. */
-int gguf_model_load(const char *path, model **out, inf_err *err);
+int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf_err *err);
 
 /* Frees the mapping and the converted tensors; NULL-safe. */
 void gguf_weights_free(gguf_weights *w);

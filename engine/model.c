@@ -632,8 +632,21 @@ void model_drop_layer_codes(model *m, int layer)
     hfq_drop_codes_at(m->hfq, at, 3 * NT);
 }
 
-void model_codes_packed(void *m, int layer)
+int model_layer_need(void *mv, int layer, inf_err *err)
 {
+    model *m = mv;
+    if (!m || !m->lazy_layers || !m->src.need || layer < 0 || layer >= m->cfg.n_layers)
+        return INF_OK;
+    return m->src.need(m->src.self, layer, err);
+}
+
+void model_layer_packed(void *mv, int layer)
+{
+    model *m = mv;
+    if (!m)
+        return;
+    if (m->lazy_layers && m->src.release && layer >= 0 && layer < m->cfg.n_layers)
+        m->src.release(m->src.self, layer);
     model_drop_layer_codes(m, layer);
 }
 

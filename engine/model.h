@@ -99,6 +99,10 @@ typedef struct model_source {
     void (*free)(void *self);
     void (*prefetch)(const void *self, void (*progress)(void *user, size_t done, size_t total),
                      void *user);
+    /* lazy layers (model_load_opts.lazy_layers): converts layer `layer`'s
+     * deferred matrices, and frees them again; NULL when it defers none */
+    int (*need)(void *self, int layer, inf_err *err);
+    void (*release)(void *self, int layer);
 } model_source;
 
 typedef struct model {
@@ -125,6 +129,8 @@ typedef struct model {
     int codes_dropped;         /* model_drop_codes (or _layer_codes) ran:
                                   the layers' 4-bit codes are (partly)
                                   gone                                    */
+    int lazy_layers;           /* some layer matrices are converted only on
+                                  model_layer_need (data NULL until then) */
 } model;
 
 /* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
@@ -145,6 +151,13 @@ typedef struct model_load_opts {
     int packed_q8; /* compressed-tensors W8A16 linears per channel and
                       symmetric as their int8 rows and scales
                       (model_tensor.q8) for the int8 kernels */
+    int lazy_layers; /* layer matrices that loading would convert (a GGUF
+                        file's quantized blocks to f32) are converted one
+                        layer at a time when a backend asks
+                        (model_layer_need) and freed once it has packed its
+                        own copy (model_layer_packed): for a backend that
+                        packs every layer matrix (the CPU's int8 / int4),
+                        so a 4-bit file never becomes f32 all at once */
 } model_load_opts;
 
 /* model_load / model_load_dir with o (NULL: all 0). */
@@ -175,11 +188,19 @@ int model_has_q4(const model *m);
  * 0.6 byte per weight), and the load's peak holds one layer's twice at
  * most. From the first call on, model_has_q4 stays 1 and a backend created
  * after refuses the model. NULL-safe; a no-op without codes or out of
- * range. model_codes_packed is it as a cpu_config.codes_packed hook (m a
- * model: serve and generate pass it); model_drop_codes does every layer. */
+ * range. model_drop_codes does every layer. */
 void model_drop_layer_codes(model *m, int layer);
-void model_codes_packed(void *m, int layer);
 void model_drop_codes(model *m);
+
+/* The hooks of a backend that packs its own copy of every layer matrix
+ * (cpu_config.layer_need / layer_packed, m a model: serve and generate pass
+ * them). model_layer_need converts layer `layer`'s deferred matrices (lazy
+ * layers; again after a release: a later backend may pack them too) and
+ * is a no-op without them; model_layer_packed frees what the loader holds
+ * of that layer and the backend no longer reads: its deferred matrices'
+ * conversion and its 4-bit codes (model_drop_layer_codes). */
+int model_layer_need(void *m, int layer, inf_err *err);
+void model_layer_packed(void *m, int layer);
 
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */

@@ -12,6 +12,6 @@ int model_load(const char *dir, model **out, inf_err *err)
 int model_load_with(const char *dir, const model_load_opts *o, model **out, inf_err *err)
 {
     if (gguf_model_path(dir)) /* one file: GGUF (its Q4_0 goes through f32) */
-        return gguf_model_load(dir, out, err);
+        return gguf_model_load(dir, o, out, err);
     return model_load_dir_with(dir, o, out, err);
 }

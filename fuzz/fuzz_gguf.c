@@ -37,8 +37,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         char path[64];
         snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
         model *m = NULL;
-        if (gguf_model_load(path, &m, &err) == INF_OK)
+        if (gguf_model_load(path, NULL, &m, &err) == INF_OK)
             model_destroy(m);
+        /* with lazy layers: every layer converted, let go, converted again */
+        const model_load_opts lazy = {.lazy_layers = 1};
+        if (gguf_model_load(path, &lazy, &m, &err) == INF_OK) {
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                if (model_layer_need(m, l, &err) == INF_OK) {
+                    model_layer_packed(m, l);
+                    if (model_layer_need(m, l, &err) != INF_OK)
+                        abort(); /* converted once, it converts again */
+                }
+            model_destroy(m);
+        }
     }
     close(fd);
     return 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "cpu/backend.h"
@@ -352,7 +353,7 @@ static void test_invariance_w8a8(void **state)
     }
 }
 
-/* A cpu_config.codes_packed hook that checks it hears of each layer once,
+/* A cpu_config.layer_packed hook that checks it hears of each layer once,
  * in order, while that layer's codes are still bound, then lets them go. */
 typedef struct drop_log {
     model *m;
@@ -363,7 +364,7 @@ static void drop_logged(void *ctx, int layer)
 {
     drop_log *d = ctx;
     d->in_order &= layer == d->calls++ && d->m->layers[layer].w_down.q4 != NULL;
-    model_codes_packed(d->m, layer);
+    model_layer_packed(d->m, layer);
 }
 
 /* GPTQ checkpoints of tiny bound as their 4-bit codes (tests/ref/check_hfq.py
@@ -373,7 +374,7 @@ static void drop_logged(void *ctx, int layer)
  * (model_drop_codes): that backend's results are unchanged (under ASan: it
  * reads nothing freed), and a backend made after refuses. Last, as serve
  * does, a backend that lets each layer's codes go as soon as it has packed
- * it (cpu_config.codes_packed): every layer's are gone, its bits the same. */
+ * it (cpu_config.layer_packed): every layer's are gone, its bits the same. */
 static void test_invariance_gptq_codes(void **state)
 {
     (void)state;
@@ -412,8 +413,8 @@ static void test_invariance_gptq_codes(void **state)
 
         assert_int_equal(model_load_with(dir, &lo, &m, &err), INF_OK);
         drop_log dl = {.m = m, .in_order = 1};
-        cc.codes_packed = drop_logged;
-        cc.codes_ctx = &dl;
+        cc.layer_packed = drop_logged;
+        cc.layer_ctx = &dl;
         assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
         assert_int_equal(dl.calls, m->cfg.n_layers);
         assert_true(dl.in_order);
@@ -434,6 +435,99 @@ static void test_invariance_gptq_codes(void **state)
         free(ref), free(got), free(p);
         model_destroy(m);
     }
+}
+
+/* A layer's stored matrices once a lazy-layers backend has packed it: 1
+ * when none of them is held (the conversion let go). */
+static int layer_released(const model *m, int l)
+{
+    const model_layer *ly = &m->layers[l];
+    return !ly->wq.data && !ly->wk.data && !ly->wv.data && !ly->wo.data && !ly->w_gate.data &&
+           !ly->w_up.data && !ly->w_down.data;
+}
+
+/* A cpu_config.layer_need / layer_packed pair that logs the order. */
+typedef struct lazy_log {
+    model *m;
+    int needs, packs, in_order;
+} lazy_log;
+
+static int lazy_need_logged(void *ctx, int layer, inf_err *err)
+{
+    lazy_log *d = ctx;
+    d->in_order &= layer == d->needs++ && layer == d->packs && layer_released(d->m, layer);
+    int rc = model_layer_need(d->m, layer, err);
+    d->in_order &= d->m->layers[layer].w_down.data != NULL;
+    return rc;
+}
+
+static void lazy_packed_logged(void *ctx, int layer)
+{
+    lazy_log *d = ctx;
+    d->in_order &= layer == d->packs++ && layer + 1 == d->needs;
+    model_layer_packed(d->m, layer);
+}
+
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) loaded with lazy layers, as
+ * serve does for --quantization int8 / int4 on the CPU: no layer matrix is
+ * converted at load, the backend asks for each layer before packing it and
+ * lets it go after (one layer's f32 at a time), and its logits and tokens
+ * are the bits of the same file converted whole at load, for int8 and int4.
+ * A second backend on the same model converts them again, alike. Without
+ * the hooks, or without quantization, a backend refuses such a model. */
+static void test_invariance_gguf_lazy_layers(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tiny-q8_0.gguf", fx ? fx : "build/fixtures");
+    assert_int_equal(access(path, R_OK), 0);
+    const model_load_opts lazy = {.lazy_layers = 1};
+    model *eager = NULL, *m = NULL;
+    inf_err err = {0};
+    assert_int_equal(model_load_with(path, NULL, &eager, &err), INF_OK);
+    assert_int_equal(model_load_with(path, &lazy, &m, &err), INF_OK);
+    assert_false(eager->lazy_layers);
+    assert_true(m->lazy_layers);
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        assert_true(layer_released(m, l));
+    assert_non_null(m->embed.data); /* only layer matrices wait */
+    prompts *p = malloc(sizeof *p);
+    make_prompts(p, m->cfg.vocab_size, 5);
+    const int quants[] = {CPU_QUANT_INT8, CPU_QUANT_INT4};
+    for (int qi = 0; qi < 2; qi++) {
+        const variant v = {"64 together, chunks of 5", 1, 5, 2, "auto", quants[qi]};
+        run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
+        run_variant(eager, p, &v, ref);
+        cpu_config cc = variant_config(&v);
+        be_backend *be = NULL;
+        assert_int_not_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+        assert_non_null(strstr(err.msg, "lazy layers"));
+        for (int again = 0; again < 2; again++) {
+            lazy_log d = {.m = m, .in_order = 1};
+            cc.layer_need = lazy_need_logged;
+            cc.layer_packed = lazy_packed_logged;
+            cc.layer_ctx = &d;
+            assert_int_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+            assert_int_equal(d.needs, m->cfg.n_layers);
+            assert_int_equal(d.packs, m->cfg.n_layers);
+            assert_true(d.in_order);
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                assert_true(layer_released(m, l));
+            memset(got, 0, sizeof *got);
+            run_on(be, m, p, &v, got);
+            same_runs(m, p, ref, got, path, "lazy layers", "converted at load");
+            free_out(got);
+            be_destroy(be);
+        }
+        cc.quant = CPU_QUANT_NONE;
+        assert_int_not_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+        free_out(ref);
+        free(ref), free(got);
+    }
+    free(p);
+    model_destroy(m);
+    model_destroy(eager);
 }
 
 /* "wide" stored as bf16: on a CPU with AVX512_BF16 its matmuls take the
@@ -508,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_invariance_families),
         cmocka_unit_test(test_invariance_w8a8),
         cmocka_unit_test(test_invariance_gptq_codes),
+        cmocka_unit_test(test_invariance_gguf_lazy_layers),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };

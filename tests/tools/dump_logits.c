@@ -85,8 +85,9 @@ int main(int argc, char **argv)
     cc.max_tokens = chunk;
     cc.max_context = n;
     cc.num_blocks = (n + cc.block_size - 1) / cc.block_size + 1;
-    cc.codes_packed = model_codes_packed; /* as serve does: each layer's codes */
-    cc.codes_ctx = m;                     /* go once packed                   */
+    cc.layer_need = model_layer_need;     /* as serve does: the loader's copy */
+    cc.layer_packed = model_layer_packed; /* of each layer goes once packed   */
+    cc.layer_ctx = m;
     kv_config kc = {.num_blocks = cc.num_blocks, .block_size = cc.block_size};
     if ((rc = cpu_backend_create(m, &cc, &be, &err)) || (rc = kv_create(&kc, &kv, &err)))
         goto done;
