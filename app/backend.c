@@ -34,12 +34,12 @@ model_load_opts app_backend_load_opts(const app_backend_config *c)
 {
     int cpu = !c->device || !strcmp(c->device, "cpu");
     /* int8 rows go to either device as stored (cuda/upload.c) */
-    /* the CPU packs every layer matrix for int8 / int4: a GGUF file's are
-     * converted one layer at a time as it does (open_cpu's hooks) */
+    /* the CPU packs every layer matrix for int8 / int4, and CUDA uploads
+     * each: a GGUF file's are converted one layer at a time as they do
+     * (the backends' layer hooks) */
     return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4,
                              .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8,
-                             .lazy_layers = cpu && !c->is_draft &&
-                                            c->quant != CPU_QUANT_NONE};
+                             .lazy_layers = !c->is_draft && (!cpu || c->quant != CPU_QUANT_NONE)};
 }
 
 /* The context c's model is opened for: a draft's own is shorter at times. */
@@ -115,6 +115,9 @@ static int open_cuda(const model *m, const app_backend_config *c, app_backend *o
     gc.max_logits = c->max_seqs * (c->spec_k + 1) + ENG_PROMPT_LOGPROB_ROWS;
     gc.tensor_parallel_size = c->tp > 0 ? c->tp : 1;
     gc.quant = c->quant; /* a draft (above) keeps its checkpoint's dtype */
+    gc.layer_need = c->layer_need;
+    gc.layer_packed = c->layer_packed;
+    gc.layer_ctx = c->layer_ctx;
     int rc = INF_OK;
     size_t per = 0, dfixed = 0, dper = 0;
     if (c->num_blocks > 0) {

@@ -31,9 +31,9 @@ typedef struct app_backend_config {
                              (on CUDA its share comes out of the budget)     */
     int is_draft;         /* this is the draft: unquantized, one thread, its
                              context capped by its own, num_blocks required  */
-    /* CPU: cpu_config's hooks, so a checkpoint's 4-bit codes or a GGUF
-     * file's conversion go layer by layer as they are packed
-     * (model_layer_need / model_layer_packed, ctx the model); NULL */
+    /* cpu_config's and cuda_config's hooks, so a checkpoint's 4-bit codes
+     * or a GGUF file's conversion go layer by layer as they are packed or
+     * uploaded (model_layer_need / model_layer_packed, ctx the model); NULL */
     int (*layer_need)(void *ctx, int layer, inf_err *err);
     void (*layer_packed)(void *ctx, int layer);
     void *layer_ctx;

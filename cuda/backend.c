@@ -614,7 +614,7 @@ static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
         (rc = CUBLAS_RC(err, cublasCreate(&r->blas))) ||
         (rc = CUBLAS_RC(err, cublasSetStream(r->blas, r->st))) ||
         (rc = dev_alloc(r, (void **)&r->w, r->wl.total, "weights", err)) ||
-        (rc = cuda_upload(be->m, &r->sh, &r->d, &r->wl, r->w, r->st, err)) ||
+        (rc = cuda_upload(be->m, &be->cfg, &r->sh, &r->d, &r->wl, r->w, r->st, err)) ||
         (rc = dev_alloc(r, (void **)&r->a, r->al.total, "activation buffers", err)) ||
         /* on our stream: a non-blocking stream does not wait for cudaMemset's */
         (rc = CUDA_RC(err, cudaMemsetAsync(r->a, 0, r->al.total, r->st))) ||
@@ -754,9 +754,9 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     int n_dev = 0, rc = check_config(cfg, &n_dev, err);
     if (rc)
         return rc;
-    if (m->lazy_layers) /* the upload reads every matrix as the model holds it */
-        return inf_fail(err, INF_ERR_INVALID, "cuda: the model was loaded with lazy layers "
-                        "(model_load_opts.lazy_layers, for the CPU's int8 / int4)");
+    if (m->lazy_layers && !cfg->layer_need)
+        return inf_fail(err, INF_ERR_INVALID, "cuda: the model's layer matrices are converted "
+                        "one layer at a time (lazy layers): that needs cuda_config.layer_need");
     cuda_be *be = calloc(1, sizeof *be);
     if (!be)
         return inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");

@@ -67,6 +67,14 @@ typedef struct cuda_config {
                                       int8 checkpoint: as stored), their GEMMs
                                       exact integer sums (cuda/kern.h); one
                                       GPU only; CUDA_QUANT_NONE               */
+    /* Each layer's matrices go to the device one layer at a time (each
+     * rank's): layer_need is called before layer `layer` is read (a model
+     * with lazy layers converts it then: model_layer_need, ctx the model),
+     * layer_packed once it is uploaded (model_layer_packed frees the
+     * conversion). NULL: not called; a model with lazy layers needs them. */
+    int (*layer_need)(void *ctx, int layer, inf_err *err);
+    void (*layer_packed)(void *ctx, int layer);
+    void *layer_ctx;
 } cuda_config;
 
 cuda_config cuda_config_default(void);

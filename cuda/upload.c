@@ -237,8 +237,9 @@ static int up_bias(uploader *u, unsigned char *dst, const model_layer *ly, const
     return up_end(u, dst, n * sizeof(float), err);
 }
 
-int cuda_upload(const model *m, const cuda_shard *sh, const cuda_dims *d,
-                const cuda_wlayout *wl, unsigned char *w, cudaStream_t st, inf_err *err)
+int cuda_upload(const model *m, const cuda_config *cfg, const cuda_shard *sh,
+                const cuda_dims *d, const cuda_wlayout *wl, unsigned char *w, cudaStream_t st,
+                inf_err *err)
 {
     const model_config *c = &m->cfg;
     uploader u = {.st = st};
@@ -285,11 +286,17 @@ int cuda_upload(const model *m, const cuda_shard *sh, const cuda_dims *d,
                            &ly->k_norm, md, 1, err)))) ||
             (d->bias && (rc = up_bias(&u, lw + wl->bias, ly, c, sh, d, err))))
             break;
+        if (cfg->layer_need && (rc = cfg->layer_need(cfg->layer_ctx, l, err)))
+            break;
         for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
             int n = cuda_plan_pieces(&m->layers[l], c, sh, w, p);
             rc = d->quant ? up_quant(&u, lw, wl, w, d->quant, p, n, err)
                             : up_pieces(&u, lw + wl->w[w], p, n, err);
         }
+        /* the staging buffers hold what is still in flight: the model's
+         * copy is no longer read */
+        if (!rc && cfg->layer_packed)
+            cfg->layer_packed(cfg->layer_ctx, l);
     }
     int rc2 = CUDA_RC(rc ? NULL : err, cudaStreamSynchronize(st));
     for (int i = 0; i < 2; i++) {

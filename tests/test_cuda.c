@@ -2049,6 +2049,51 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) loaded with lazy layers, as
+ * serve loads it for --device cuda: each layer's matrices converted just
+ * before its upload and let go after (model_layer_need / _packed as the
+ * config's hooks), with the logits of the same file converted whole at
+ * load, bf16 and int8; without the hooks the backend refuses it. */
+static void test_cuda_gguf_lazy_layers(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny-q8_0.gguf", fixtures());
+    const model_load_opts lazy = {.lazy_layers = 1};
+    model *eager = NULL, *m = NULL;
+    inf_err err = {0};
+    if (model_load_with(path, NULL, &eager, &err) || model_load_with(path, &lazy, &m, &err))
+        fail_msg("%s", err.msg);
+    assert_true(m->lazy_layers);
+    enum { N = 9 };
+    int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
+    int V = m->cfg.vocab_size;
+    float *a = malloc(sizeof(float) * N * (size_t)V), *b = malloc(sizeof(float) * N * (size_t)V);
+    for (int quant = 0; quant < 2; quant++) {
+        cuda_config c = gpu_config(MAXT, MAXS, 256, 16, 0, 1);
+        c.quant = quant ? CUDA_QUANT_INT8 : CUDA_QUANT_NONE;
+        be_backend *be = NULL;
+        assert_int_not_equal(cuda_backend_create(m, &c, &be, &err), INF_OK);
+        assert_non_null(strstr(err.msg, "lazy layers"));
+        be_backend *be_e = gpu_create(eager, &c);
+        c.layer_need = model_layer_need;
+        c.layer_packed = model_layer_packed;
+        c.layer_ctx = m;
+        be_backend *be_l = gpu_create(m, &c);
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            assert_null(m->layers[l].w_down.data); /* let go once uploaded */
+        seq_logits(be_e, toks, N, 0, a);
+        seq_logits(be_l, toks, N, 0, b);
+        assert_memory_equal(a, b, sizeof(float) * N * (size_t)V);
+        be_destroy(be_e);
+        be_destroy(be_l);
+    }
+    free(a), free(b);
+    model_destroy(m);
+    model_destroy(eager);
+}
+
 /* The engine on this backend, running ahead (its next decode step queued,
  * with placeholders, before this one's tokens are back) and not
  * (no_async_scheduling, serve's --no-async-scheduling): four requests at once, greedy and
@@ -2450,6 +2495,7 @@ int main(void)
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
         cmocka_unit_test(test_cuda_engine_ahead_same_tokens),
+        cmocka_unit_test(test_cuda_gguf_lazy_layers),
         cmocka_unit_test(test_cuda_constrained_decode_matches_host),
         cmocka_unit_test(test_cuda_hidden_matches_cpu),
         cmocka_unit_test(test_cuda_mlp_matches_host),
