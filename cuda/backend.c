@@ -53,6 +53,8 @@ typedef struct cuda_rank {
     unsigned char *a;    /* activation arena (al)                        */
     uint16_t *kv;        /* [L][K|V][num_blocks][KVl][block_size][hd]     */
     bufs b;              /* pointers into a (bufs_of)                     */
+    const float *in_scale; /* [L][CUDA_W_COUNT] static input scales of a
+                              compressed-tensors checkpoint, or NULL      */
 } cuda_rank;
 
 typedef struct cuda_be {
@@ -81,6 +83,7 @@ typedef struct cuda_be {
     cudaGraphExec_t graph[CUDA_MAX_BUCKETS];
     int broken;              /* a device error: every later step fails     */
     char broken_msg[sizeof(((inf_err *)0)->msg)];
+    float *in_scale;         /* [L][CUDA_W_COUNT]: see cuda_rank           */
 } cuda_be;
 
 cuda_config cuda_config_default(void)
@@ -236,7 +239,11 @@ static int layer_gemm(cuda_rank *r, int l, int which, const uint16_t *x, int ldx
         return gemm(r, x, ldx, wmat(r, l, which), N, K, y, ldy, T, err);
     const unsigned char *lw = r->w + wl->layer0 + (size_t)l * wl->layer_stride;
     const bufs *b = &r->b;
-    int rc = CUDA_RC(err, cuda_k_quant_rows(x, ldx, K, T, b->xq, r->d.ldq, b->sx, r->st));
+    float s = r->in_scale ? r->in_scale[(size_t)l * CUDA_W_COUNT + which] : 0.0f;
+    int rc = CUDA_RC(err, s > 0.0f ? cuda_k_quant_rows_static(x, ldx, K, T, s, b->xq, r->d.ldq,
+                                                               b->sx, r->st)
+                                   : cuda_k_quant_rows(x, ldx, K, T, b->xq, r->d.ldq, b->sx,
+                                                       r->st));
     if (rc)
         return rc;
     if (r->d.quant == CUDA_QUANT_INT8)
@@ -594,6 +601,7 @@ static void cuda_destroy(be_backend *base)
         cudaFreeHost(be->hids[k]);
         cudaFreeHost(be->hhid[k]);
     }
+    free(be->in_scale);
     cudaFreeHost(be->hlogits);
     cudaGetLastError();
     free(be->rk);
@@ -602,6 +610,34 @@ static void cuda_destroy(be_backend *base)
 
 static const be_ops cuda_ops = {.name = "cuda", .submit = cuda_submit, .wait = cuda_wait,
                                 .destroy = cuda_destroy};
+
+/* A compressed-tensors W8A8 checkpoint's static input scales, per layer and
+ * device matrix: vLLM's rule (and the CPU's) for linears fused on one
+ * input, the largest of theirs (q, k, v; gate, up). */
+static int static_scales(cuda_be *be, inf_err *err)
+{
+    const model *m = be->m;
+    int L = m->cfg.n_layers;
+    be->in_scale = calloc((size_t)L * CUDA_W_COUNT, sizeof *be->in_scale);
+    if (!be->in_scale)
+        return inf_fail(err, INF_ERR_NOMEM, "cuda: out of memory");
+    for (int l = 0; l < L; l++) {
+        const model_layer *ly = &m->layers[l];
+        const model_tensor *of[CUDA_W_COUNT][3] = {{&ly->wq, &ly->wk, &ly->wv},
+                                                   {&ly->wo, NULL, NULL},
+                                                   {&ly->w_gate, &ly->w_up, NULL},
+                                                   {&ly->w_down, NULL, NULL}};
+        for (int w = 0; w < CUDA_W_COUNT; w++) {
+            float s = 0.0f;
+            for (int j = 0; j < 3 && of[w][j]; j++)
+                s = of[w][j]->q8_in_scale > s ? of[w][j]->q8_in_scale : s;
+            be->in_scale[(size_t)l * CUDA_W_COUNT + w] = s;
+        }
+    }
+    for (int i = 0; i < be->tp; i++)
+        be->rk[i].in_scale = be->in_scale;
+    return INF_OK;
+}
 
 /* Stream, cuBLAS, weights and activations of one rank. */
 static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
@@ -680,9 +716,6 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
     if (model_has_q4(m)) /* app/ loads them so for the CPU's int4 alone */
         return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: GPTQ / AWQ linears bound as 4-bit codes "
                         "run on the CPU's int4 kernels; load them dequantized for the GPU");
-    if (model_is_w8a8(m) && m->layers[0].wq.q8_in_scale > 0) /* cuda_k_quant_rows: per token */
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 checkpoint "
-                        "with static input scales runs on the CPU only (--device cpu)");
     if (model_is_w8a8(m)) { /* a compressed-tensors int8 checkpoint runs as stored */
         if (lim.quant == CUDA_QUANT_INT4)
             return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 "
@@ -783,6 +816,8 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
         r->dev = cfg->device + i;
         rc = plan_rank(m, cfg, i, &r->sh, &r->d, &r->wl, err);
     }
+    if (!rc && model_is_w8a8(m) && m->layers[0].wq.q8_in_scale > 0)
+        rc = static_scales(be, err);
     if (!rc) /* T, S, R and MB: the same on every rank */
         cuda_plan_meta(&be->rk[0].d, &be->ml);
     for (int i = 0; i < be->tp && !rc; i++)

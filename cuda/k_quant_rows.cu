@@ -127,7 +127,38 @@ __global__ void __launch_bounds__(THREADS)
         sx[blockIdx.x] = __fdiv_rn(amax, 127.0f);
 }
 
+// A static scale (cuda_k_quant_rows_static): one block per row, each value
+// on its own: t = v / s (one rounding), clamped, rounded to nearest even.
+__global__ void __launch_bounds__(THREADS)
+    k_quant_rows_static(const uint16_t *__restrict__ x, int ldx, int K, float s,
+                        int8_t *__restrict__ q, int ldq, float *__restrict__ sx)
+{
+    const uint16_t *xr = x + (size_t)blockIdx.x * ldx;
+    int8_t *qr = q + (size_t)blockIdx.x * ldq;
+    for (int k = threadIdx.x; k < ldq; k += THREADS) {
+        int v = 0;
+        if (k < K) {
+            float t = fminf(fmaxf(__fdiv_rn(bf2f(__ldg(xr + k)), s), -127.0f), 127.0f);
+            v = (int)rintf(t);
+        }
+        qr[k] = (int8_t)v;
+    }
+    if (threadIdx.x == 0)
+        sx[blockIdx.x] = s;
+}
+
 } // namespace
+
+extern "C" cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T,
+                                                float s, int8_t *q, int ldq, float *sx,
+                                                cudaStream_t st)
+{
+    if (K < 0 || ldx < K || ldq < K || ldq % 32 || !(s > 0.0f))
+        return cudaErrorInvalidValue;
+    if (T > 0)
+        k_quant_rows_static<<<(unsigned)T, THREADS, 0, st>>>(x, ldx, K, s, q, ldq, sx);
+    return cudaGetLastError();
+}
 
 extern "C" const char *cuda_k_quant_rows_kernel_name(int kernel)
 {

@@ -182,6 +182,11 @@ cudaError_t cuda_k_gemm_variants_setup(void);
  * >= K). */
 cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q, int ldq,
                               float *sx, cudaStream_t st);
+/* The same with a static scale s > 0 (a compressed-tensors checkpoint's
+ * input_scale), as the CPU's qdef_i8_static:
+ *   q = (int)rint(min(max(v / s, -127), 127)) (NaN -> -127), sx[t] = s. */
+cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T, float s,
+                                     int8_t *q, int ldq, float *sx, cudaStream_t st);
 /* Its kernels (cuda/k_quant_rows.cu), the same bits: CUDA_QR_BLOCK (the one
  * cuda_k_quant_rows runs) and CUDA_QR_VEC (16-byte loads held between the
  * passes; not yet run on a GPU). For bench_cuda's sweep and the tests. */

@@ -39,6 +39,7 @@
 #include "engine/eng_internal.h"
 #include "engine/model.h"
 #include "engine/gram.h"
+#include "engine/qdef.h"
 #include "engine/smp.h"
 #include "engine/spec_mlp.h"
 #include "engine/tok.h"
@@ -527,6 +528,29 @@ static void test_cuda_kern_quant_rows_exact(void **state)
         assert_memory_equal(got, want, (size_t)T * LDQ);
         assert_memory_equal(got_sx, want_sx, sizeof got_sx);
     }
+    /* a static scale (a W8A8 checkpoint's input_scale): the CPU's
+     * qdef_i8_static of the same values, NaN to -127, the rows' large
+     * values clamped (x's rows grow by 2^t) */
+    const float s = 0.37f;
+    memset(want, 0, (size_t)T * LDQ);
+    for (int t = 0; t < T; t++) {
+        for (int k = 0; k < K; k++)
+            v[k] = bf(x[t * LDX + k]);
+        qdef_i8_static(v, K, s, want + t * LDQ, 0);
+        want_sx[t] = s;
+    }
+    assert_int_equal(want[2 * LDQ + 5], -127);
+    assert_int_equal(want[7 * LDQ + 0] == 127 || want[7 * LDQ + 0] == -127, 1);
+    CK(cudaMemset(dq, 0x55, (size_t)T * LDQ));
+    CK(cuda_k_quant_rows_static(dx, LDX, K, T, s, dq, LDQ, dsx, 0));
+    CK(cudaDeviceSynchronize());
+    to_host(got, dq, (size_t)T * LDQ);
+    to_host(got_sx, dsx, sizeof got_sx);
+    assert_memory_equal(got, want, (size_t)T * LDQ);
+    assert_memory_equal(got_sx, want_sx, sizeof got_sx);
+    assert_int_equal(cuda_k_quant_rows_static(dx, LDX, K, T, 0.0f, dq, LDQ, dsx, 0),
+                     cudaErrorInvalidValue);
+    cudaGetLastError();
     cudaFree(dx);
     cudaFree(dq);
     cudaFree(dsx);
@@ -1643,6 +1667,12 @@ static void test_cuda_quantized_match_cpu(void **state)
     assert_true(model_is_w8a8(mr)); /* the rows as stored, not f32 */
     model_destroy(mr);
     logits_match_cpu_q_with(dir, CUDA_QUANT_INT8, &rows);
+    /* per-token and static input scales (the device quantizes with the
+     * checkpoint's input_scale, the largest of those fused on one input) */
+    snprintf(dir, sizeof dir, "%s/tiny-w8a8s", fixtures());
+    if (!is_dir(dir))
+        fail_msg("%s is missing (the Makefile makes it)", dir);
+    logits_match_cpu_q(dir, CUDA_QUANT_INT8);
     snprintf(dir, sizeof dir, "%s/tiny-w8a8", fixtures());
     if (!is_dir(dir))
         fail_msg("%s is missing (the Makefile makes it)", dir);
@@ -1662,16 +1692,14 @@ static void test_cuda_quantized_match_cpu(void **state)
 
 /* What only the CPU runs is refused at create, saying so: a GPTQ model whose
  * 4-bit codes were kept for the CPU's int4 kernels (model_load_opts
- * .packed_q4; app/ never asks for it on CUDA), and a W8A8 checkpoint with
- * static input scales (the GPU quantizes activations per token only). */
+ * .packed_q4; app/ never asks for it on CUDA). */
 static void test_cuda_refuses_cpu_only_linears(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const char *const names[] = {"tiny-gptq", "tiny-w8a8s"};
-    static const char *const why[] = {"run on the CPU's int4 kernels",
-                                      "with static input scales runs on the CPU only"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[] = {"tiny-gptq"};
+    static const char *const why[] = {"run on the CPU's int4 kernels"};
+    for (int i = 0; i < 1; i++) {
         char dir[600];
         snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
         if (!is_dir(dir))
@@ -1682,7 +1710,7 @@ static void test_cuda_refuses_cpu_only_linears(void **state)
         if (model_load_with(dir, &lo, &m, &err))
             fail_msg("%s", err.msg);
         cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
-        gc.quant = i ? CUDA_QUANT_INT8 : CUDA_QUANT_INT4;
+        gc.quant = CUDA_QUANT_INT4;
         be_backend *be = NULL;
         assert_int_equal(cuda_backend_create(m, &gc, &be, &err), INF_ERR_UNSUPPORTED);
         assert_null(be);

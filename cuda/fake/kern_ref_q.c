@@ -18,13 +18,32 @@ static int aligned16(const void *p)
 typedef struct quant_args {
     const uint16_t *x;
     int ldx, K, T, ldq;
+    float s; /* > 0: static */
     int8_t *q;
     float *sx;
 } quant_args;
 
+static void quant_static_run(const quant_args *a)
+{
+    for (int t = 0; t < a->T; t++) {
+        const uint16_t *x = a->x + (size_t)t * a->ldx;
+        int8_t *q = a->q + (size_t)t * a->ldq;
+        for (int k = 0; k < a->ldq; k++) {
+            float v = k < a->K ? fminf(fmaxf(inf_bf16_to_f32(x[k]) / a->s, -127.0f), 127.0f)
+                               : 0.0f;
+            q[k] = (int8_t)(int)rintf(v);
+        }
+        a->sx[t] = a->s;
+    }
+}
+
 static void quant_run(const void *p)
 {
     const quant_args *a = p;
+    if (a->s > 0.0f) {
+        quant_static_run(a);
+        return;
+    }
     for (int t = 0; t < a->T; t++) {
         const uint16_t *x = a->x + (size_t)t * a->ldx;
         int8_t *q = a->q + (size_t)t * a->ldq;
@@ -53,6 +72,16 @@ cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *
                               float *sx, cudaStream_t st)
 {
     return cuda_k_quant_rows_with(CUDA_QR_BLOCK, x, ldx, K, T, q, ldq, sx, st);
+}
+
+cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T, float s,
+                                     int8_t *q, int ldq, float *sx, cudaStream_t st)
+{
+    (void)st;
+    if (K < 0 || ldx < K || ldq < K || ldq % 32 || !(s > 0.0f))
+        return cudaErrorInvalidValue;
+    quant_args a = {.x = x, .ldx = ldx, .K = K, .T = T, .ldq = ldq, .s = s, .q = q, .sx = sx};
+    return T > 0 ? fake_launch(quant_run, &a, sizeof a) : cudaSuccess;
 }
 
 cudaError_t cuda_k_quant_rows_with(int kernel, const uint16_t *x, int ldx, int K, int T,
