@@ -88,6 +88,9 @@ void hfq_free(hfq *q)
     free(q->bufs);
     free(q->sizes);
     free(q->is_code);
+    for (int i = 0; i < q->n_lazy; i++)
+        free(q->lazy[i].buf);
+    free(q->lazy);
     free(q);
 }
 
@@ -207,6 +210,28 @@ void hfq_set_packed_q8(hfq *q, int on)
 {
     if (q)
         q->packed_q8 = on;
+}
+
+void hfq_set_lazy(hfq *q, int on)
+{
+    if (q)
+        q->lazy_on = on;
+}
+
+int hfq_has_lazy(const hfq *q)
+{
+    return q && q->n_lazy > 0;
+}
+
+int hfq_need(hfq *q, int layer, inf_err *err)
+{
+    return q ? hfq__fp8_need(q, layer, err) : INF_OK;
+}
+
+void hfq_release(hfq *q, int layer)
+{
+    if (q)
+        hfq__fp8_release(q, layer);
 }
 
 uint32_t hfq__u32(const st_tensor *t, size_t i)

@@ -103,6 +103,16 @@ void hfq_set_packed_q4(hfq *q, int on);
  * (model_load_opts.packed_q8). NULL-safe. */
 void hfq_set_packed_q8(hfq *q, int on);
 
+/* on: a compressed-tensors FP8 checkpoint's layer matrices (names
+ * "model.layers.N.") are checked at bind but converted to f32 only on
+ * hfq_need(N), and freed on hfq_release(N) (model_load_opts.lazy_layers;
+ * model_layer_need / _packed call them). hfq_has_lazy says whether any
+ * was deferred. NULL-safe. */
+void hfq_set_lazy(hfq *q, int on);
+int hfq_has_lazy(const hfq *q);
+int hfq_need(hfq *q, int layer, inf_err *err);
+void hfq_release(hfq *q, int layer);
+
 /* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */
 int hfq_is_int8(const hfq *q);
 

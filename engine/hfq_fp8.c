@@ -6,6 +6,8 @@
 #include "hfq_int.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CT "compressed-tensors"
@@ -49,30 +51,93 @@ static float e4m3(unsigned c)
     return c & 0x80 ? -v : v;
 }
 
-int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
-                  model_tensor *out, inf_err *err)
+/* d[n][k] = e4m3(w[n][k]) * sc[n]; w's codes hold no NaN (checked at bind). */
+static void fp8_convert(const st_tensor *w, const float *sc, int64_t rows, int64_t cols,
+                        float *d)
 {
-    const st_tensor *w;
-    float *sc, lut[256];
-    int rc = hfq__ct_linear(q, st, name, rows, cols, "F8_E4M3", "FP8", &w, &sc, err);
-    if (rc)
-        return rc;
-    float *d = hfq__keep(q, (size_t)rows * (size_t)cols);
-    if (!d)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    float lut[256];
     for (unsigned c = 0; c < 256; c++)
         lut[c] = e4m3(c);
     const uint8_t *p = w->data;
     for (int64_t n = 0; n < rows; n++)
         for (int64_t k = 0; k < cols; k++) {
             size_t i = (size_t)n * (size_t)cols + (size_t)k;
-            if ((p[i] & 0x7F) == 0x7F)
-                return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld][%lld] is an FP8 NaN (0x%02X)",
-                                w->file, name, (long long)n, (long long)k, p[i]);
             d[i] = lut[p[i]] * sc[n];
         }
+}
+
+/* N of a name "model.layers.N.<...>", else -1. */
+static int layer_of(const char *name)
+{
+    int l = -1, n = 0;
+    return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 ? l : -1;
+}
+
+static int defer(hfq *q, const st_tensor *w, const float *sc, int layer, model_tensor *out)
+{
+    if (q->n_lazy == q->cap_lazy) {
+        int cap = q->cap_lazy ? 2 * q->cap_lazy : 64;
+        hfq_lazy *v = realloc(q->lazy, sizeof *v * (size_t)cap);
+        if (!v)
+            return INF_ERR_NOMEM;
+        q->lazy = v;
+        q->cap_lazy = cap;
+    }
+    q->lazy[q->n_lazy++] = (hfq_lazy){.out = out, .w = w, .sc = sc, .layer = layer};
+    out->data = NULL;
+    return INF_OK;
+}
+
+int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                  model_tensor *out, inf_err *err)
+{
+    const st_tensor *w;
+    float *sc;
+    int rc = hfq__ct_linear(q, st, name, rows, cols, "F8_E4M3", "FP8", &w, &sc, err);
+    if (rc)
+        return rc;
+    const uint8_t *p = w->data;
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++) /* at load, lazy or not */
+        if ((p[i] & 0x7F) == 0x7F)
+            return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld][%lld] is an FP8 NaN (0x%02X)",
+                            w->file, name, (long long)(i / (size_t)cols),
+                            (long long)(i % (size_t)cols), p[i]);
     hfq__out(out, rows, cols, w->name);
     out->dtype = INF_F32;
+    int layer = q->lazy_on ? layer_of(name) : -1;
+    if (layer >= 0)
+        return defer(q, w, sc, layer, out) ? inf_fail(err, INF_ERR_NOMEM, "%s: out of memory "
+                                                      "for %s", q->path, name) : INF_OK;
+    float *d = hfq__keep(q, (size_t)rows * (size_t)cols);
+    if (!d)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    fp8_convert(w, sc, rows, cols, d);
     out->data = d;
     return INF_OK;
+}
+
+int hfq__fp8_need(hfq *q, int layer, inf_err *err)
+{
+    for (int i = 0; i < q->n_lazy; i++) {
+        hfq_lazy *z = &q->lazy[i];
+        if (z->layer != layer || z->buf)
+            continue;
+        model_tensor *o = z->out;
+        if (!(z->buf = malloc((size_t)o->rows * (size_t)o->cols * sizeof(float) + 1)))
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting %s", q->path,
+                            z->w->name);
+        fp8_convert(z->w, z->sc, o->rows, o->cols, z->buf);
+        o->data = z->buf;
+    }
+    return INF_OK;
+}
+
+void hfq__fp8_release(hfq *q, int layer)
+{
+    for (int i = 0; i < q->n_lazy; i++)
+        if (q->lazy[i].layer == layer) {
+            free(q->lazy[i].buf);
+            q->lazy[i].buf = NULL;
+            q->lazy[i].out->data = NULL;
+        }
 }

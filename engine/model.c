@@ -490,6 +490,8 @@ int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, 
         goto fail;
     hfq_set_packed_q4(m->hfq, o && o->packed_q4);
     hfq_set_packed_q8(m->hfq, o && o->packed_q8);
+    /* not a fused checkpoint: its row views need the data at bind */
+    hfq_set_lazy(m->hfq, o && o->lazy_layers && !m->cfg.desc.fused_qkv);
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
@@ -506,6 +508,7 @@ int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, 
     }
     if ((rc = model__bind_all(m, err)))
         goto fail;
+    m->lazy_layers = hfq_has_lazy(m->hfq);
     free(path);
     *out = m;
     return INF_OK;
@@ -635,9 +638,10 @@ void model_drop_layer_codes(model *m, int layer)
 int model_layer_need(void *mv, int layer, inf_err *err)
 {
     model *m = mv;
-    if (!m || !m->lazy_layers || !m->src.need || layer < 0 || layer >= m->cfg.n_layers)
+    if (!m || !m->lazy_layers || layer < 0 || layer >= m->cfg.n_layers)
         return INF_OK;
-    return m->src.need(m->src.self, layer, err);
+    int rc = m->src.need ? m->src.need(m->src.self, layer, err) : INF_OK; /* GGUF */
+    return rc ? rc : hfq_need(m->hfq, layer, err);                       /* FP8 */
 }
 
 void model_layer_packed(void *mv, int layer)
@@ -645,8 +649,11 @@ void model_layer_packed(void *mv, int layer)
     model *m = mv;
     if (!m)
         return;
-    if (m->lazy_layers && m->src.release && layer >= 0 && layer < m->cfg.n_layers)
-        m->src.release(m->src.self, layer);
+    if (m->lazy_layers && layer >= 0 && layer < m->cfg.n_layers) {
+        if (m->src.release)
+            m->src.release(m->src.self, layer);
+        hfq_release(m->hfq, layer);
+    }
     model_drop_layer_codes(m, layer);
 }
 

@@ -2077,17 +2077,14 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
-/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) loaded with lazy layers, as
- * serve loads it for --device cuda: each layer's matrices converted just
- * before its upload and let go after (model_layer_need / _packed as the
- * config's hooks), with the logits of the same file converted whole at
- * load, bf16 and int8; without the hooks the backend refuses it. */
-static void test_cuda_gguf_lazy_layers(void **state)
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) and a compressed-tensors FP8
+ * checkpoint loaded with lazy layers, as serve loads them for --device
+ * cuda: each layer's matrices converted just before its upload and let go
+ * after (model_layer_need / _packed as the config's hooks), with the logits
+ * of the same checkpoint converted whole at load, bf16 and int8; without
+ * the hooks the backend refuses it. */
+static void lazy_upload_same(const char *path)
 {
-    (void)state;
-    NEED_GPU();
-    char path[600];
-    snprintf(path, sizeof path, "%s/tiny-q8_0.gguf", fixtures());
     const model_load_opts lazy = {.lazy_layers = 1};
     model *eager = NULL, *m = NULL;
     inf_err err = {0};
@@ -2120,6 +2117,18 @@ static void test_cuda_gguf_lazy_layers(void **state)
     free(a), free(b);
     model_destroy(m);
     model_destroy(eager);
+}
+
+static void test_cuda_lazy_layers(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8"};
+    for (int i = 0; i < 2; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", fixtures(), names[i]);
+        lazy_upload_same(path);
+    }
 }
 
 /* The engine on this backend, running ahead (its next decode step queued,
@@ -2523,7 +2532,7 @@ int main(void)
         cmocka_unit_test(test_cuda_graphs_match_eager),
         cmocka_unit_test(test_cuda_submit_pipeline_placeholders),
         cmocka_unit_test(test_cuda_engine_ahead_same_tokens),
-        cmocka_unit_test(test_cuda_gguf_lazy_layers),
+        cmocka_unit_test(test_cuda_lazy_layers),
         cmocka_unit_test(test_cuda_constrained_decode_matches_host),
         cmocka_unit_test(test_cuda_hidden_matches_cpu),
         cmocka_unit_test(test_cuda_mlp_matches_host),

@@ -468,19 +468,15 @@ static void lazy_packed_logged(void *ctx, int layer)
     model_layer_packed(d->m, layer);
 }
 
-/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) loaded with lazy layers, as
- * serve does for --quantization int8 / int4 on the CPU: no layer matrix is
- * converted at load, the backend asks for each layer before packing it and
- * lets it go after (one layer's f32 at a time), and its logits and tokens
- * are the bits of the same file converted whole at load, for int8 and int4.
- * A second backend on the same model converts them again, alike. Without
- * the hooks, or without quantization, a backend refuses such a model. */
-static void test_invariance_gguf_lazy_layers(void **state)
+/* A checkpoint loaded with lazy layers, as serve does for --quantization
+ * int8 / int4 on the CPU: no layer matrix is converted at load, the backend
+ * asks for each layer before packing it and lets it go after (one layer's
+ * f32 at a time), and its logits and tokens are the bits of the same
+ * checkpoint converted whole at load, for int8 and int4. A second backend
+ * on the same model converts them again, alike. Without the hooks, or
+ * without quantization, a backend refuses such a model. */
+static void check_lazy_layers(const char *path)
 {
-    (void)state;
-    const char *fx = getenv("INFERD_TEST_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/tiny-q8_0.gguf", fx ? fx : "build/fixtures");
     assert_int_equal(access(path, R_OK), 0);
     const model_load_opts lazy = {.lazy_layers = 1};
     model *eager = NULL, *m = NULL;
@@ -528,6 +524,20 @@ static void test_invariance_gguf_lazy_layers(void **state)
     free(p);
     model_destroy(m);
     model_destroy(eager);
+}
+
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) and a compressed-tensors FP8
+ * checkpoint (tiny as F8_E4M3 per channel), as check_lazy_layers says. */
+static void test_invariance_lazy_layers(void **state)
+{
+    (void)state;
+    const char *fx = getenv("INFERD_TEST_FIXTURES");
+    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", fx ? fx : "build/fixtures", names[i]);
+        check_lazy_layers(path);
+    }
 }
 
 /* "wide" stored as bf16: on a CPU with AVX512_BF16 its matmuls take the
@@ -602,7 +612,7 @@ int main(void)
         cmocka_unit_test(test_invariance_families),
         cmocka_unit_test(test_invariance_w8a8),
         cmocka_unit_test(test_invariance_gptq_codes),
-        cmocka_unit_test(test_invariance_gguf_lazy_layers),
+        cmocka_unit_test(test_invariance_lazy_layers),
         cmocka_unit_test(test_invariance_stories260k),
         cmocka_unit_test(test_invariance_babyllama105),
     };
