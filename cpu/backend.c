@@ -479,7 +479,7 @@ int cpu_backend_create(const model *m, const cpu_config *cfg, be_backend **out, 
     if (m->codes_dropped) /* another backend packed them and the model let them go */
         return inf_fail(err, INF_ERR_INVALID, "cpu: the model's 4-bit codes were released "
                         "after a backend packed them (model_drop_layer_codes)");
-    if (m->lazy_layers && (quant == CPU_QUANT_NONE || !cfg->layer_need))
+    if (model_has_lazy(m) && (quant == CPU_QUANT_NONE || !cfg->layer_need))
         return inf_fail(err, INF_ERR_INVALID, "cpu: the model's layer matrices are converted "
                         "one layer at a time as a backend packs them (lazy layers): that "
                         "needs --quantization int8 or int4 and cpu_config.layer_need");

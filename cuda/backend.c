@@ -787,7 +787,7 @@ int cuda_backend_create(const model *m, const cuda_config *cfg, be_backend **out
     int n_dev = 0, rc = check_config(cfg, &n_dev, err);
     if (rc)
         return rc;
-    if (m->lazy_layers && !cfg->layer_need)
+    if (model_has_lazy(m) && !cfg->layer_need)
         return inf_fail(err, INF_ERR_INVALID, "cuda: the model's layer matrices are converted "
                         "one layer at a time (lazy layers): that needs cuda_config.layer_need");
     cuda_be *be = calloc(1, sizeof *be);

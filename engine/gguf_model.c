@@ -12,21 +12,11 @@
 #include "gguf_meta.h"
 #include "model_int.h"
 
-/* A layer matrix whose conversion waits for model_layer_need (lazy layers). */
-typedef struct gguf_lazy {
-    model_tensor *out;
-    const gguf_tensor *t;
-    int heads, layer;
-    void *buf;     /* its conversion while a backend needs it, else NULL */
-} gguf_lazy;
-
 struct gguf_weights {
     gguf_file *f;
     void **bufs;   /* converted tensors */
     int n_bufs, cap;
-    int lazy_on;   /* model_load_opts.lazy_layers */
-    gguf_lazy *lazy;
-    int n_lazy, cap_lazy;
+    int lazy_on;   /* model_load_opts.lazy_layers: layer matrices deferred */
 };
 
 /* ---- tensors ------------------------------------------------------------ */
@@ -78,53 +68,12 @@ static inf_dtype plain_dtype(const gguf_tensor *t)
          : t->type == GGUF_BF16 ? INF_BF16 : INF_DTYPE_NONE;
 }
 
-/* Defers t's conversion into out until model_layer_need(layer). */
-static int defer(model *m, gguf_weights *w, const gguf_tensor *t, int heads, int layer,
-                 model_tensor *out, inf_err *err)
+/* convert() as model_defer calls it (arg: heads). */
+static void convert_deferred(const void *t, const void *aux, int heads, const model_tensor *o,
+                             void *dst)
 {
-    if (w->n_lazy == w->cap_lazy) {
-        int cap = w->cap_lazy ? 2 * w->cap_lazy : 64;
-        gguf_lazy *v = realloc(w->lazy, sizeof *v * (size_t)cap);
-        if (!v)
-            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", gguf_path(w->f));
-        w->lazy = v;
-        w->cap_lazy = cap;
-    }
-    w->lazy[w->n_lazy++] = (gguf_lazy){.out = out, .t = t, .heads = heads, .layer = layer};
-    inf_dtype dt = plain_dtype(t);
-    out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
-    out->data = NULL;
-    m->lazy_layers = 1;
-    return INF_OK;
-}
-
-static int lazy_need(void *self, int layer, inf_err *err)
-{
-    gguf_weights *w = self;
-    for (int i = 0; i < w->n_lazy; i++) {
-        gguf_lazy *z = &w->lazy[i];
-        if (z->layer != layer || z->buf)
-            continue;
-        model_tensor *o = z->out;
-        size_t bytes = (size_t)o->rows * (size_t)o->cols * inf_dtype_size(o->dtype);
-        if (!(z->buf = malloc(bytes ? bytes : 1)))
-            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'",
-                            gguf_path(w->f), z->t->name);
-        convert(z->t, o->rows, o->cols, z->heads, plain_dtype(z->t), z->buf);
-        o->data = z->buf;
-    }
-    return INF_OK;
-}
-
-static void lazy_release(void *self, int layer)
-{
-    gguf_weights *w = self;
-    for (int i = 0; i < w->n_lazy; i++)
-        if (w->lazy[i].layer == layer) {
-            free(w->lazy[i].buf);
-            w->lazy[i].buf = NULL;
-            w->lazy[i].out->data = NULL;
-        }
+    (void)aux;
+    convert(t, o->rows, o->cols, heads, plain_dtype(t), dst);
 }
 
 /* name, which must be [rows, cols] (rows 0: a 1-D [cols]); heads > 0: a
@@ -160,8 +109,10 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
         out->data = t->data;
         return INF_OK;
     }
-    if (w->lazy_on && layer >= 0)
-        return defer(m, w, t, heads, layer, out, err);
+    if (w->lazy_on && layer >= 0) {
+        out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
+        return model_defer(m, out, layer, convert_deferred, t, NULL, heads, err);
+    }
     size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : es;
     char *dst = keep(w, (size_t)R * (size_t)cols * dst_es);
     if (!dst)
@@ -345,8 +296,7 @@ int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch,
-                            .need = lazy_need, .release = lazy_release};
+    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
     w->lazy_on = o && o->lazy_layers;
     const gguf_arch *arch = NULL;
     if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
@@ -379,9 +329,6 @@ void gguf_weights_free(gguf_weights *w)
     for (int i = 0; i < w->n_bufs; i++)
         free(w->bufs[i]);
     free(w->bufs);
-    for (int i = 0; i < w->n_lazy; i++)
-        free(w->lazy[i].buf);
-    free(w->lazy);
     gguf_close(w->f);
     free(w);
 }

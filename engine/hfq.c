@@ -88,9 +88,6 @@ void hfq_free(hfq *q)
     free(q->bufs);
     free(q->sizes);
     free(q->is_code);
-    for (int i = 0; i < q->n_lazy; i++)
-        free(q->lazy[i].buf);
-    free(q->lazy);
     free(q);
 }
 
@@ -212,26 +209,15 @@ void hfq_set_packed_q8(hfq *q, int on)
         q->packed_q8 = on;
 }
 
-void hfq_set_lazy(hfq *q, int on)
+void hfq_set_defer(hfq *q,
+                   int (*defer)(void *ctx, model_tensor *out, int layer, model_convert_fn fn,
+                                const void *src, const void *aux, int arg, inf_err *err),
+                   void *ctx)
 {
-    if (q)
-        q->lazy_on = on;
-}
-
-int hfq_has_lazy(const hfq *q)
-{
-    return q && q->n_lazy > 0;
-}
-
-int hfq_need(hfq *q, int layer, inf_err *err)
-{
-    return q ? hfq__fp8_need(q, layer, err) : INF_OK;
-}
-
-void hfq_release(hfq *q, int layer)
-{
-    if (q)
-        hfq__fp8_release(q, layer);
+    if (q) {
+        q->defer = defer;
+        q->defer_ctx = ctx;
+    }
 }
 
 uint32_t hfq__u32(const st_tensor *t, size_t i)

@@ -103,15 +103,14 @@ void hfq_set_packed_q4(hfq *q, int on);
  * (model_load_opts.packed_q8). NULL-safe. */
 void hfq_set_packed_q8(hfq *q, int on);
 
-/* on: a compressed-tensors FP8 checkpoint's layer matrices (names
- * "model.layers.N.") are checked at bind but converted to f32 only on
- * hfq_need(N), and freed on hfq_release(N) (model_load_opts.lazy_layers;
- * model_layer_need / _packed call them). hfq_has_lazy says whether any
- * was deferred. NULL-safe. */
-void hfq_set_lazy(hfq *q, int on);
-int hfq_has_lazy(const hfq *q);
-int hfq_need(hfq *q, int layer, inf_err *err);
-void hfq_release(hfq *q, int layer);
+/* A compressed-tensors FP8 checkpoint's layer matrices (names
+ * "model.layers.N.") are checked at bind, and their conversion to f32 is
+ * handed to defer (model_defer, ctx the model: model_load_opts.lazy_layers)
+ * instead of done at once. NULL-safe. */
+void hfq_set_defer(hfq *q,
+                   int (*defer)(void *ctx, model_tensor *out, int layer, model_convert_fn fn,
+                                const void *src, const void *aux, int arg, inf_err *err),
+                   void *ctx);
 
 /* 1 for a compressed-tensors int8 checkpoint (NULL-safe). */
 int hfq_is_int8(const hfq *q);

@@ -7,7 +7,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define CT "compressed-tensors"
@@ -73,19 +72,12 @@ static int layer_of(const char *name)
     return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 ? l : -1;
 }
 
-static int defer(hfq *q, const st_tensor *w, const float *sc, int layer, model_tensor *out)
+/* fp8_convert as model_defer calls it (src the weight, aux its scales). */
+static void convert_deferred(const void *w, const void *sc, int arg, const model_tensor *o,
+                             void *dst)
 {
-    if (q->n_lazy == q->cap_lazy) {
-        int cap = q->cap_lazy ? 2 * q->cap_lazy : 64;
-        hfq_lazy *v = realloc(q->lazy, sizeof *v * (size_t)cap);
-        if (!v)
-            return INF_ERR_NOMEM;
-        q->lazy = v;
-        q->cap_lazy = cap;
-    }
-    q->lazy[q->n_lazy++] = (hfq_lazy){.out = out, .w = w, .sc = sc, .layer = layer};
-    out->data = NULL;
-    return INF_OK;
+    (void)arg;
+    fp8_convert(w, sc, o->rows, o->cols, dst);
 }
 
 int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
@@ -104,40 +96,13 @@ int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int6
                             (long long)(i % (size_t)cols), p[i]);
     hfq__out(out, rows, cols, w->name);
     out->dtype = INF_F32;
-    int layer = q->lazy_on ? layer_of(name) : -1;
+    int layer = q->defer ? layer_of(name) : -1;
     if (layer >= 0)
-        return defer(q, w, sc, layer, out) ? inf_fail(err, INF_ERR_NOMEM, "%s: out of memory "
-                                                      "for %s", q->path, name) : INF_OK;
+        return q->defer(q->defer_ctx, out, layer, convert_deferred, w, sc, 0, err);
     float *d = hfq__keep(q, (size_t)rows * (size_t)cols);
     if (!d)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
     fp8_convert(w, sc, rows, cols, d);
     out->data = d;
     return INF_OK;
-}
-
-int hfq__fp8_need(hfq *q, int layer, inf_err *err)
-{
-    for (int i = 0; i < q->n_lazy; i++) {
-        hfq_lazy *z = &q->lazy[i];
-        if (z->layer != layer || z->buf)
-            continue;
-        model_tensor *o = z->out;
-        if (!(z->buf = malloc((size_t)o->rows * (size_t)o->cols * sizeof(float) + 1)))
-            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting %s", q->path,
-                            z->w->name);
-        fp8_convert(z->w, z->sc, o->rows, o->cols, z->buf);
-        o->data = z->buf;
-    }
-    return INF_OK;
-}
-
-void hfq__fp8_release(hfq *q, int layer)
-{
-    for (int i = 0; i < q->n_lazy; i++)
-        if (q->lazy[i].layer == layer) {
-            free(q->lazy[i].buf);
-            q->lazy[i].buf = NULL;
-            q->lazy[i].out->data = NULL;
-        }
 }

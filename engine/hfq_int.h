@@ -38,23 +38,11 @@ struct hfq {
                                frees */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
-    int lazy_on;     /* FP8 layer matrices converted on hfq_need */
-    struct hfq_lazy *lazy;
-    int n_lazy, cap_lazy;
+    /* hfq_set_defer: FP8 layer matrices' conversion handed to it */
+    int (*defer)(void *ctx, model_tensor *out, int layer, model_convert_fn fn,
+                 const void *src, const void *aux, int arg, inf_err *err);
+    void *defer_ctx;
 };
-
-/* An FP8 layer matrix whose conversion waits for hfq_need (hfq_fp8.c). */
-typedef struct hfq_lazy {
-    model_tensor *out;
-    const st_tensor *w;
-    const float *sc;  /* its per-row scales (owned by q) */
-    int layer;
-    float *buf;       /* its f32 while a backend needs it, else NULL */
-} hfq_lazy;
-
-/* hfq_need / hfq_release for the FP8 matrices deferred by hfq__fp8_bind. */
-int hfq__fp8_need(hfq *q, int layer, inf_err *err);
-void hfq__fp8_release(hfq *q, int layer);
 
 /* A string key, or NULL. */
 const char *hfq__jstr(const cJSON *o, const char *k);

@@ -491,7 +491,8 @@ int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, 
     hfq_set_packed_q4(m->hfq, o && o->packed_q4);
     hfq_set_packed_q8(m->hfq, o && o->packed_q8);
     /* not a fused checkpoint: its row views need the data at bind */
-    hfq_set_lazy(m->hfq, o && o->lazy_layers && !m->cfg.desc.fused_qkv);
+    if (o && o->lazy_layers && !m->cfg.desc.fused_qkv)
+        hfq_set_defer(m->hfq, model_defer, m);
     free(path);
     if (!(path = inf_path_join(dir, "generation_config.json"))) {
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", dir);
@@ -508,7 +509,6 @@ int model_load_dir_with(const char *dir, const model_load_opts *o, model **out, 
     }
     if ((rc = model__bind_all(m, err)))
         goto fail;
-    m->lazy_layers = hfq_has_lazy(m->hfq);
     free(path);
     *out = m;
     return INF_OK;
@@ -526,6 +526,7 @@ void model_destroy(model *m)
     if (m->src.free)
         m->src.free(m->src.self);
     hfq_free(m->hfq);
+    model__lazy_free(m);
     for (model_copy *c = m->copies, *next; c; c = next) {
         next = c->next;
         free(c);
@@ -635,27 +636,6 @@ void model_drop_layer_codes(model *m, int layer)
     hfq_drop_codes_at(m->hfq, at, 3 * NT);
 }
 
-int model_layer_need(void *mv, int layer, inf_err *err)
-{
-    model *m = mv;
-    if (!m || !m->lazy_layers || layer < 0 || layer >= m->cfg.n_layers)
-        return INF_OK;
-    int rc = m->src.need ? m->src.need(m->src.self, layer, err) : INF_OK; /* GGUF */
-    return rc ? rc : hfq_need(m->hfq, layer, err);                       /* FP8 */
-}
-
-void model_layer_packed(void *mv, int layer)
-{
-    model *m = mv;
-    if (!m)
-        return;
-    if (m->lazy_layers && layer >= 0 && layer < m->cfg.n_layers) {
-        if (m->src.release)
-            m->src.release(m->src.self, layer);
-        hfq_release(m->hfq, layer);
-    }
-    model_drop_layer_codes(m, layer);
-}
 
 void model_drop_codes(model *m)
 {

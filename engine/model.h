@@ -99,10 +99,6 @@ typedef struct model_source {
     void (*free)(void *self);
     void (*prefetch)(const void *self, void (*progress)(void *user, size_t done, size_t total),
                      void *user);
-    /* lazy layers (model_load_opts.lazy_layers): converts layer `layer`'s
-     * deferred matrices, and frees them again; NULL when it defers none */
-    int (*need)(void *self, int layer, inf_err *err);
-    void (*release)(void *self, int layer);
 } model_source;
 
 typedef struct model {
@@ -129,8 +125,10 @@ typedef struct model {
     int codes_dropped;         /* model_drop_codes (or _layer_codes) ran:
                                   the layers' 4-bit codes are (partly)
                                   gone                                    */
-    int lazy_layers;           /* some layer matrices are converted only on
-                                  model_layer_need (data NULL until then) */
+    struct model_lazy *lazy;   /* [n_lazy] layer matrices converted only on
+                                  model_layer_need, data NULL until then
+                                  (model_defer; engine/model_lazy.c)     */
+    int n_lazy, cap_lazy;
 } model;
 
 /* Loads DIR/config.json and binds every tensor from DIR's safetensors; or,
@@ -192,13 +190,27 @@ int model_has_q4(const model *m);
 void model_drop_layer_codes(model *m, int layer);
 void model_drop_codes(model *m);
 
+/* Converts src (and aux, arg: the loader's) into dst, t's rows x cols in
+ * t->dtype. */
+typedef void (*model_convert_fn)(const void *src, const void *aux, int arg,
+                                 const model_tensor *t, void *dst);
+
+/* Lazy layers: a loader asked for them (model_load_opts.lazy_layers) binds
+ * a layer matrix it would convert with out's shape and dtype set and defers
+ * the conversion (m a model; out->data NULL until model_layer_need).
+ * model_has_lazy: some matrix was deferred (a backend without the hooks
+ * below refuses such a model). */
+int model_defer(void *m, model_tensor *out, int layer, model_convert_fn fn, const void *src,
+                const void *aux, int arg, inf_err *err);
+int model_has_lazy(const model *m);
+
 /* The hooks of a backend that packs its own copy of every layer matrix
  * (cpu_config.layer_need / layer_packed, m a model: serve and generate pass
- * them). model_layer_need converts layer `layer`'s deferred matrices (lazy
- * layers; again after a release: a later backend may pack them too) and
- * is a no-op without them; model_layer_packed frees what the loader holds
- * of that layer and the backend no longer reads: its deferred matrices'
- * conversion and its 4-bit codes (model_drop_layer_codes). */
+ * them). model_layer_need converts layer `layer`'s deferred matrices (again
+ * after a release: a later backend may pack them too) and is a no-op
+ * without them; model_layer_packed frees what the loader holds of that
+ * layer and the backend no longer reads: its deferred matrices' conversion
+ * and its 4-bit codes (model_drop_layer_codes). */
 int model_layer_need(void *m, int layer, inf_err *err);
 void model_layer_packed(void *m, int layer);
 

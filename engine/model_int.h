@@ -24,6 +24,9 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
 int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot, const model_config *c,
                 const char *path, inf_err *err);
 
+/* Frees model_defer's list and the conversions it holds (model_destroy). */
+void model__lazy_free(model *m);
+
 /* The rest of c->desc from root, after the sizes are known; refuses (by
  * key) what no backend computes. */
 int mdesc__parse(const cJSON *root, model_config *c, const char *path, inf_err *err);

@@ -2090,7 +2090,7 @@ static void lazy_upload_same(const char *path)
     inf_err err = {0};
     if (model_load_with(path, NULL, &eager, &err) || model_load_with(path, &lazy, &m, &err))
         fail_msg("%s", err.msg);
-    assert_true(m->lazy_layers);
+    assert_true(model_has_lazy(m));
     enum { N = 9 };
     int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
     int V = m->cfg.vocab_size;

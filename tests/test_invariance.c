@@ -483,8 +483,8 @@ static void check_lazy_layers(const char *path)
     inf_err err = {0};
     assert_int_equal(model_load_with(path, NULL, &eager, &err), INF_OK);
     assert_int_equal(model_load_with(path, &lazy, &m, &err), INF_OK);
-    assert_false(eager->lazy_layers);
-    assert_true(m->lazy_layers);
+    assert_false(model_has_lazy(eager));
+    assert_true(model_has_lazy(m));
     for (int l = 0; l < m->cfg.n_layers; l++)
         assert_true(layer_released(m, l));
     assert_non_null(m->embed.data); /* only layer matrices wait */

@@ -1,0 +1,80 @@
+/* Lazy layers (model_load_opts.lazy_layers): a loader that would convert a
+ * layer matrix at load (a GGUF file's blocks, an FP8 checkpoint's codes)
+ * defers it here instead, and a backend that packs or uploads each layer
+ * has it converted just before (model_layer_need) and freed just after
+ * (model_layer_packed), so one layer's conversion is held at a time. One
+ * list for every format: the loaders only say how to convert. */
+#include <stdlib.h>
+
+#include "model.h"
+
+struct model_lazy {
+    model_tensor *out;
+    int layer;
+    model_convert_fn fn;
+    const void *src, *aux;
+    int arg;
+    void *buf; /* its conversion while a backend needs it, else NULL */
+};
+
+int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, const void *src,
+                const void *aux, int arg, inf_err *err)
+{
+    model *m = mv;
+    if (m->n_lazy == m->cap_lazy) {
+        int cap = m->cap_lazy ? 2 * m->cap_lazy : 64;
+        struct model_lazy *v = realloc(m->lazy, sizeof *v * (size_t)cap);
+        if (!v)
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", m->dir);
+        m->lazy = v;
+        m->cap_lazy = cap;
+    }
+    m->lazy[m->n_lazy++] = (struct model_lazy){.out = out, .layer = layer, .fn = fn, .src = src,
+                                               .aux = aux, .arg = arg};
+    out->data = NULL;
+    return INF_OK;
+}
+
+int model_has_lazy(const model *m)
+{
+    return m && m->n_lazy > 0;
+}
+
+int model_layer_need(void *mv, int layer, inf_err *err)
+{
+    model *m = mv;
+    for (int i = 0; m && i < m->n_lazy; i++) {
+        struct model_lazy *z = &m->lazy[i];
+        if (z->layer != layer || z->buf)
+            continue;
+        model_tensor *o = z->out;
+        size_t bytes = (size_t)o->rows * (size_t)o->cols * inf_dtype_size(o->dtype);
+        if (!(z->buf = malloc(bytes ? bytes : 1)))
+            return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", m->dir,
+                            o->name ? o->name : "?");
+        z->fn(z->src, z->aux, z->arg, o, z->buf);
+        o->data = z->buf;
+    }
+    return INF_OK;
+}
+
+void model_layer_packed(void *mv, int layer)
+{
+    model *m = mv;
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_lazy; i++)
+        if (m->lazy[i].layer == layer) {
+            free(m->lazy[i].buf);
+            m->lazy[i].buf = NULL;
+            m->lazy[i].out->data = NULL;
+        }
+    model_drop_layer_codes(m, layer);
+}
+
+void model__lazy_free(model *m)
+{
+    for (int i = 0; i < m->n_lazy; i++)
+        free(m->lazy[i].buf);
+    free(m->lazy);
+}
