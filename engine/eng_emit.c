@@ -70,12 +70,10 @@ void eng__process_row(eng *e, eng_req *r, const float *row, float *lg)
 int eng__emit_token(eng *e, eng_req *r, int32_t t, const float *row)
 {
     sched_seq *q = &r->seq;
-    if (r->ahead) { /* the step ahead holds its place: t replaces it */
+    if (q->n_tokens && q->tokens[q->n_tokens - 1] < 0) /* the step ahead's placeholder */
         q->tokens[q->n_tokens - 1] = t;
-        r->ahead = 0;
-    } else {
+    else
         q->tokens[q->n_tokens++] = t;
-    }
     r->n_output++;
     if (e->cfg.met)
         met_add(e->cfg.met, MET_GENERATION_TOKENS, 1);

@@ -65,8 +65,6 @@ struct eng_req {
                                  proposer that wants it (else NULL)         */
     int has_hidden;
     int n_draft;              /* drafted tokens appended after the last real */
-    int ahead;                /* its last token is a placeholder: the id the
-                                 step in flight samples (eng_step.c)       */
     int draft_slot;           /* row block of their probs in eng.dprobs     */
     double accept_avg;        /* recent acceptance (moving average)        */
     int spec_pause, spec_backoff; /* steps without drafting, next pause     */

@@ -106,7 +106,6 @@ static int submit_step(eng *e, int ahead)
         for (int i = 0; i < x->n; i++) {
             eng_req *r = x->reqs[i];
             r->seq.tokens[r->seq.n_tokens++] = -1 - x->row0[i];
-            r->ahead = 1;
         }
     }
     sched_plan *plan;
