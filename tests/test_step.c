@@ -107,6 +107,7 @@ typedef struct fake_be {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int hold_at, held, released;
+    int queued_at_hold;       /* steps queued behind the held one          */
     /* submitted steps, run by wait in order (two with base.max_inflight 2) */
     const be_batch *pending[2];
     /* device sampling (base.device_sampling): the "device" samples each row
@@ -129,6 +130,7 @@ static void gate(fake_be *f)
         return;
     pthread_mutex_lock(&f->mu);
     f->held = 1;
+    f->queued_at_hold = f->n_pending;
     pthread_cond_broadcast(&f->cv);
     while (!f->released)
         pthread_cond_wait(&f->cv, &f->mu);
@@ -892,9 +894,9 @@ static void test_step_device_sampling_same_as_host(void **state)
  * the EOS the fake predicts at position 30 with ignore_eos), a seeded
  * sampled one and one with a stop string, all at once, give exactly the
  * tokens, texts and finishes of the same engine one step at a time (the
- * greedy ones the reference's). While
- * the fake holds its 9th forward, a request is cancelled and another
- * arrives: the cancelled one stops, the new one is admitted (the engine
+ * greedy ones the reference's). While the fake holds its 9th forward (with
+ * the next step queued behind it when running ahead), a request is
+ * cancelled and another arrives: the cancelled one stops, the new one is admitted (the engine
  * stops running ahead while one waits) and matches the reference, and every
  * block comes back. Steps must have been queued ahead (two in the fake at
  * once, placeholders resolved), and none with no_async_scheduling set. */
@@ -950,6 +952,8 @@ static void test_step_ahead_same_as_in_step(void **state)
         }
         if (run == 0 && strlen(text[0][4]) >= 8) /* run 1 stops inside request 4 */
             stops[0] = strndup(text[0][4] + strlen(text[0][4]) / 2, 2);
+        /* the cancel and the arrival came with a step queued behind */
+        assert_int_equal(x->be->queued_at_hold, run);
         if (run) {
             assert_true(x->e->ahead_steps > 0);
             assert_int_equal(x->be->max_pending, 2);
