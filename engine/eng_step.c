@@ -95,6 +95,25 @@ static void step_metrics(eng *e, const sched_plan *plan, int T)
 static eng_fly *fly_next(eng *e) { return &e->fly[(e->fly_at + e->fly_n) % 2]; }
 static eng_fly *fly_oldest(eng *e) { return &e->fly[e->fly_at]; }
 
+/* Waits for the oldest step in flight and takes it off the ring; its record
+ * stays readable until the next submit. */
+static eng_fly *fly_wait(eng *e, const be_out *out, int *rc, inf_err *err)
+{
+    eng_fly *f = fly_oldest(e);
+    *rc = be_wait(e->be, out, err);
+    e->fly_at = (e->fly_at + 1) % 2;
+    e->fly_n--;
+    return f;
+}
+
+/* A record's requests let go (a finished one is notified after the step). */
+static void fly_release(eng_fly *f)
+{
+    for (int i = 0; i < f->n; i++)
+        eng_req_unref(f->reqs[i]);
+    f->n = 0;
+}
+
 /* Plans the next step into a new record and submits it; ahead: the step in
  * flight's sampled ids come in as placeholders. Returns 1 when a step was
  * submitted, 0 when there was nothing to run, -1 when it failed (its
@@ -216,13 +235,11 @@ static int can_go_ahead(eng *e)
 /* Waits for the oldest step in flight and samples and emits its rows. */
 static void finish_step(eng *e)
 {
-    eng_fly *f = fly_oldest(e);
-    be_out out = {.logits = f->dev ? NULL : e->logits, .ids = f->dev ? e->ids : NULL,
+    int dev = fly_oldest(e)->dev, rc;
+    be_out out = {.logits = dev ? NULL : e->logits, .ids = dev ? e->ids : NULL,
                   .hidden = e->hidden};
     inf_err err = {0};
-    int rc = be_wait(e->be, &out, &err);
-    e->fly_at = (e->fly_at + 1) % 2;
-    e->fly_n--;
+    eng_fly *f = fly_wait(e, &out, &rc, &err);
     for (int i = 0; i < f->n; i++) {
         eng_req *r = f->reqs[i];
         if (rc != INF_OK) {
@@ -258,9 +275,7 @@ static void finish_step(eng *e)
             eng__advance(e, r, rows);
         }
     }
-    for (int i = 0; i < f->n; i++) /* a finished one is notified after the step */
-        eng_req_unref(f->reqs[i]);
-    f->n = 0;
+    fly_release(f);
 }
 
 int eng__step(eng *e)
@@ -287,16 +302,10 @@ int eng__step(eng *e)
 
 void eng__step_drain(eng *e)
 {
-    while (e->fly_n) {
-        eng_fly *f = fly_oldest(e);
-        be_out out = {0};
+    while (e->fly_n) { /* results dropped: the engine is stopping */
+        int rc;
         inf_err err = {0};
-        be_wait(e->be, &out, &err); /* results dropped: the engine is stopping */
-        e->fly_at = (e->fly_at + 1) % 2;
-        e->fly_n--;
-        for (int i = 0; i < f->n; i++)
-            eng_req_unref(f->reqs[i]);
-        f->n = 0;
+        fly_release(fly_wait(e, &(be_out){0}, &rc, &err));
     }
 }
 
