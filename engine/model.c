@@ -637,6 +637,15 @@ void model_drop_layer_codes(model *m, int layer)
 }
 
 
+void model_layer_packed(void *mv, int layer)
+{
+    model *m = mv;
+    if (!m)
+        return;
+    model__lazy_release(m, layer);
+    model_drop_layer_codes(m, layer);
+}
+
 void model_drop_codes(model *m)
 {
     if (!model_has_q4(m))

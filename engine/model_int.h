@@ -24,7 +24,10 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
 int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot, const model_config *c,
                 const char *path, inf_err *err);
 
-/* Frees model_defer's list and the conversions it holds (model_destroy). */
+/* Frees the conversions of layer `layer` that model_layer_need made
+ * (model_layer_packed); model__lazy_free the list and all of them
+ * (model_destroy). engine/model_lazy.c. */
+void model__lazy_release(model *m, int layer);
 void model__lazy_free(model *m);
 
 /* The rest of c->desc from root, after the sizes are known; refuses (by

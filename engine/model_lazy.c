@@ -6,7 +6,7 @@
  * list for every format: the loaders only say how to convert. */
 #include <stdlib.h>
 
-#include "model.h"
+#include "model_int.h"
 
 struct model_lazy {
     model_tensor *out;
@@ -58,18 +58,14 @@ int model_layer_need(void *mv, int layer, inf_err *err)
     return INF_OK;
 }
 
-void model_layer_packed(void *mv, int layer)
+void model__lazy_release(model *m, int layer)
 {
-    model *m = mv;
-    if (!m)
-        return;
     for (int i = 0; i < m->n_lazy; i++)
         if (m->lazy[i].layer == layer) {
             free(m->lazy[i].buf);
             m->lazy[i].buf = NULL;
             m->lazy[i].out->data = NULL;
         }
-    model_drop_layer_codes(m, layer);
 }
 
 void model__lazy_free(model *m)
