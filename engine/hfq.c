@@ -220,6 +220,28 @@ void hfq_set_defer(hfq *q,
     }
 }
 
+/* N of a name "model.layers.N.<...>", else -1. */
+static int layer_of(const char *name)
+{
+    int l = -1, n = 0;
+    return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 ? l : -1;
+}
+
+int hfq__f32(hfq *q, model_tensor *out, model_convert_fn fn, const void *src, const void *aux,
+             int arg, inf_err *err)
+{
+    out->dtype = INF_F32;
+    int layer = q->defer ? layer_of(out->name) : -1;
+    if (layer >= 0)
+        return q->defer(q->defer_ctx, out, layer, fn, src, aux, arg, err);
+    float *d = hfq__keep(q, (size_t)out->rows * (size_t)out->cols);
+    if (!d)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, out->name);
+    fn(src, aux, arg, out, d);
+    out->data = d;
+    return INF_OK;
+}
+
 uint32_t hfq__u32(const st_tensor *t, size_t i)
 {
     const uint8_t *p = (const uint8_t *)t->data + 4 * i;

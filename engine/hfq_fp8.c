@@ -50,34 +50,22 @@ static float e4m3(unsigned c)
     return c & 0x80 ? -v : v;
 }
 
-/* d[n][k] = e4m3(w[n][k]) * sc[n]; w's codes hold no NaN (checked at bind). */
-static void fp8_convert(const st_tensor *w, const float *sc, int64_t rows, int64_t cols,
-                        float *d)
-{
-    float lut[256];
-    for (unsigned c = 0; c < 256; c++)
-        lut[c] = e4m3(c);
-    const uint8_t *p = w->data;
-    for (int64_t n = 0; n < rows; n++)
-        for (int64_t k = 0; k < cols; k++) {
-            size_t i = (size_t)n * (size_t)cols + (size_t)k;
-            d[i] = lut[p[i]] * sc[n];
-        }
-}
-
-/* N of a name "model.layers.N.<...>", else -1. */
-static int layer_of(const char *name)
-{
-    int l = -1, n = 0;
-    return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 ? l : -1;
-}
-
-/* fp8_convert as model_defer calls it (src the weight, aux its scales). */
-static void convert_deferred(const void *w, const void *sc, int arg, const model_tensor *o,
-                             void *dst)
+/* d[n][k] = e4m3(w[n][k]) * sc[n] (hfq__f32's fn: src the weight, aux its
+ * scales); w's codes hold no NaN (checked at bind). */
+static void fp8_convert(const void *src, const void *aux, int arg, const model_tensor *o,
+                        void *dst)
 {
     (void)arg;
-    fp8_convert(w, sc, o->rows, o->cols, dst);
+    const uint8_t *p = ((const st_tensor *)src)->data;
+    const float *sc = aux;
+    float *d = dst, lut[256];
+    for (unsigned c = 0; c < 256; c++)
+        lut[c] = e4m3(c);
+    for (int64_t n = 0; n < o->rows; n++)
+        for (int64_t k = 0; k < o->cols; k++) {
+            size_t i = (size_t)n * (size_t)o->cols + (size_t)k;
+            d[i] = lut[p[i]] * sc[n];
+        }
 }
 
 int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
@@ -95,14 +83,5 @@ int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int6
                             w->file, name, (long long)(i / (size_t)cols),
                             (long long)(i % (size_t)cols), p[i]);
     hfq__out(out, rows, cols, w->name);
-    out->dtype = INF_F32;
-    int layer = q->defer ? layer_of(name) : -1;
-    if (layer >= 0)
-        return q->defer(q->defer_ctx, out, layer, convert_deferred, w, sc, 0, err);
-    float *d = hfq__keep(q, (size_t)rows * (size_t)cols);
-    if (!d)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
-    fp8_convert(w, sc, rows, cols, d);
-    out->data = d;
-    return INF_OK;
+    return hfq__f32(q, out, fp8_convert, w, sc, 0, err);
 }

@@ -59,24 +59,37 @@ static int gq_zero(const void *ctx, int64_t n, int64_t g)
     return (int)(v >> (4 * (n % 8)) & 15) + s->zero_plus1;
 }
 
-/* W[n][k] = scale * (q - zero) in f32 (exact: an f16 times a small integer). */
-static int gq_f32(hfq *q, const gq_src *s, const int32_t *grp, const char *prefix, int64_t K,
-                  model_tensor *out, inf_err *err)
+/* W[n][k] = scale * (q - zero) in f32, exact: an f16 times a small integer
+ * (hfq__f32's fn: src a gq_src, aux the group of each input). */
+static void gq_convert(const void *src, const void *aux, int arg, const model_tensor *o,
+                       void *dst)
 {
-    const int64_t N = s->N;
-    float *w = hfq__keep(q, (size_t)N * (size_t)K);
-    if (!w)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, prefix);
+    (void)arg;
+    const gq_src *s = src;
+    const int32_t *grp = aux;
+    float *w = dst;
+    const int64_t N = o->rows, K = o->cols;
     for (int64_t k = 0; k < K; k++)
         for (int64_t n = 0; n < N; n++)
             w[(size_t)n * (size_t)K + (size_t)k] =
                 inf_f16_to_f32(gq_scale(s, n, grp[k])) *
                 (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
+}
+
+/* The linear as f32 (hfq__f32: at once, or deferred with its own copy of
+ * where the codes are). */
+static int gq_f32(hfq *q, const gq_src *s, const int32_t *grp, int64_t K, model_tensor *out,
+                  inf_err *err)
+{
+    gq_src *ks = hfq__keep_bytes(q, sizeof *ks);
+    int32_t *kg = hfq__keep_bytes(q, sizeof *kg * (size_t)K);
+    if (!ks || !kg)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, s->qw->name);
+    *ks = *s;
+    memcpy(kg, grp, sizeof *kg * (size_t)K);
     q->n_requant += q->packed_q4;
-    hfq__out(out, N, K, s->qw->name);
-    out->dtype = INF_F32;
-    out->data = w;
-    return INF_OK;
+    hfq__out(out, s->N, K, s->qw->name);
+    return hfq__f32(q, out, gq_convert, ks, kg, 0, err);
 }
 
 int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
@@ -132,7 +145,7 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     if (q->packed_q4)
         rc = hfq__bind_codes(q, N, K, G, grp, &cs, qw->name, out, &bound, err);
     if (!rc && !bound)
-        rc = gq_f32(q, &src, grp, prefix, K, out, err);
+        rc = gq_f32(q, &src, grp, K, out, err);
     free(grp);
     return rc;
 }

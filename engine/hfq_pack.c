@@ -250,6 +250,7 @@ static int groups(const hfq *q, const st_set *st, pack_parts *p, int64_t K, int6
 
 /* One linear's parts read: its scales, zeros (offset form) and groups. */
 typedef struct pack_lin {
+    int bits;
     const st_tensor *packed;
     const float *sc;
     const int *zp;
@@ -258,25 +259,42 @@ typedef struct pack_lin {
 } pack_lin;
 
 /* W = scale * (q - zero): the integer difference exact, then one f32
- * multiply (exact for bf16 and f16 scales). */
-static int bind_f32(hfq *q, const pack_lin *l, const char *name, model_tensor *out, inf_err *err)
+ * multiply (exact for bf16 and f16 scales). hfq__f32's fn: src a pack_lin. */
+static void pack_convert(const void *src, const void *aux, int arg, const model_tensor *o,
+                         void *dst)
 {
-    const int bits = q->pack.bits, pf = 32 / bits;
+    (void)aux, (void)arg, (void)o;
+    const pack_lin *l = src;
+    const int bits = l->bits, pf = 32 / bits;
     const int64_t N = l->N, K = l->K, G = l->G, words = (K + pf - 1) / pf;
-    float *w = hfq__keep(q, (size_t)N * (size_t)K);
-    if (!w)
-        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    float *w = dst;
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             int v = field(hfq__u32(l->packed, (size_t)(n * words + k / pf)), (int)(k % pf), bits);
             size_t s = (size_t)(n * G + l->grp[k]);
             w[(size_t)n * (size_t)K + (size_t)k] = l->sc[s] * (float)(v - l->zp[s]);
         }
+}
+
+/* The linear as f32 (hfq__f32: at once, or deferred with its own copy of
+ * the scales, zeros and groups, owned by q). */
+static int bind_f32(hfq *q, const pack_lin *l, model_tensor *out, inf_err *err)
+{
+    const size_t ng = (size_t)(l->N * l->G);
+    pack_lin *kl = hfq__keep_bytes(q, sizeof *kl);
+    float *sc = hfq__keep(q, ng);
+    int *zp = hfq__keep_bytes(q, sizeof *zp * ng);
+    int32_t *grp = hfq__keep_bytes(q, sizeof *grp * (size_t)l->K);
+    if (!kl || !sc || !zp || !grp)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, l->packed->name);
+    memcpy(sc, l->sc, sizeof *sc * ng);
+    memcpy(zp, l->zp, sizeof *zp * ng);
+    memcpy(grp, l->grp, sizeof *grp * (size_t)l->K);
+    *kl = *l;
+    kl->sc = sc, kl->zp = zp, kl->grp = grp;
     q->n_requant += q->packed_q4 || q->packed_q8;
-    hfq__out(out, N, K, l->packed->name);
-    out->dtype = INF_F32;
-    out->data = w;
-    return INF_OK;
+    hfq__out(out, l->N, l->K, l->packed->name);
+    return hfq__f32(q, out, pack_convert, kl, NULL, 0, err);
 }
 
 /* Whether the int4 kernels can take the codes as stored (hfq_set_packed_q4):
@@ -368,7 +386,8 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
                           p.scale->name, (long long)(i / G), (long long)(i % G));
     if (!rc && !(rc = zeros(q, st, &p, N, G, zp, err)) &&
         !(rc = groups(q, st, &p, K, G, grp, err))) {
-        pack_lin l = {.packed = p.packed, .sc = sc, .zp = zp, .grp = grp, .N = N, .K = K, .G = G};
+        pack_lin l = {.bits = q->pack.bits, .packed = p.packed, .sc = sc, .zp = zp, .grp = grp,
+                      .N = N, .K = K, .G = G};
         const hfq_codes_src cs = {.ctx = &l, .code = pl_code, .scale = pl_scale, .zero = pl_zero};
         int bound = 0;
         if (q->packed_q4 && codes_fit(q, &l))
@@ -376,7 +395,7 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         if (!rc && !bound) /* W8A16 per channel, symmetric: the int8 kernels' rows */
             rc = q->packed_q8 && q->pack.bits == 8 && G == 1 && q->pack.sym
                      ? bind_q8(q, &l, name, out, err)
-                     : bind_f32(q, &l, name, out, err);
+                     : bind_f32(q, &l, out, err);
     }
     free(sc);
     free(zp);

@@ -2077,8 +2077,9 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
-/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) and a compressed-tensors FP8
- * checkpoint loaded with lazy layers, as serve loads them for --device
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks), a compressed-tensors FP8
+ * checkpoint, a GPTQ one with desc_act and a W8A16 one (their codes as f32)
+ * loaded with lazy layers, as serve loads them for --device
  * cuda: each layer's matrices converted just before its upload and let go
  * after (model_layer_need / _packed as the config's hooks), with the logits
  * of the same checkpoint converted whole at load, bf16 and int8; without
@@ -2123,8 +2124,9 @@ static void test_cuda_lazy_layers(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8", "tiny-gptq-desc",
+                                        "tiny-w8a16"};
+    for (int i = 0; i < 4; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", fixtures(), names[i]);
         lazy_upload_same(path);

@@ -526,14 +526,17 @@ static void check_lazy_layers(const char *path)
     model_destroy(eager);
 }
 
-/* A GGUF file (tiny as Q8_0 and Q4_0 blocks) and a compressed-tensors FP8
- * checkpoint (tiny as F8_E4M3 per channel), as check_lazy_layers says. */
+/* A GGUF file (tiny as Q8_0 and Q4_0 blocks), a compressed-tensors FP8
+ * checkpoint (tiny as F8_E4M3 per channel), a GPTQ one with desc_act and a
+ * pack-quantized W8A16 one (their codes as f32: not bound as stored, since
+ * the load asks for no packed codes), as check_lazy_layers says. */
 static void test_invariance_lazy_layers(void **state)
 {
     (void)state;
     const char *fx = getenv("INFERD_TEST_FIXTURES");
-    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8"};
-    for (int i = 0; i < 2; i++) {
+    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8", "tiny-gptq-desc",
+                                        "tiny-w8a16"};
+    for (int i = 0; i < 4; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", fx ? fx : "build/fixtures", names[i]);
         check_lazy_layers(path);
