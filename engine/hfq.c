@@ -227,18 +227,21 @@ static int layer_of(const char *name)
     return sscanf(name, "model.layers.%d.%n", &l, &n) == 1 && n > 0 && l >= 0 ? l : -1;
 }
 
-int hfq__f32(hfq *q, model_tensor *out, model_convert_fn fn, const void *src, const void *aux,
-             int arg, inf_err *err)
+int hfq__convert(hfq *q, model_tensor *out, model_convert_fn fn, const void *src, const void *aux,
+                 int arg, inf_err *err)
 {
-    out->dtype = INF_F32;
     int layer = q->defer ? layer_of(out->name) : -1;
     if (layer >= 0)
         return q->defer(q->defer_ctx, out, layer, fn, src, aux, arg, err);
-    float *d = hfq__keep(q, (size_t)out->rows * (size_t)out->cols);
+    size_t n = (size_t)out->rows * (size_t)out->cols;
+    void *d = out->q8_scale ? hfq__keep_bytes(q, n) : hfq__keep(q, n);
     if (!d)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, out->name);
     fn(src, aux, arg, out, d);
-    out->data = d;
+    if (out->q8_scale)
+        out->q8 = d;
+    else
+        out->data = d;
     return INF_OK;
 }
 

@@ -50,7 +50,7 @@ static float e4m3(unsigned c)
     return c & 0x80 ? -v : v;
 }
 
-/* d[n][k] = e4m3(w[n][k]) * sc[n] (hfq__f32's fn: src the weight, aux its
+/* d[n][k] = e4m3(w[n][k]) * sc[n] (hfq__convert's fn: src the weight, aux its
  * scales); w's codes hold no NaN (checked at bind). */
 static void fp8_convert(const void *src, const void *aux, int arg, const model_tensor *o,
                         void *dst)
@@ -83,5 +83,6 @@ int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int6
                             w->file, name, (long long)(i / (size_t)cols),
                             (long long)(i % (size_t)cols), p[i]);
     hfq__out(out, rows, cols, w->name);
-    return hfq__f32(q, out, fp8_convert, w, sc, 0, err);
+    out->dtype = INF_F32;
+    return hfq__convert(q, out, fp8_convert, w, sc, 0, err);
 }

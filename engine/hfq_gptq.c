@@ -60,7 +60,7 @@ static int gq_zero(const void *ctx, int64_t n, int64_t g)
 }
 
 /* W[n][k] = scale * (q - zero) in f32, exact: an f16 times a small integer
- * (hfq__f32's fn: src a gq_src, aux the group of each input). */
+ * (hfq__convert's fn: src a gq_src, aux the group of each input). */
 static void gq_convert(const void *src, const void *aux, int arg, const model_tensor *o,
                        void *dst)
 {
@@ -76,7 +76,7 @@ static void gq_convert(const void *src, const void *aux, int arg, const model_te
                 (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
 }
 
-/* The linear as f32 (hfq__f32: at once, or deferred with its own copy of
+/* The linear as f32 (hfq__convert: at once, or deferred with its own copy of
  * where the codes are). */
 static int gq_f32(hfq *q, const gq_src *s, const int32_t *grp, int64_t K, model_tensor *out,
                   inf_err *err)
@@ -89,7 +89,8 @@ static int gq_f32(hfq *q, const gq_src *s, const int32_t *grp, int64_t K, model_
     memcpy(kg, grp, sizeof *kg * (size_t)K);
     q->n_requant += q->packed_q4;
     hfq__out(out, s->N, K, s->qw->name);
-    return hfq__f32(q, out, gq_convert, ks, kg, 0, err);
+    out->dtype = INF_F32;
+    return hfq__convert(q, out, gq_convert, ks, kg, 0, err);
 }
 
 int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,

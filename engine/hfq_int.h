@@ -61,12 +61,14 @@ float hfq__float_at(const st_tensor *t, size_t i);
 /* *out emptied to a [rows, cols] linear called name, of no dtype yet. */
 void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
 
-/* *out (hfq__out: shape and name set) as f32 converted by fn(src, aux,
- * arg): now, into memory owned by q, or, for a layer matrix ("model.layers.
- * N.*") of a q that defers (hfq_set_defer), when a backend needs its layer.
- * src and aux must then live as long as q (or the file's mapping). */
-int hfq__f32(hfq *q, model_tensor *out, model_convert_fn fn, const void *src, const void *aux,
-             int arg, inf_err *err);
+/* *out (hfq__out: shape and name set) converted by fn(src, aux, arg): as
+ * int8 rows (model_tensor.q8) when out->q8_scale is set, else as f32
+ * (out->dtype INF_F32); now, into memory owned by q, or, for a layer
+ * matrix ("model.layers.N.*") of a q that defers (hfq_set_defer), when a
+ * backend needs its layer. src and aux must then live as long as q (or the
+ * file's mapping). */
+int hfq__convert(hfq *q, model_tensor *out, model_convert_fn fn, const void *src,
+                 const void *aux, int arg, inf_err *err);
 
 /* Where a 4-bit linear's stored numbers are, whatever the format: input k
  * of output n's code u in 0..15, and group g's f16 scale (bits) and zero

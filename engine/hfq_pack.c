@@ -259,7 +259,7 @@ typedef struct pack_lin {
 } pack_lin;
 
 /* W = scale * (q - zero): the integer difference exact, then one f32
- * multiply (exact for bf16 and f16 scales). hfq__f32's fn: src a pack_lin. */
+ * multiply (exact for bf16 and f16 scales). hfq__convert's fn: src a pack_lin. */
 static void pack_convert(const void *src, const void *aux, int arg, const model_tensor *o,
                          void *dst)
 {
@@ -276,7 +276,7 @@ static void pack_convert(const void *src, const void *aux, int arg, const model_
         }
 }
 
-/* The linear as f32 (hfq__f32: at once, or deferred with its own copy of
+/* The linear as f32 (hfq__convert: at once, or deferred with its own copy of
  * the scales, zeros and groups, owned by q). */
 static int bind_f32(hfq *q, const pack_lin *l, model_tensor *out, inf_err *err)
 {
@@ -294,7 +294,8 @@ static int bind_f32(hfq *q, const pack_lin *l, model_tensor *out, inf_err *err)
     kl->sc = sc, kl->zp = zp, kl->grp = grp;
     q->n_requant += q->packed_q4 || q->packed_q8;
     hfq__out(out, l->N, l->K, l->packed->name);
-    return hfq__f32(q, out, pack_convert, kl, NULL, 0, err);
+    out->dtype = INF_F32;
+    return hfq__convert(q, out, pack_convert, kl, NULL, 0, err);
 }
 
 /* Whether the int4 kernels can take the codes as stored (hfq_set_packed_q4):
@@ -331,26 +332,32 @@ static int pl_zero(const void *ctx, int64_t n, int64_t g)
 }
 
 /* A W8A16 linear per channel and symmetric as the int8 kernels' rows
- * (model_tensor.q8): q = the stored value - 128, scale[n] as read, so
- * W = scale * q exactly. */
+ * (model_tensor.q8): q = the stored value - 128 (hfq__convert's fn: src
+ * the packed words), scale[n] as read, so W = scale * q exactly. */
+static void q8_convert(const void *src, const void *aux, int arg, const model_tensor *o,
+                       void *dst)
+{
+    (void)aux, (void)arg;
+    const st_tensor *packed = src;
+    const int64_t K = o->cols, words = (K + 3) / 4;
+    int8_t *w = dst;
+    for (int64_t n = 0; n < o->rows; n++)
+        for (int64_t k = 0; k < K; k++)
+            w[n * K + k] = (int8_t)(field(hfq__u32(packed, (size_t)(n * words + k / 4)),
+                                          (int)(k % 4), 8) - 128);
+}
+
+/* The rows now, or deferred with the scales bound (hfq__convert). */
 static int bind_q8(hfq *q, const pack_lin *l, const char *name, model_tensor *out,
                    inf_err *err)
 {
-    const int64_t N = l->N, K = l->K, words = (K + 3) / 4;
-    int8_t *w = hfq__keep_bytes(q, (size_t)N * (size_t)K);
-    float *sc = hfq__keep(q, (size_t)N);
-    if (!w || !sc)
+    float *sc = hfq__keep(q, (size_t)l->N);
+    if (!sc)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t k = 0; k < K; k++)
-            w[n * K + k] = (int8_t)(field(hfq__u32(l->packed, (size_t)(n * words + k / 4)),
-                                          (int)(k % 4), 8) - 128);
-        sc[n] = l->sc[n];
-    }
-    hfq__out(out, N, K, l->packed->name);
-    out->q8 = w;
+    memcpy(sc, l->sc, sizeof *sc * (size_t)l->N);
+    hfq__out(out, l->N, l->K, l->packed->name);
     out->q8_scale = sc;
-    return INF_OK;
+    return hfq__convert(q, out, q8_convert, l->packed, NULL, 0, err);
 }
 
 int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,

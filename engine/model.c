@@ -427,16 +427,16 @@ static float model__embed_scale(const model *m)
  * checkpoint's function; the embedding and lm_head stay as stored. */
 static int model__check_w8a8(const model *m, inf_err *err)
 {
-    if (m->embed.q8 || m->lm_head.q8)
+    if (m->embed.q8_scale || m->lm_head.q8_scale)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: '%s' is int8; inferd runs the embedding "
                         "and lm_head as stored in F32, F16 or BF16 (list it in ignore)", m->dir,
-                        m->embed.q8 ? m->embed.name : m->lm_head.name);
+                        m->embed.q8_scale ? m->embed.name : m->lm_head.name);
     for (int i = 0; i < m->cfg.n_layers; i++) {
         const model_layer *l = &m->layers[i];
         const model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
                                     &l->w_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
-            if (!ts[j]->q8)
+            if (!ts[j]->q8_scale)
                 return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: '%s' is %s in a compressed-"
                                 "tensors int8 checkpoint; inferd runs one with every layer "
                                 "matrix int8 (not in ignore)", m->dir, ts[j]->name,
@@ -538,7 +538,7 @@ void model_destroy(model *m)
 
 size_t model_tensor_bytes(const model_tensor *t)
 {
-    if (t->q8)
+    if (t->q8_scale) /* int8 rows, held or waiting for model_layer_need */
         return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
     if (t->q4) /* codes, and an f16 scale and a zero per 32 */
         return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32)) +
@@ -656,5 +656,5 @@ void model_drop_codes(model *m)
 
 int model_is_w8a8(const model *m)
 {
-    return m && m->cfg.n_layers > 0 && m->layers && m->layers[0].wq.q8 != NULL;
+    return m && m->cfg.n_layers > 0 && m->layers && m->layers[0].wq.q8_scale != NULL;
 }

@@ -53,8 +53,10 @@ typedef struct model_tensor {
     const char *name;          /* checkpoint name, for messages           */
     /* A compressed-tensors W8A8 linear (hfq.h): dtype INF_DTYPE_NONE, data
      * NULL, and W[n][k] = q8[n * cols + k] * q8_scale[n]; only the int8
-     * path (--quantization int8) reads it. */
-    const int8_t *q8;          /* [rows, cols] in [-128, 127], mapped     */
+     * path (--quantization int8) reads it. q8_scale set says the linear
+     * is int8; q8 is NULL while its layer waits for model_layer_need (a
+     * W8A16 checkpoint's rows, unpacked one layer at a time). */
+    const int8_t *q8;          /* [rows, cols] in [-128, 127]             */
     const float *q8_scale;     /* [rows]                                  */
     float q8_in_scale;         /* > 0: a static input scale (the linears
                                   sharing an input use their largest);

@@ -3,7 +3,8 @@
  * defers it here instead, and a backend that packs or uploads each layer
  * has it converted just before (model_layer_need) and freed just after
  * (model_layer_packed), so one layer's conversion is held at a time. One
- * list for every format: the loaders only say how to convert. */
+ * list for every format: the loaders only say how to convert. A matrix
+ * bound with its q8_scale gets int8 rows (model_tensor.q8), else data. */
 #include <stdlib.h>
 
 #include "model_int.h"
@@ -32,6 +33,7 @@ int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, con
     m->lazy[m->n_lazy++] = (struct model_lazy){.out = out, .layer = layer, .fn = fn, .src = src,
                                                .aux = aux, .arg = arg};
     out->data = NULL;
+    out->q8 = NULL;
     return INF_OK;
 }
 
@@ -48,12 +50,17 @@ int model_layer_need(void *mv, int layer, inf_err *err)
         if (z->layer != layer || z->buf)
             continue;
         model_tensor *o = z->out;
-        size_t bytes = (size_t)o->rows * (size_t)o->cols * inf_dtype_size(o->dtype);
+        /* int8 rows beside their scales (bound at load), or f32 / bf16 data */
+        size_t bytes = (size_t)o->rows * (size_t)o->cols *
+                       (o->q8_scale ? 1 : inf_dtype_size(o->dtype));
         if (!(z->buf = malloc(bytes ? bytes : 1)))
             return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", m->dir,
                             o->name ? o->name : "?");
         z->fn(z->src, z->aux, z->arg, o, z->buf);
-        o->data = z->buf;
+        if (o->q8_scale)
+            o->q8 = z->buf;
+        else
+            o->data = z->buf;
     }
     return INF_OK;
 }
@@ -65,6 +72,7 @@ void model__lazy_release(model *m, int layer)
             free(m->lazy[i].buf);
             m->lazy[i].buf = NULL;
             m->lazy[i].out->data = NULL;
+            m->lazy[i].out->q8 = NULL;
         }
 }
 

@@ -2078,20 +2078,22 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
 }
 
 /* A GGUF file (tiny as Q8_0 and Q4_0 blocks), a compressed-tensors FP8
- * checkpoint, a GPTQ one with desc_act and a W8A16 one (their codes as f32)
- * loaded with lazy layers, as serve loads them for --device
+ * checkpoint, a GPTQ one with desc_act and a W8A16 one (their codes as f32;
+ * q8: the W8A16 one's int8 rows, model_load_opts.packed_q8) loaded with
+ * lazy layers, as serve loads them for --device
  * cuda: each layer's matrices converted just before its upload and let go
  * after (model_layer_need / _packed as the config's hooks), with the logits
  * of the same checkpoint converted whole at load, bf16 and int8; without
  * the hooks the backend refuses it. */
-static void lazy_upload_same(const char *path)
+static void lazy_upload_same(const char *path, int q8)
 {
-    const model_load_opts lazy = {.lazy_layers = 1};
+    const model_load_opts eager_o = {.packed_q8 = q8}, lazy = {.lazy_layers = 1, .packed_q8 = q8};
     model *eager = NULL, *m = NULL;
     inf_err err = {0};
-    if (model_load_with(path, NULL, &eager, &err) || model_load_with(path, &lazy, &m, &err))
+    if (model_load_with(path, &eager_o, &eager, &err) || model_load_with(path, &lazy, &m, &err))
         fail_msg("%s", err.msg);
     assert_true(model_has_lazy(m));
+    assert_int_equal(model_is_w8a8(m), q8);
     enum { N = 9 };
     int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
     int V = m->cfg.vocab_size;
@@ -2107,8 +2109,10 @@ static void lazy_upload_same(const char *path)
         c.layer_packed = model_layer_packed;
         c.layer_ctx = m;
         be_backend *be_l = gpu_create(m, &c);
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            assert_null(m->layers[l].w_down.data); /* let go once uploaded */
+        for (int l = 0; l < m->cfg.n_layers; l++) { /* let go once uploaded */
+            assert_null(m->layers[l].w_down.data);
+            assert_null(m->layers[l].w_down.q8);
+        }
         seq_logits(be_e, toks, N, 0, a);
         seq_logits(be_l, toks, N, 0, b);
         assert_memory_equal(a, b, sizeof(float) * N * (size_t)V);
@@ -2125,11 +2129,11 @@ static void test_cuda_lazy_layers(void **state)
     (void)state;
     NEED_GPU();
     static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8", "tiny-gptq-desc",
-                                        "tiny-w8a16"};
-    for (int i = 0; i < 4; i++) {
+                                        "tiny-w8a16", "tiny-w8a16"};
+    for (int i = 0; i < 5; i++) { /* the last as its int8 rows (packed_q8) */
         char path[600];
         snprintf(path, sizeof path, "%s/%s", fixtures(), names[i]);
-        lazy_upload_same(path);
+        lazy_upload_same(path, i == 4);
     }
 }
 

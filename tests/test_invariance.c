@@ -438,12 +438,16 @@ static void test_invariance_gptq_codes(void **state)
 }
 
 /* A layer's stored matrices once a lazy-layers backend has packed it: 1
- * when none of them is held (the conversion let go). */
+ * when none of them is held (the conversion let go: f32 data or int8 rows). */
 static int layer_released(const model *m, int l)
 {
     const model_layer *ly = &m->layers[l];
-    return !ly->wq.data && !ly->wk.data && !ly->wv.data && !ly->wo.data && !ly->w_gate.data &&
-           !ly->w_up.data && !ly->w_down.data;
+    const model_tensor *ts[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up,
+                                &ly->w_down};
+    for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
+        if (ts[j]->data || ts[j]->q8)
+            return 0;
+    return 1;
 }
 
 /* A cpu_config.layer_need / layer_packed pair that logs the order. */
@@ -457,7 +461,8 @@ static int lazy_need_logged(void *ctx, int layer, inf_err *err)
     lazy_log *d = ctx;
     d->in_order &= layer == d->needs++ && layer == d->packs && layer_released(d->m, layer);
     int rc = model_layer_need(d->m, layer, err);
-    d->in_order &= d->m->layers[layer].w_down.data != NULL;
+    const model_tensor *t = &d->m->layers[layer].w_down;
+    d->in_order &= t->data != NULL || t->q8 != NULL;
     return rc;
 }
 
@@ -474,24 +479,27 @@ static void lazy_packed_logged(void *ctx, int layer)
  * f32 at a time), and its logits and tokens are the bits of the same
  * checkpoint converted whole at load, for int8 and int4. A second backend
  * on the same model converts them again, alike. Without the hooks, or
- * without quantization, a backend refuses such a model. */
-static void check_lazy_layers(const char *path)
+ * without quantization, a backend refuses such a model. q8: a W8A16
+ * checkpoint loaded for its int8 rows (model_load_opts.packed_q8), which
+ * wait the same way and run int8 only. */
+static void check_lazy_layers(const char *path, int q8)
 {
     assert_int_equal(access(path, R_OK), 0);
-    const model_load_opts lazy = {.lazy_layers = 1};
+    const model_load_opts eager_o = {.packed_q8 = q8}, lazy = {.lazy_layers = 1, .packed_q8 = q8};
     model *eager = NULL, *m = NULL;
     inf_err err = {0};
-    assert_int_equal(model_load_with(path, NULL, &eager, &err), INF_OK);
+    assert_int_equal(model_load_with(path, &eager_o, &eager, &err), INF_OK);
     assert_int_equal(model_load_with(path, &lazy, &m, &err), INF_OK);
     assert_false(model_has_lazy(eager));
     assert_true(model_has_lazy(m));
+    assert_int_equal(model_is_w8a8(m), q8);
     for (int l = 0; l < m->cfg.n_layers; l++)
         assert_true(layer_released(m, l));
     assert_non_null(m->embed.data); /* only layer matrices wait */
     prompts *p = malloc(sizeof *p);
     make_prompts(p, m->cfg.vocab_size, 5);
     const int quants[] = {CPU_QUANT_INT8, CPU_QUANT_INT4};
-    for (int qi = 0; qi < 2; qi++) {
+    for (int qi = 0; qi < (q8 ? 1 : 2); qi++) {
         const variant v = {"64 together, chunks of 5", 1, 5, 2, "auto", quants[qi]};
         run_out *ref = calloc(1, sizeof *ref), *got = calloc(1, sizeof *got);
         run_variant(eager, p, &v, ref);
@@ -516,8 +524,9 @@ static void check_lazy_layers(const char *path)
             free_out(got);
             be_destroy(be);
         }
-        cc.quant = CPU_QUANT_NONE;
-        assert_int_not_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
+        cc.quant = CPU_QUANT_NONE; /* int8 rows: none means int8, as stored */
+        if (!q8)
+            assert_int_not_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
         free_out(ref);
         free(ref), free(got);
     }
@@ -529,17 +538,18 @@ static void check_lazy_layers(const char *path)
 /* A GGUF file (tiny as Q8_0 and Q4_0 blocks), a compressed-tensors FP8
  * checkpoint (tiny as F8_E4M3 per channel), a GPTQ one with desc_act and a
  * pack-quantized W8A16 one (their codes as f32: not bound as stored, since
- * the load asks for no packed codes), as check_lazy_layers says. */
+ * the load asks for no packed codes), and the W8A16 one again bound as its
+ * int8 rows, as check_lazy_layers says. */
 static void test_invariance_lazy_layers(void **state)
 {
     (void)state;
     const char *fx = getenv("INFERD_TEST_FIXTURES");
     static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8", "tiny-gptq-desc",
-                                        "tiny-w8a16"};
-    for (int i = 0; i < 4; i++) {
+                                        "tiny-w8a16", "tiny-w8a16"};
+    for (int i = 0; i < 5; i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/%s", fx ? fx : "build/fixtures", names[i]);
-        check_lazy_layers(path);
+        check_lazy_layers(path, i == 4);
     }
 }
 
