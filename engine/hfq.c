@@ -53,9 +53,9 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
                       "not supported (gptq, awq, compressed-tensors)", config_path, method);
-    else if (bits != 4)
-        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s with %d bits is not supported (4)",
-                      config_path, method, bits);
+    else if (bits != 4 && !(bits == 8 && !strcmp(method, "gptq")))
+        rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s with %d bits is not supported (%s)",
+                      config_path, method, bits, strcmp(method, "gptq") ? "4" : "4, 8");
     else if (group == -1000 || group == 0 || group < -1)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config group_size must be a "
                       "positive integer or -1", config_path);
@@ -70,6 +70,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     if (q) {
         q->kind = ct ? ct_kind : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
         q->group = group;
+        q->bits = bits;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
         q->pack = pack;
         snprintf(q->path, sizeof q->path, "%s", config_path);
@@ -133,6 +134,10 @@ const char *hfq_describe(const hfq *q)
         return "compressed-tensors int8 (static input scales)";
     if (q->kind == HFQ_CT_FP8)
         return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
+    if (q->kind == HFQ_GPTQ && q->bits == 8) /* never the int4 codes nor int8 rows */
+        return q->packed_q4   ? "gptq 8-bit (dequantized to f32, then requantized to int4)"
+               : q->packed_q8 ? "gptq 8-bit (dequantized to f32, then requantized to int8)"
+                              : "gptq 8-bit (dequantized to f32 at load)";
     int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
     int asked = w8 ? q->packed_q8 : q->packed_q4;
     const char *const *row = as_run[q->kind + w8];

@@ -1,5 +1,6 @@
-/* hfq_: GPTQ and AWQ 4-bit linears (hfq.h): unpacked at load to f32, or
- * kept as their codes for the int4 kernels (hfq_set_packed_q4). */
+/* hfq_: GPTQ (4- and 8-bit) and AWQ 4-bit linears (hfq.h): unpacked to
+ * f32, or (4 bits) kept as their codes for the int4 kernels
+ * (hfq_set_packed_q4). */
 #include "hfq_int.h"
 
 #include <stdio.h>
@@ -31,6 +32,7 @@ static int part(const hfq *q, const st_set *st, const char *prefix, const char *
 /* Where one linear's codes, scales and zeros are (hfq_codes_src's ctx). */
 typedef struct gq_src {
     int awq, zero_plus1;
+    int bits, pf; /* GPTQ: 4 or 8 bits, pf = 32 / bits values per int32 */
     int64_t N;
     const st_tensor *qw, *qz, *sc;
     int slot[8]; /* AWQ: output 8j + o is in nibble slot[o] */
@@ -41,7 +43,8 @@ static int gq_code(const void *ctx, int64_t n, int64_t k)
     const gq_src *s = ctx;
     if (s->awq)
         return (int)(hfq__u32(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> (4 * s->slot[n % 8]) & 15);
-    return (int)(hfq__u32(s->qw, (size_t)((k / 8) * s->N + n)) >> (4 * (k % 8)) & 15);
+    uint32_t w = hfq__u32(s->qw, (size_t)((k / s->pf) * s->N + n));
+    return (int)(w >> (s->bits * (k % s->pf)) & ((1u << s->bits) - 1));
 }
 
 static uint16_t gq_scale(const void *ctx, int64_t n, int64_t g)
@@ -53,10 +56,10 @@ static uint16_t gq_scale(const void *ctx, int64_t n, int64_t g)
 static int gq_zero(const void *ctx, int64_t n, int64_t g)
 {
     const gq_src *s = ctx;
-    uint32_t v = hfq__u32(s->qz, (size_t)(g * (s->N / 8) + n / 8));
+    uint32_t v = hfq__u32(s->qz, (size_t)(g * (s->N / s->pf) + n / s->pf));
     if (s->awq)
         return (int)(v >> (4 * s->slot[n % 8]) & 15);
-    return (int)(v >> (4 * (n % 8)) & 15) + s->zero_plus1;
+    return (int)(v >> (s->bits * (n % s->pf)) & ((1u << s->bits) - 1)) + s->zero_plus1;
 }
 
 /* W[n][k] = scale * (q - zero) in f32, exact: an f16 times a small integer
@@ -109,13 +112,16 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     prefix[len - 7] = 0;
     const int64_t N = rows, K = cols;
     int64_t gs = q->group > 0 ? q->group : K, G = (K + gs - 1) / gs;
-    if (K % 8 || N % 8)
-        return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %lld x %lld; packed 4-bit needs both "
-                        "multiples of 8", q->path, prefix, (long long)N, (long long)K);
+    const int pf = 32 / q->bits; /* values per int32: 8 of 4 bits, 4 of 8 */
+    if (K % pf || N % pf)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: %s is %lld x %lld; packed %d-bit needs both "
+                        "multiples of %d", q->path, prefix, (long long)N, (long long)K, q->bits,
+                        pf);
     const st_tensor *qw, *qz, *sc, *gi = NULL;
     int awq = q->kind == HFQ_AWQ, rc;
-    if ((rc = part(q, st, prefix, "qweight", "I32", awq ? K : K / 8, awq ? N / 8 : N, 0, &qw, err)) ||
-        (rc = part(q, st, prefix, "qzeros", "I32", G, N / 8, 0, &qz, err)) ||
+    if ((rc = part(q, st, prefix, "qweight", "I32", awq ? K : K / pf, awq ? N / pf : N, 0, &qw,
+                   err)) ||
+        (rc = part(q, st, prefix, "qzeros", "I32", G, N / pf, 0, &qz, err)) ||
         (rc = part(q, st, prefix, "scales", "F16", G, N, 0, &sc, err)) ||
         (!awq && (rc = part(q, st, prefix, "g_idx", "I32", K, 0, 1, &gi, err))))
         return rc;
@@ -135,7 +141,8 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         }
     }
     static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-    gq_src src = {.awq = awq, .N = N, .qw = qw, .qz = qz, .sc = sc, .zero_plus1 = q->zero_plus1};
+    gq_src src = {.awq = awq, .bits = q->bits, .pf = pf, .N = N, .qw = qw, .qz = qz, .sc = sc,
+                  .zero_plus1 = q->zero_plus1};
     for (int i = 0; i < 8; i++)
         src.slot[awq_order[i]] = i;
     /* the int4 kernels take the codes as stored when every 32 inputs share
@@ -143,7 +150,7 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
      * into that order) */
     const hfq_codes_src cs = {.ctx = &src, .code = gq_code, .scale = gq_scale, .zero = gq_zero};
     int bound = 0;
-    if (q->packed_q4)
+    if (q->packed_q4 && q->bits == 4)
         rc = hfq__bind_codes(q, N, K, G, grp, &cs, qw->name, out, &bound, err);
     if (!rc && !bound)
         rc = gq_f32(q, &src, grp, K, out, err);

@@ -23,6 +23,7 @@ typedef struct hfq_pack {
 struct hfq {
     hfq_kind kind;
     int group;       /* group_size; <= 0: one group per row */
+    int bits;        /* GPTQ / AWQ: 4, or 8 (GPTQ only)        */
     int zero_plus1;  /* GPTQ v1 stores zero - 1                */
     int packed_q4;   /* bind 4-bit codes where they fit (hfq.h) */
     int packed_q8;   /* bind W8A16 int8 rows where they fit     */

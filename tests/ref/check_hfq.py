@@ -71,11 +71,13 @@ def write_st(path, tensors):
         f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
 
 
-def quantize(w, g_idx, groups, sym=False):
-    """Asymmetric 4-bit per (group, output): q [N, K], zero [G, N], scale
+def quantize(w, g_idx, groups, sym=False, bits=4):
+    """Asymmetric b-bit per (group, output): q [N, K], zero [G, N], scale
     [G, N] (float16), and the unpacked weights scale * (q - zero) in f32.
-    sym: GPTQ's symmetric form, the range +-max|w| and every zero 8."""
+    sym: GPTQ's symmetric form, the range +-max|w| and every zero
+    2^(b-1)."""
     N, K = w.shape
+    maxq = 2 ** bits - 1
     q = np.zeros((N, K), np.int64)
     zero = np.zeros((groups, N), np.int64)
     scale = np.zeros((groups, N), np.float16)
@@ -86,24 +88,28 @@ def quantize(w, g_idx, groups, sym=False):
         if sym:
             hi = np.maximum(hi, -lo)
             lo = -hi
-        s = ((hi - lo) / 15).astype(np.float16)
+        s = ((hi - lo) / maxq).astype(np.float16)
         sf = np.where(s == 0, 1, s.astype(np.float32))
-        z = np.full(N, 8) if sym else np.clip(np.rint(-lo / sf), 1, 15).astype(np.int64)  # >= 1: v1 stores z - 1
-        q[:, ks] = np.clip(np.rint(sub / sf[:, None]) + z[:, None], 0, 15)
+        z = (np.full(N, (maxq + 1) // 2) if sym else
+             np.clip(np.rint(-lo / sf), 1, maxq).astype(np.int64))  # >= 1: v1 stores z - 1
+        q[:, ks] = np.clip(np.rint(sub / sf[:, None]) + z[:, None], 0, maxq)
         zero[g], scale[g] = z, s
     deq = scale.astype(np.float32)[g_idx].T * (q - zero[g_idx].T).astype(np.float32)
     return q, zero, scale, deq
 
 
-def pack_gptq(q, zero, v1):
+def pack_gptq(q, zero, v1, bits=4):
+    """pf = 32 / bits values per int32, the first in the low bits: inputs
+    down qweight's rows, outputs along qzeros' columns."""
     N, K = q.shape
-    qw = np.zeros((K // 8, N), np.uint32)
-    for i in range(8):
-        qw |= (q[:, i::8].T.astype(np.uint32) << np.uint32(4 * i))
+    pf = 32 // bits
+    qw = np.zeros((K // pf, N), np.uint32)
+    for i in range(pf):
+        qw |= (q[:, i::pf].T.astype(np.uint32) << np.uint32(bits * i))
     z = zero - (1 if v1 else 0)
-    qz = np.zeros((z.shape[0], N // 8), np.uint32)
-    for i in range(8):
-        qz |= (z[:, i::8].astype(np.uint32) << np.uint32(4 * i))
+    qz = np.zeros((z.shape[0], N // pf), np.uint32)
+    for i in range(pf):
+        qz |= (z[:, i::pf].astype(np.uint32) << np.uint32(bits * i))
     return qw.view(np.int32), qz.view(np.int32)
 
 
@@ -117,7 +123,7 @@ def pack_awq(q, zero):
     return qw.view(np.int32), qz.view(np.int32)
 
 
-def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym=False):
+def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym=False, bits=4):
     """src as a GPTQ / AWQ checkpoint at out, and its unpacked weights as a
     plain f32 checkpoint at deq_out."""
     rng = np.random.default_rng(seed)
@@ -148,10 +154,10 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
             if desc_act != "shared" or key not in perms:
                 perms[key] = np.argsort(rng.permutation(K))
             g_idx = g_idx[perms[key]]
-        q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G, sym)
+        q, zero, scale, d = quantize(v.astype(np.float32), g_idx, G, sym, bits)
         codes[name] = (q, zero, scale, g_idx)
         if method == "gptq":
-            qw, qz = pack_gptq(q, zero, not v2)
+            qw, qz = pack_gptq(q, zero, not v2, bits)
             qt[prefix + ".g_idx"] = g_idx.astype(np.int32)
         else:
             qw, qz = pack_awq(q, zero)
@@ -160,7 +166,7 @@ def make(src, out, deq_out, method, group, desc_act=False, v2=False, seed=0, sym
     write_st(os.path.join(out, "model.safetensors"), qt)
     write_st(os.path.join(deq_out, "model.safetensors"), deq)
     c = json.load(open(os.path.join(src, "config.json")))
-    qc = {"quant_method": method, "bits": 4, "group_size": group}
+    qc = {"quant_method": method, "bits": bits, "group_size": group}
     if method == "gptq":
         qc.update({"desc_act": desc_act, "sym": sym})
         if v2:
@@ -340,13 +346,48 @@ def main():
                                     "checkpoint")
                 print(f"    int4, requantized (groups not whole 32s): bit-identical to "
                       f"int4 on the plain checkpoint; from the f32 logits {e4:.1e}")
+    # 8-bit GPTQ: dequantized to f32 (never the int4 codes or int8 rows:
+    # zero points per group); --quantization requantizes it like any f32
+    print("GPTQ 8-bit vs numpy:")
+    for src_name, group, desc, v2, sym in (("tiny", 32, False, False, False),
+                                           ("tiny", 32, True, False, True),
+                                           ("tiny", -1, False, True, False),
+                                           ("wide", 40, False, False, False)):
+        tag = (f"{src_name}-gptq8{'-sym' if sym else ''}{'_v2' if v2 else ''}-"
+               f"{'g' + str(group) if group > 0 else 'per-row'}{'-desc_act' if desc else ''}")
+        out, deq = os.path.join(tmp, tag), os.path.join(tmp, tag + "-deq")
+        make(os.path.join(a.fixtures, src_name), out, deq, "gptq", group, desc, v2, sym=sym, bits=8)
+        x = logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"))
+        y = logits(a.build, deq, tokens, os.path.join(tmp, tag + "-deq.f32"))
+        same = x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32))
+        geq = greedy(a.build, out, tokens) == greedy(a.build, deq, tokens)
+        if not same or not geq:
+            failures.append(f"{tag}: logits or greedy tokens differ from numpy's unpacked weights'")
+        describes(a.build, out, "gptq 8-bit (dequantized to f32 at load)", tag, failures)
+        requant = []
+        for qn in ("int8", "int4"):
+            z = logits(a.build, out, tokens, os.path.join(tmp, f"{tag}-{qn}.f32"), ["--quantization", qn])
+            zr = logits(a.build, deq, tokens, os.path.join(tmp, f"{tag}-deq-{qn}.f32"),
+                        ["--quantization", qn])
+            if not np.array_equal(z.view(np.uint32), zr.view(np.uint32)):
+                failures.append(f"{tag}: {qn} differs from {qn} on the plain checkpoint")
+            describes(a.build, out, f"gptq 8-bit (dequantized to f32, then requantized to {qn})",
+                      tag, failures, ["--quantization", qn])
+            requant.append(float((np.abs(z - x).reshape(10, -1).max(1) /
+                                  np.abs(x).reshape(10, -1).max(1)).max()))
+        print(f"  {tag:28s} logits {'bit-identical' if same else 'DIFFER'} to numpy's unpacked "
+              f"weights, greedy {'equal' if geq else 'DIFFER'}; int8 and int4 bit-identical to "
+              f"them on the plain checkpoint ({requant[0]:.1e}, {requant[1]:.1e} from f32)")
     # refusals
     base = os.path.join(tmp, "tiny-gptq-g32")  # made above
     bad = os.path.join(tmp, "bad")
     for label, edit, want in [
             ("fp8", lambda c: c["quantization_config"].update({"quant_method": "fp8"}),
              "quant_method 'fp8' is not supported"),
-            ("8 bits", lambda c: c["quantization_config"].update({"bits": 8}), "8 bits is not supported"),
+            ("3 bits", lambda c: c["quantization_config"].update({"bits": 3}),
+             "gptq with 3 bits is not supported (4, 8)"),
+            ("awq 8 bits", lambda c: c["quantization_config"].update({"quant_method": "awq", "bits": 8}),
+             "awq with 8 bits is not supported (4)"),
             ("awq gemv", lambda c: c["quantization_config"].update({"quant_method": "awq", "version": "gemv"}),
              "awq version 'gemv' is not supported")]:
         shutil.rmtree(bad, ignore_errors=True)
@@ -366,7 +407,7 @@ def main():
     qt["model.layers.0.self_attn.q_proj.g_idx"] = np.arange(64, dtype=np.int32) // 32
     write_st(os.path.join(bad, "model.safetensors"), qt)
     refused(a.build, bad, "without tensor 'model.layers.1.mlp.up_proj.scales'", "missing scales", failures)
-    print("  refused: fp8, 8 bits, awq gemv, g_idx out of range, missing scales")
+    print("  refused: fp8, 3 bits, awq with 8 bits, awq gemv, g_idx out of range, missing scales")
     if failures:
         print("FAILED:")
         for f in failures:
