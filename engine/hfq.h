@@ -56,8 +56,16 @@
  *         W[n][k] = scale[n][g] * (q - zero[n][g])
  *
  * is dequantized at load to f32 like GPTQ: the integer difference, then one
- * f32 multiply (exact for bf16 and f16 scales). Other methods (fp8,
- * bitsandbytes, ...), other bit widths, AWQ's gemv layouts and other
+ * f32 multiply (exact for bf16 and f16 scales).
+ *
+ *   quant_method fp8 (vLLM's Fp8Config; fmt e4m3, activation_scheme
+ *   dynamic or static, weight_block_size [bn, bk] or none):
+ *         P.weight F8_E4M3 [N, K]; with blocks P.weight_scale_inv F32/BF16/
+ *         F16 [ceil(N/bn), ceil(K/bk)], else P.weight_scale, one value;
+ *         W[n][k] = e4m3(weight[n][k]) * scale[n / bn][k / bk]
+ *
+ * is dequantized like compressed-tensors FP8 (P.input_scale is not read).
+ * Other methods (bitsandbytes, ...), other bit widths, AWQ's gemv layouts and other
  * compressed-tensors schemes (F8_E5M2, FP8 blocks, zero points or groups
  * outside pack-quantized, W4A8) are refused by
  * name. */

@@ -8,9 +8,10 @@
 
 #include <cJSON.h>
 
-/* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear. HFQ_CT_PACK
- * stays last (hfq.c's as_run table has a row past it for 8 bits). */
-typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_CT_PACK } hfq_kind;
+/* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear. HFQ_FP8M:
+ * quant_method fp8 (vLLM's own FP8 format). HFQ_CT_PACK stays last (hfq.c's as_run table has a row past it for 8 bits). */
+typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_FP8M,
+               HFQ_CT_PACK } hfq_kind;
 
 /* A compressed-tensors pack-quantized scheme: the same for every linear. */
 typedef struct hfq_pack {
@@ -39,6 +40,9 @@ struct hfq {
                                frees */
     int n_bufs, cap;
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
+    int fp8_block[2]; /* kind HFQ_FP8M: weight_block_size [rows,
+                         inputs], or 0s: a scale per tensor      */
+    char desc[160];  /* hfq_describe's line where it is built  */
     /* hfq_set_defer: FP8 layer matrices' conversion handed to it */
     int (*defer)(void *ctx, model_tensor *out, int layer, model_convert_fn fn,
                  const void *src, const void *aux, int arg, inf_err *err);
@@ -146,6 +150,17 @@ int hfq__fp8_group(const cJSON *grp, const char *path, const char *g, inf_err *e
  * dequantized with hfq__ct_scales into f32 owned by q. */
 int hfq__fp8_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                   model_tensor *out, inf_err *err);
+
+/* Checks a quant_method fp8 quantization_config (fmt e4m3,
+ * activation_scheme dynamic or static, weight_block_size absent or two
+ * integers, into block; 0s when absent): INF_OK or the field out of line. */
+int hfq__fp8_open(const cJSON *qc, const char *path, int block[2], inf_err *err);
+
+/* hfq_bind for quant_method fp8: name is F8_E4M3 [rows, cols] beside
+ * P.weight_scale_inv [ceil(rows/bn), ceil(cols/bk)] (q->fp8_block) or, per
+ * tensor, P.weight_scale (one value), dequantized into f32. */
+int hfq__fp8m_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                   model_tensor *out, inf_err *err);
 
 /* Checks compressed-tensors group g's pack-quantized scheme (weight-only
  * int, 4 or 8 bits, channel or group): INF_OK with *out, or the field out

@@ -309,6 +309,48 @@ def check_dequant(build, tmp, label, model, kernels, failures, codes=None, rows=
           f"{as_stored}")
 
 
+def fp8m_refusals(build, tmp, base, failures):
+    """quant_method fp8 (base: blocks of 32 x 32 on tiny) broken one way each."""
+    bad = os.path.join(tmp, "bad-fp8m")
+    cfg_cases = [
+        ("fp8 fmt e5m2", lambda q: q.update(fmt="e5m2"), "fmt 'e5m2' is not supported (e4m3)"),
+        ("fp8 activation scheme", lambda q: q.update(activation_scheme="per-group"),
+         "activation_scheme 'per-group' is not supported (dynamic, static)"),
+        ("fp8 3-d blocks", lambda q: q.update(weight_block_size=[32, 32, 1]),
+         "weight_block_size must be two integers in 1..65536"),
+        ("fp8 zero block", lambda q: q.update(weight_block_size=[0, 32]),
+         "weight_block_size must be two integers in 1..65536"),
+        ("fp8 blocks of another size", lambda q: q.update(weight_block_size=[64, 32]),
+         "weight_scale_inv' must be F32, BF16 or F16 [1, 2]"),
+    ]
+    for label, edit, want in cfg_cases:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        path = os.path.join(bad, "config.json")
+        c = json.load(open(path))
+        edit(c["quantization_config"])
+        json.dump(c, open(path, "w"))
+        refused(build, bad, want, label, failures)
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    L = "model.layers.0.self_attn.q_proj."
+
+    def nan(t):
+        q = t[L + "weight"].copy()
+        q[3, 5] = 0xFF
+        t[L + "weight"] = q
+    tensor_cases = [
+        ("fp8 E5M2 weights", lambda t: None, {L + "weight": "F8_E5M2"}, f"'{L}weight' has dtype F8_E5M2"),
+        ("fp8 NaN code", nan, None, f"{L}weight[3][5] is an FP8 NaN (0xFF)"),
+        ("fp8 missing scale_inv", lambda t: t.pop(L + "weight_scale_inv"), None,
+         f"without tensor '{L}weight_scale_inv'"),
+        ("fp8 infinite scale", lambda t: t.update({L + "weight_scale_inv": np.full((2, 2), np.inf, np.float32)}),
+         None, f"{L}weight_scale_inv[0] is not finite"),
+    ]
+    refuse_edits(build, base, bad, w, tensor_cases, failures)
+    print(f"  refused: {len(cfg_cases)} unsupported fp8 configurations, {len(tensor_cases)} broken "
+          f"fp8 checkpoints")
+
+
 def fp8_refusals(build, tmp, base, failures):
     bad = os.path.join(tmp, "bad-fp8")
     cfg_cases = [
@@ -564,6 +606,21 @@ def main():
         ct_ref.make_fp8(src, out, strategy, sdt, acts, fmt, codes)
         check_dequant(a.build, tmp, label, out, kernels, failures)
     fp8_refusals(a.build, tmp, os.path.join(tmp, ce.slug(fp8[0][0])), failures)
+    fp8m = [  # label, source, weight_block_size (None: per tensor), scale dtype, activations
+        ("fp8m tiny blocks 32x32 f32", os.path.join(fx, "tiny"), (32, 32), "f32", "dynamic"),
+        ("fp8m wide blocks 128x128 bf16", os.path.join(fx, "wide"), (128, 128), "bf16", "dynamic"),
+        ("fp8m tiny blocks 16x48 f32 static", os.path.join(fx, "tiny"), (16, 48), "f32", "static"),
+        ("fp8m tiny per tensor f32 static", os.path.join(fx, "tiny"), None, "f32", "static"),
+        ("fp8m phi3 fused blocks 32x32", os.path.join(fx, "fam-phi3"), (32, 32), "f32", "dynamic"),
+    ]
+    print("quant_method fp8 (vLLM's, DeepSeek's blocks; dequantized to f32) vs numpy:")
+    for label, src, block, sdt, acts in fp8m:
+        out = os.path.join(tmp, ce.slug(label))
+        for d in (out, out + "-f32"):
+            shutil.rmtree(d, ignore_errors=True)
+        ct_ref.make_fp8m(src, out, block, sdt, acts)
+        check_dequant(a.build, tmp, label, out, kernels, failures)
+    fp8m_refusals(a.build, tmp, os.path.join(tmp, ce.slug(fp8m[0][0])), failures)
     g128 = os.path.join(tmp, "src-g128")
     if not os.path.isdir(g128):  # every K a multiple of 128: W4A16's default group
         ce.run([sys.executable, ce.MAKE_MODEL, g128, "--seed", "3", "--hidden", "128", "--intermediate",

@@ -318,6 +318,59 @@ def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
     return t
 
 
+def make_fp8m(src, out, block=None, scale_dtype="f32", acts="dynamic"):
+    """src as a quant_method fp8 checkpoint (vLLM's Fp8Config; DeepSeek-V3's
+    and Qwen3's FP8 releases) at out, and its dequantized weights at out +
+    "-f32". Written from that format's description: each linear P.weight
+    is F8_E4M3 [N, K]; with weight_block_size [bn, bk] the scale of the
+    block of rows n // bn and inputs k // bk is amax(|w| over the block) /
+    448, stored as P.weight_scale_inv [ceil(N/bn), ceil(K/bk)] (the factor
+    that multiplies the codes, despite the name); without it one scale per
+    tensor, P.weight_scale. q = the E4M3 code nearest w / scale, W[n][k] =
+    f32(e4m3(q)) * f32(scale of its block). acts static adds P.input_scale
+    (read by nobody in inferd: activations stay unquantized)."""
+    w = llama_ref.load_weights(src)
+    rng = np.random.default_rng(7)
+    deq_dir = out + "-f32"
+    copy_beside(src, (out, deq_dir))
+    t, deq = {}, {}
+    for name, v in w.items():
+        if not is_linear(name):
+            t[name] = deq[name] = v.astype(np.float32)
+            continue
+        N, K = v.shape
+        bn, bk = block if block else (N, K)
+        nb, kb = -(-N // bn), -(-K // bk)
+        amax = np.zeros((nb, kb))
+        for i in range(nb):
+            for j in range(kb):
+                amax[i, j] = np.abs(v[i * bn:(i + 1) * bn, j * bk:(j + 1) * bk]).max()
+        raw, s = to_dtype(amax / 448, scale_dtype)
+        s = np.where(s == 0, 1, s)
+        full = np.repeat(np.repeat(s, bn, 0), bk, 1)[:N, :K]  # each weight's block scale
+        q = to_e4m3(np.clip(v / full, -448, 448))
+        t[name] = q
+        if block:
+            t[name + "_scale_inv"] = raw
+        else:
+            t[name + "_scale"] = raw.reshape(())
+        if acts == "static":
+            t[name[:-len("weight")] + "input_scale"] = rng.uniform(0.01, 0.1, ()).astype(np.float32)
+        deq[name] = e4m3_decode(q).astype(np.float32) * full.astype(np.float32)
+    write_st(os.path.join(out, "model.safetensors"), t)
+    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
+    with open(os.path.join(src, "config.json")) as f:
+        c = json.load(f)
+    with open(os.path.join(deq_dir, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": acts, "fmt": "e4m3"}
+    if block:
+        c["quantization_config"]["weight_block_size"] = list(block)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    return t
+
+
 def scheme_pack(bits=4, group=128, sym=True, actorder=False):
     """The quantization_config llm-compressor writes for W4A16 (group 128),
     W4A16_ASYM (sym False) and W8A16 (bits 8, group 0: channel)."""
