@@ -46,6 +46,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     hfq_pack pack = {0};
     int ct = method && !strcmp(method, "compressed-tensors");
     int fp8m = method && !strcmp(method, "fp8"), block[2] = {0, 0};
+    int bnb = method && !strcmp(method, "bitsandbytes");
     if (!cJSON_IsObject(qc) || !method)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
                       config_path);
@@ -53,9 +54,12 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
         rc = hfq__ct_open(qc, config_path, &ct_kind, &pack, err);
     else if (fp8m)
         rc = hfq__fp8_open(qc, config_path, block, err);
+    else if (bnb)
+        rc = hfq__bnb_open(qc, config_path, err);
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
-                      "not supported (gptq, awq, compressed-tensors, fp8)", config_path, method);
+                      "not supported (gptq, awq, compressed-tensors, fp8, bitsandbytes)",
+                      config_path, method);
     else if (bits != 4 && !(bits == 8 && !strcmp(method, "gptq")))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s with %d bits is not supported (%s)",
                       config_path, method, bits, strcmp(method, "gptq") ? "4" : "4, 8");
@@ -71,15 +75,24 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     if (!rc && !(q = calloc(1, sizeof *q)))
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", config_path);
     if (q) {
-        q->kind = ct ? ct_kind : fp8m ? HFQ_FP8M : strcmp(method, "gptq") ? HFQ_AWQ : HFQ_GPTQ;
+        q->kind = ct     ? ct_kind
+                  : fp8m ? HFQ_FP8M
+                  : bnb  ? HFQ_BNB
+                  : strcmp(method, "gptq") ? HFQ_AWQ
+                                           : HFQ_GPTQ;
         q->fp8_block[0] = block[0];
         q->fp8_block[1] = block[1];
         if (block[0])
             snprintf(q->desc, sizeof q->desc, "fp8 (E4M3 weights, a scale per %dx%d block: "
                      "dequantized to f32 at load; activations not quantized)", block[0], block[1]);
-        else
+        else if (fp8m)
             snprintf(q->desc, sizeof q->desc, "fp8 (E4M3 weights, a scale per tensor: "
                      "dequantized to f32 at load; activations not quantized)");
+        else if (bnb) /* the config's type; each linear's own state says its */
+            snprintf(q->desc, sizeof q->desc, "bitsandbytes 4-bit %s (dequantized to f32 at "
+                     "load; activations not quantized)",
+                     hfq__jstr(qc, "bnb_4bit_quant_type") ? hfq__jstr(qc, "bnb_4bit_quant_type")
+                                                         : "fp4");
         q->group = group;
         q->bits = bits;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
@@ -108,6 +121,7 @@ const char *hfq_method(const hfq *q)
     return q->kind == HFQ_GPTQ  ? "gptq"
            : q->kind == HFQ_AWQ ? "awq"
            : q->kind == HFQ_FP8M ? "fp8"
+           : q->kind == HFQ_BNB ? "bitsandbytes"
                                 : "compressed-tensors";
 }
 
@@ -148,7 +162,7 @@ const char *hfq_describe(const hfq *q)
         return "compressed-tensors int8 (static input scales)";
     if (q->kind == HFQ_CT_FP8)
         return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
-    if (q->kind == HFQ_FP8M)
+    if (q->kind == HFQ_FP8M || q->kind == HFQ_BNB)
         return q->desc;
     if (q->kind == HFQ_GPTQ && q->bits == 8) /* never the int4 codes nor int8 rows */
         return q->packed_q4   ? "gptq 8-bit (dequantized to f32, then requantized to int4)"
@@ -388,6 +402,8 @@ int hfq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t c
         return hfq__fp8_bind(q, st, name, rows, cols, out, err);
     if (q->kind == HFQ_FP8M)
         return hfq__fp8m_bind(q, st, name, rows, cols, out, err);
+    if (q->kind == HFQ_BNB)
+        return hfq__bnb_bind(q, st, name, rows, cols, out, err);
     if (q->kind == HFQ_CT_PACK)
         return hfq__pack_bind(q, st, name, rows, cols, out, err);
     return hfq__gptq_bind(q, st, name, rows, cols, out, err);

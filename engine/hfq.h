@@ -1,6 +1,7 @@
 /* hfq_: Hugging Face pre-quantized checkpoints, by config.json's
- * quantization_config: GPTQ and AWQ 4-bit linear layers, and
- * compressed-tensors' int8, FP8 and pack-quantized (W4A16 / W8A16) schemes.
+ * quantization_config: GPTQ (4- and 8-bit) and AWQ 4-bit linear layers,
+ * compressed-tensors' int8, FP8 and pack-quantized (W4A16 / W8A16)
+ * schemes, quant_method fp8 and bitsandbytes 4-bit.
  *
  * A quantized linear `P.weight` [N out, K in] is stored as
  *
@@ -65,7 +66,12 @@
  *         W[n][k] = e4m3(weight[n][k]) * scale[n / bn][k / bk]
  *
  * is dequantized like compressed-tensors FP8 (P.input_scale is not read).
- * Other methods (bitsandbytes, ...), other bit widths, AWQ's gemv layouts and other
+ *
+ *   bitsandbytes 4-bit (load_in_4bit; NF4 or FP4, double quantization or
+ *   not; engine/hfq_bnb.c has the layout): dequantized as bitsandbytes
+ *   does, each weight rounded to the quant_state's dtype, into f32.
+ *
+ * Other methods (bitsandbytes 8-bit, HQQ, ...), other bit widths, AWQ's gemv layouts and other
  * compressed-tensors schemes (F8_E5M2, FP8 blocks, zero points or groups
  * outside pack-quantized, W4A8) are refused by
  * name. */

@@ -9,8 +9,9 @@
 #include <cJSON.h>
 
 /* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear. HFQ_FP8M:
- * quant_method fp8 (vLLM's own FP8 format). HFQ_CT_PACK stays last (hfq.c's as_run table has a row past it for 8 bits). */
-typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_FP8M,
+ * quant_method fp8 (vLLM's own FP8 format); HFQ_BNB: bitsandbytes 4-bit.
+ * HFQ_CT_PACK stays last (hfq.c's as_run table has a row past it for 8 bits). */
+typedef enum { HFQ_GPTQ, HFQ_AWQ, HFQ_CT_INT8, HFQ_CT_INT8S, HFQ_CT_FP8, HFQ_FP8M, HFQ_BNB,
                HFQ_CT_PACK } hfq_kind;
 
 /* A compressed-tensors pack-quantized scheme: the same for every linear. */
@@ -161,6 +162,15 @@ int hfq__fp8_open(const cJSON *qc, const char *path, int block[2], inf_err *err)
  * tensor, P.weight_scale (one value), dequantized into f32. */
 int hfq__fp8m_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                    model_tensor *out, inf_err *err);
+
+/* Checks a quant_method bitsandbytes quantization_config (load_in_4bit,
+ * uint8 storage): INF_OK or what is not supported. */
+int hfq__bnb_open(const cJSON *qc, const char *path, inf_err *err);
+
+/* hfq_bind for bitsandbytes 4-bit (engine/hfq_bnb.c says the layout):
+ * dequantized into f32. */
+int hfq__bnb_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
+                  model_tensor *out, inf_err *err);
 
 /* Checks compressed-tensors group g's pack-quantized scheme (weight-only
  * int, 4 or 8 bits, channel or group): INF_OK with *out, or the field out

@@ -1,7 +1,9 @@
 /* A quantization_config and a safetensors file through hfq_open and
  * hfq_bind (GPTQ / AWQ unpacking: shapes, dtypes, g_idx values;
  * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights or
- * pack-quantized I32 ones, scales, zero points, g_idx). A bound tensor must
+ * pack-quantized I32 ones, scales, zero points, g_idx; quant_method fp8's
+ * block scales; bitsandbytes' 4-bit codes, absmax, nested parts and JSON
+ * quant_state). A bound tensor must
  * be readable whole, and a desc_act order (q4_perm) an order of its
  * inputs. Input:
  * u8 rows selector (its top bit: 4-bit codes kept as stored,

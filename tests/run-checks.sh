@@ -10,7 +10,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 # thread it has not seen in the unit tests. The daemon's checks (e2e, hub,
 # run-batch, service) run in full: they are where threads meet.
 if [ "${TSAN:-0}" = 1 ]; then
-    echo "run-checks: TSAN=1: numeric reference checks (check_engine, check_gguf, check_hfq, check_ct,"
+    echo "run-checks: TSAN=1: numeric reference checks (check_engine, check_gguf, check_hfq, check_bnb, check_ct,"
     echo "run-checks:   check_hidden, check_mlp_spec, check_mlp_train, check_gram) not run here;"
     echo "run-checks:   make test and make test SAN=1 run them"
 else
@@ -21,6 +21,8 @@ else
 "$PYTHON" tests/ref/check_gguf_tok.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # GPTQ / AWQ checkpoints against numpy packings of the formats.
 "$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
+# bitsandbytes 4-bit (NF4 / FP4, double quantization) against numpy's serialization.
+"$PYTHON" tests/ref/check_bnb.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # compressed-tensors W8A8 int8 checkpoints against the scheme in numpy (ct_ref.py).
 "$PYTHON" tests/ref/check_ct.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 "$PYTHON" tests/ref/check_hidden.py --build "$BUILD" --fixtures "$BUILD/fixtures"
