@@ -382,8 +382,8 @@ def main():
     base = os.path.join(tmp, "tiny-gptq-g32")  # made above
     bad = os.path.join(tmp, "bad")
     for label, edit, want in [
-            ("bitsandbytes", lambda c: c["quantization_config"].update({"quant_method": "bitsandbytes"}),
-             "quant_method 'bitsandbytes' is not supported"),
+            ("hqq", lambda c: c["quantization_config"].update({"quant_method": "hqq"}),
+             "quant_method 'hqq' is not supported"),
             ("3 bits", lambda c: c["quantization_config"].update({"bits": 3}),
              "gptq with 3 bits is not supported (4, 8)"),
             ("awq 8 bits", lambda c: c["quantization_config"].update({"quant_method": "awq", "bits": 8}),
@@ -407,7 +407,7 @@ def main():
     qt["model.layers.0.self_attn.q_proj.g_idx"] = np.arange(64, dtype=np.int32) // 32
     write_st(os.path.join(bad, "model.safetensors"), qt)
     refused(a.build, bad, "without tensor 'model.layers.1.mlp.up_proj.scales'", "missing scales", failures)
-    print("  refused: bitsandbytes, 3 bits, awq with 8 bits, awq gemv, g_idx out of range, missing scales")
+    print("  refused: hqq, 3 bits, awq with 8 bits, awq gemv, g_idx out of range, missing scales")
     if failures:
         print("FAILED:")
         for f in failures:
