@@ -18,7 +18,21 @@
  *         q1 = lo(ql[l + 32]) | (qh[l] >> 2 & 3) << 4     -> value l + 32
  *         q2 = hi(ql[l])      | (qh[l] >> 4 & 3) << 4     -> value l + 64
  *         q3 = hi(ql[l + 32]) | (qh[l] >> 6) << 4         -> value l + 96
- *         value v's scale is scales[v / 16]; x = (d * sc) * (q - 32) */
+ *         value v's scale is scales[v / 16]; x = (d * sc) * (q - 32)
+ *   Q4_1  32 values: f16 d, f16 m, u8 qs[16]; q as Q4_0's;    x = q * d + m
+ *   Q5_0  32 values: f16 d, u32 qh (little-endian), u8 qs[16]; q as Q4_0's
+ *         plus bit i of qh as its fifth bit (16);          x = (q - 16) * d
+ *   Q5_1  as Q5_0 with f16 m after d;                       x = q * d + m
+ *   Q2_K  256 values: u8 scales[16], u8 qs[64], f16 d, f16 dmin: value v
+ *         (half h = v / 128, w = v % 128, part p = w / 32, l = w % 32) has
+ *         the 2-bit code (qs[32h + l] >> 2p) & 3 and sub-block s = v / 16,
+ *         whose byte scales[s] holds a scale (low nibble) and a min (high);
+ *         x = (d * sc) * q - (dmin * m)
+ *   Q3_K  256 values: u8 hmask[32], u8 qs[64], u8 scales[12], f16 d: the
+ *         2-bit code as Q2_K's, less 4 unless bit (4h + p) of hmask[l] is
+ *         set; sub-block s's 6-bit scale: the low 4 bits are nibble s / 8 of
+ *         scales[s % 8], the high 2 bits bits 2(s / 4)..+1 of
+ *         scales[8 + s % 4]; x = (d * (sc - 32)) * q */
 #include "gguf.h"
 
 static float h2f(const uint8_t *p)
@@ -51,6 +65,63 @@ static void dq_q4_0(const uint8_t *b, float *y)
     for (int i = 0; i < 16; i++) {
         y[i] = (float)((b[2 + i] & 0xF) - 8) * d;
         y[i + 16] = (float)((b[2 + i] >> 4) - 8) * d;
+    }
+}
+
+/* Q4_1 (qh NULL, min) and Q5_0 (no min) / Q5_1: the 32 codes at qs, their
+ * fifth bits in qh (bit i for value i). */
+static void dq_legacy(const uint8_t *b, float *y, int has_min, const uint8_t *qh,
+                      const uint8_t *qs)
+{
+    float d = h2f(b), m = has_min ? h2f(b + 2) : 0.0f;
+    uint32_t hb = qh ? (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                           (uint32_t)qh[3] << 24
+                     : 0;
+    int off = qh && !has_min ? 16 : 0; /* Q5_0 is centred, Q4_1 / Q5_1 carry a min */
+    for (int i = 0; i < 16; i++) {
+        int q0 = (qs[i] & 0xF) | (int)(hb >> i & 1) << 4;
+        int q1 = (qs[i] >> 4) | (int)(hb >> (i + 16) & 1) << 4;
+        if (has_min) {
+            y[i] = (float)q0 * d + m;
+            y[i + 16] = (float)q1 * d + m;
+        } else {
+            y[i] = (float)(q0 - off) * d;
+            y[i + 16] = (float)(q1 - off) * d;
+        }
+    }
+}
+
+/* Q2_K's and Q3_K's 2-bit code of value v (the low bits, before Q3_K's
+ * high bit). */
+static int code2(const uint8_t *qs, int v)
+{
+    int h = v / 128, w = v % 128;
+    return qs[32 * h + w % 32] >> (2 * (w / 32)) & 3;
+}
+
+static void dq_q2_k(const uint8_t *b, float *y)
+{
+    const uint8_t *scales = b, *qs = b + 16;
+    float d = h2f(b + 80), dmin = h2f(b + 82);
+    for (int s = 0; s < 16; s++) {
+        float dl = d * (float)(scales[s] & 0xF), ml = dmin * (float)(scales[s] >> 4);
+        for (int v = 16 * s; v < 16 * s + 16; v++)
+            y[v] = dl * (float)code2(qs, v) - ml;
+    }
+}
+
+static void dq_q3_k(const uint8_t *b, float *y)
+{
+    const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
+    float d = h2f(b + 108);
+    for (int s = 0; s < 16; s++) {
+        int low = sc[s % 8] >> (4 * (s / 8)) & 0xF, high = sc[8 + s % 4] >> (2 * (s / 4)) & 3;
+        float dl = d * (float)((low | high << 4) - 32);
+        for (int v = 16 * s; v < 16 * s + 16; v++) {
+            int h = v / 128, w = v % 128, bit = 4 * h + w / 32;
+            int q = code2(qs, v) - (hmask[w % 32] >> bit & 1 ? 0 : 4);
+            y[v] = dl * (float)q;
+        }
     }
 }
 
@@ -123,6 +194,26 @@ void gguf_dequant(uint32_t type, const void *src, float *dst, int64_t n)
     case GGUF_Q4_0:
         for (int64_t i = 0; i < n / 32; i++)
             dq_q4_0(b + 18 * i, dst + 32 * i);
+        break;
+    case GGUF_Q4_1:
+        for (int64_t i = 0; i < n / 32; i++)
+            dq_legacy(b + 20 * i, dst + 32 * i, 1, NULL, b + 20 * i + 4);
+        break;
+    case GGUF_Q5_0:
+        for (int64_t i = 0; i < n / 32; i++)
+            dq_legacy(b + 22 * i, dst + 32 * i, 0, b + 22 * i + 2, b + 22 * i + 6);
+        break;
+    case GGUF_Q5_1:
+        for (int64_t i = 0; i < n / 32; i++)
+            dq_legacy(b + 24 * i, dst + 32 * i, 1, b + 24 * i + 4, b + 24 * i + 8);
+        break;
+    case GGUF_Q2_K:
+        for (int64_t i = 0; i < n / 256; i++)
+            dq_q2_k(b + 84 * i, dst + 256 * i);
+        break;
+    case GGUF_Q3_K:
+        for (int64_t i = 0; i < n / 256; i++)
+            dq_q3_k(b + 110 * i, dst + 256 * i);
         break;
     case GGUF_Q4_K:
         for (int64_t i = 0; i < n / 256; i++)

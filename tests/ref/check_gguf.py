@@ -8,7 +8,8 @@ definitions):
   * lossless files: a model written as GGUF in F32 (and BF16 / F16 from a
     checkpoint of that dtype) gives bit-identical logits and the same greedy
     tokens as its safetensors directory;
-  * quantized files (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, and a Q4_K_M-like mix):
+  * quantized files (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+    Q6_K, a Q4_K_M-like mix and a Q3_K_M-like one):
     logits bit-identical to a safetensors checkpoint of numpy's dequantized
     weights; with --quantization int8 / int4 the conversion error (logits
     against the file's own) is printed;
@@ -34,7 +35,7 @@ import gguf_ref as G  # noqa: E402
 
 PY = sys.executable
 MAKE_MODEL = os.path.join(ROOT, "scripts", "make_model.py")
-QTYPES = ("Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K")
+QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
 def run(cmd, ok=True):
@@ -49,8 +50,14 @@ def rand_blocks(rng, tname, nblocks):
     per, size = G.BLOCK[tname]
     b = rng.integers(0, 256, (nblocks, size), dtype=np.uint8)
     f16 = lambda n: rng.standard_normal((nblocks, n)).astype("<f2").view(np.uint8)  # noqa: E731
-    if tname in ("Q8_0", "Q4_0"):
+    if tname in ("Q8_0", "Q4_0", "Q5_0"):
         b[:, 0:2] = f16(1)
+    elif tname in ("Q4_1", "Q5_1"):
+        b[:, 0:4] = f16(2)
+    elif tname == "Q2_K":
+        b[:, 80:84] = f16(2)
+    elif tname == "Q3_K":
+        b[:, 108:110] = f16(1)
     elif tname in ("Q4_K", "Q5_K"):
         b[:, 0:4] = f16(2)
     elif tname == "Q6_K":
@@ -62,6 +69,25 @@ def rand_blocks(rng, tname, nblocks):
     elif tname == "F32":
         b[:] = rng.standard_normal((nblocks, 1)).astype(np.float32).view(np.uint8)
     return b.tobytes()
+
+
+def check_peer(peer, failures):
+    """With a llama.cpp tree at hand (--peer, ../shared/tools/peer/), its own
+    numpy dequantizers (gguf-py, run as an instrument) against gguf_ref's on
+    random blocks of every quantized type: the block layouts as written here
+    are llama.cpp's, not only consistent with inferd's reading of them."""
+    sys.path.insert(0, os.path.join(peer, "gguf-py"))
+    from gguf import GGMLQuantizationType, quants  # noqa: E402
+    rng = np.random.default_rng(11)
+    for t in QTYPES:
+        per, _ = G.BLOCK[t]
+        raw = rand_blocks(rng, t, 64)
+        mine = G.dequant(t, raw, 64 * per)
+        theirs = quants.dequantize(np.frombuffer(raw, np.uint8).reshape(1, -1),
+                                   getattr(GGMLQuantizationType, t)).reshape(-1).astype(np.float32)
+        if not np.array_equal(mine.view(np.uint32), theirs.view(np.uint32)):
+            failures.append(f"{t}: gguf_ref's values differ from llama.cpp's gguf-py")
+    print(f"  llama.cpp's gguf-py ({peer}): {len(QTYPES)} types' random blocks bit-identical to gguf_ref")
 
 
 def check_blocks(build, tmp, failures):
@@ -78,7 +104,9 @@ def check_blocks(build, tmp, failures):
         tensors.append((f"real.{t}", t, [512, 2], raw))
         want[f"real.{t}"] = G.dequant(t, raw, x.size)
         err = float(np.abs(want[f"real.{t}"] - x).max() / np.abs(x).max())
-        if t in QTYPES and not err < 0.2:
+        # half a step of the block's range: 4 levels (Q2_K) reach a sixth of a
+        # range up to twice the largest |x|, plus its 4-bit scale's rounding
+        if t in QTYPES and not err < (0.4 if t == "Q2_K" else 0.2):
             failures.append(f"gguf_ref's own {t} quantizer is off: max error {err:.2e}")
     path = os.path.join(tmp, "blocks.gguf")
     G.write_gguf(path, [("general.architecture", G.V_STRING, "none")], tensors)
@@ -161,7 +189,7 @@ def check_lossless(build, tmp, label, model, tname, failures):
 
 def check_quantized(build, tmp, label, model, tname, failures, override=None):
     path = os.path.join(tmp, f"{label}-{tname}.gguf")
-    held = G.from_hf(model, path, tname if tname != "mix" else "Q4_K", "F32", override)
+    held = G.from_hf(model, path, {"mix": "Q4_K", "mix3": "Q3_K"}.get(tname, tname), "F32", override)
     deq = os.path.join(tmp, f"{label}-{tname}-dequantized")
     write_dequantized(model, held, deq)
     tokens = "1,7,3,12,9,4,30,2,11,5"
@@ -298,12 +326,17 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--fixtures", default="build/fixtures")
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    ap.add_argument("--peer", help="a llama.cpp source tree: also check gguf_ref against its gguf-py")
     a = ap.parse_args()
     tmp = os.path.join(a.build, "tmp", "gguf")
     os.makedirs(tmp, exist_ok=True)
     failures = []
     print("GGUF vs numpy (tests/ref/gguf_ref.py):")
     check_blocks(a.build, tmp, failures)
+    if a.peer:
+        check_peer(a.peer, failures)
+    else:
+        print("  not checked against llama.cpp's gguf-py here (no --peer tree)")
     fx = a.fixtures
     # rows of 256: every K-quant applies to every matrix
     k256 = os.path.join(fx, "k256")
@@ -330,6 +363,12 @@ def main():
     mix = {f"blk.{i}.{n}.weight": "Q6_K" for i in range(2) for n in ("attn_v", "ffn_down")}
     mix["token_embd.weight"] = "Q8_0"
     check_quantized(a.build, tmp, "k256", k256, "mix", failures, mix)
+    # Q3_K_M-like: Q3_K matrices, Q5_0 and Q5_1 where llama.cpp falls back, Q4_1 for v
+    mix3 = {f"blk.{i}.{n}.weight": t for i in range(2)
+            for n, t in (("attn_v", "Q4_1"), ("ffn_down", "Q5_0"), ("attn_output", "Q5_1"),
+                         ("ffn_up", "Q2_K"))}
+    mix3["token_embd.weight"] = "Q6_K"
+    check_quantized(a.build, tmp, "k256", k256, "mix3", failures, mix3)
     for fam in ("llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
         check_family(a.build, tmp, fam, os.path.join(fx, f"fam-{fam}"), failures)
     check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)

@@ -7,7 +7,7 @@ definitions, in numpy only (no code shared with inferd or llama.cpp):
     (llama.* metadata, token_embd / blk.N.* names, attn_q / attn_k rows
     permuted as llama.cpp's converter does), tensors of a chosen type;
   * dequant: each block type to float32, as the format defines it;
-  * quantizers for Q8_0, Q4_0, Q4_K, Q5_K and Q6_K: simple ones (min/max
+  * quantizers for every type here: simple ones (min/max
     scales, not ggml's search), enough to make valid blocks of real weights.
 
 Block formats (little-endian; f16 = IEEE half):
@@ -30,6 +30,21 @@ Block formats (little-endian; f16 = IEEE half):
         + 64: ql[l] >> 4 | (qh[l] >> 4 & 3) << 4, + 96: ql[l+32] >> 4 |
         (qh[l] >> 6) << 4; value v's scale is scales[v // 16];
         x = (d * sc) * (q - 32), in float32.
+  Q4_1  32 values, 20 bytes: f16 d, f16 m, u8 qs[16] (codes as Q4_0's);
+        x = q * d + m, in float32.
+  Q5_0  32 values, 22 bytes: f16 d, u8 qh[4] (a little-endian u32), u8 qs[16]:
+        Q4_0's codes with bit i of qh as value i's fifth bit (16);
+        x = (q - 16) * d.
+  Q5_1  32 values, 24 bytes: f16 d, f16 m, qh[4], qs[16]; x = q * d + m.
+  Q2_K  256 values, 84 bytes: u8 scales[16], u8 qs[64], f16 d, f16 dmin.
+        Value v = 128h + 32p + l (l < 32) has the 2-bit code
+        (qs[32h + l] >> 2p) & 3; sub-block s = v // 16 has scale
+        scales[s] & 15 and min scales[s] >> 4; x = (d * sc) * q - (dmin * m).
+  Q3_K  256 values, 110 bytes: u8 hmask[32], u8 qs[64], u8 scales[12], f16 d.
+        Q2_K's 2-bit code, minus 4 when bit 4h + p of hmask[l] is clear;
+        sub-block s's 6-bit scale: low 4 bits from scales[s % 8] (low nibble
+        for s < 8, high for s >= 8), high 2 bits from scales[8 + s % 4], bits
+        2(s // 4) and up; x = (d * (sc - 32)) * q.
 """
 import json
 import os
@@ -38,9 +53,11 @@ import struct
 import numpy as np
 
 ALIGN = 32
-TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10,
+         "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
 BLOCK = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0": (32, 18),
-         "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+         "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q2_K": (256, 84),
+         "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
 V_U32, V_I32, V_F32, V_BOOL, V_STRING, V_ARRAY = 4, 5, 6, 7, 8, 9
 
 
@@ -112,6 +129,38 @@ def dequant(tname, raw, n):
         qs = b[:, 2:]
         q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int32) - 8
         return (q.astype(f32) * d).reshape(-1)
+    if tname in ("Q4_1", "Q5_0", "Q5_1"):
+        d = _f16(b[:, 0:2])[:, None]
+        m = _f16(b[:, 2:4])[:, None] if tname != "Q5_0" else None
+        o = 2 if tname == "Q5_0" else 4
+        qs = b[:, -16:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int32)
+        if tname != "Q4_1":
+            qh = b[:, o:o + 4].copy().view("<u4").astype(np.int64)
+            q = q | (((qh >> np.arange(32)) & 1) << 4).astype(np.int32)
+        if m is None:
+            return ((q - 16).astype(f32) * d).reshape(-1)
+        return (q.astype(f32) * d + m).reshape(-1)
+    if tname in ("Q2_K", "Q3_K"):
+        v = np.arange(256)
+        h, w = v // 128, v % 128
+        if tname == "Q2_K":
+            scales, qs = b[:, :16].astype(np.int32), b[:, 16:80].astype(np.int32)
+            d, dmin = _f16(b[:, 80:82])[:, None], _f16(b[:, 82:84])[:, None]
+        else:
+            hmask, qs, sc8 = b[:, :32].astype(np.int32), b[:, 32:96].astype(np.int32), b[:, 96:108].astype(np.int32)
+            d = _f16(b[:, 108:110])[:, None]
+        q = (qs[:, 32 * h + w % 32] >> (2 * (w // 32))) & 3
+        s = v // 16
+        if tname == "Q2_K":
+            sc, mn = (scales & 15)[:, s].astype(f32), (scales >> 4)[:, s].astype(f32)
+            return ((d * sc) * q.astype(f32) - dmin * mn).reshape(-1)
+        q = q - np.where((hmask[:, w % 32] >> (4 * h + w // 32)) & 1, 0, 4)
+        sub = np.arange(16)
+        low = (sc8[:, sub % 8] >> (4 * (sub // 8))) & 15
+        high = (sc8[:, 8 + sub % 4] >> (2 * (sub // 4))) & 3
+        sc = ((low | (high << 4)) - 32).astype(f32)
+        return ((d * sc[:, s]) * q.astype(f32)).reshape(-1)
     if tname in ("Q4_K", "Q5_K"):
         d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
         sc8 = b[:, 4:16].astype(np.int32)
@@ -193,6 +242,63 @@ def quantize(tname, x):
         q = np.clip(np.rint(g / np.where(df == 0, 1, df)[:, None]) + 8, 0, 15).astype(np.uint8)
         qs = q[:, :16] | (q[:, 16:] << 4)
         return np.concatenate([d.view(np.uint8).reshape(n, 2), qs], 1).tobytes()
+    if tname in ("Q4_1", "Q5_1", "Q5_0"):
+        top = 15 if tname == "Q4_1" else 31
+        if tname == "Q5_0":  # centred: x = (q - 16) d, the largest |x| at q = 0
+            i = np.abs(g).argmax(1)
+            d = _h(g[np.arange(n), i] / -16)
+            df = d.astype(np.float32)
+            q = np.clip(np.rint(g / np.where(df == 0, 1, df)[:, None]) + 16, 0, 31).astype(np.int64)
+            head = [d.view(np.uint8).reshape(n, 2)]
+        else:
+            lo, hi = g.min(1), g.max(1)
+            d, m = _h((hi - lo) / top), _h(lo)
+            df, mf = d.astype(np.float32), m.astype(np.float32)
+            q = np.clip(np.rint((g - mf[:, None]) / np.where(df == 0, 1, df)[:, None]), 0, top).astype(np.int64)
+            head = [d.view(np.uint8).reshape(n, 2), m.view(np.uint8).reshape(n, 2)]
+        qs = (q[:, :16] & 15 | (q[:, 16:] & 15) << 4).astype(np.uint8)
+        if tname == "Q4_1":
+            return np.concatenate(head + [qs], 1).tobytes()
+        qh = (((q >> 4) & 1) << np.arange(32)).sum(1).astype("<u4").view(np.uint8).reshape(n, 4)
+        return np.concatenate(head + [qh, qs], 1).tobytes()
+    if tname in ("Q2_K", "Q3_K"):
+        s = g.reshape(n, 16, 16)
+        v = np.arange(256)
+        h, w = v // 128, v % 128
+        if tname == "Q2_K":  # x = (d sc) q - (dmin m), q in 0..3, sc and m in 0..15
+            lo = np.minimum(s.min(2), 0)
+            step = (s.max(2) - lo) / 3
+            d, dmin = _h(step.max(1) / 15), _h(-lo.min(1) / 15)
+            df, mf = d.astype(np.float32), dmin.astype(np.float32)
+            sc = np.clip(np.rint(step / np.where(df == 0, 1, df)[:, None]), 0, 15).astype(np.int64)
+            mn = np.clip(np.rint(-lo / np.where(mf == 0, 1, mf)[:, None]), 0, 15).astype(np.int64)
+            scale = (df[:, None] * sc)[:, :, None]
+            q = np.clip(np.rint((s + (mf[:, None] * mn)[:, :, None]) / np.where(scale == 0, 1, scale)), 0, 3)
+            code = q.astype(np.int64).reshape(n, 256)
+            head = [(sc | mn << 4).astype(np.uint8)]
+        else:  # x = (d (sc - 32)) q, q in -4..3, sc - 32 in -32..31
+            i = np.abs(s).argmax(2)
+            sub = np.take_along_axis(s, i[:, :, None], 2)[:, :, 0] / -4
+            d = _h(np.abs(sub).max(1) / 31)
+            df = d.astype(np.float32)
+            sc = np.clip(np.rint(sub / np.where(df == 0, 1, df)[:, None]), -32, 31).astype(np.int64)
+            scale = (df[:, None] * sc)[:, :, None]
+            q = np.clip(np.rint(s / np.where(scale == 0, 1, scale)), -4, 3).astype(np.int64).reshape(n, 256)
+            code = q + 4  # 3 bits: the high one set means "do not subtract 4"
+            u = sc + 32
+            sc12 = np.zeros((n, 12), np.int64)
+            for k in range(16):
+                sc12[:, k % 8] |= (u[:, k] & 15) << (4 * (k // 8))
+                sc12[:, 8 + k % 4] |= ((u[:, k] >> 4) & 3) << (2 * (k // 4))
+            hmask = np.zeros((n, 32), np.int64)
+            np.add.at(hmask, (slice(None), w % 32), ((code >> 2) & 1) << (4 * h + w // 32))
+        qs = np.zeros((n, 64), np.int64)
+        np.add.at(qs, (slice(None), 32 * h + w % 32), (code & 3) << (2 * (w // 32)))
+        if tname == "Q2_K":
+            return np.concatenate(head + [qs.astype(np.uint8), d.view(np.uint8).reshape(n, 2),
+                                          dmin.view(np.uint8).reshape(n, 2)], 1).tobytes()
+        return np.concatenate([hmask.astype(np.uint8), qs.astype(np.uint8), sc12.astype(np.uint8),
+                               d.view(np.uint8).reshape(n, 2)], 1).tobytes()
     if tname in ("Q4_K", "Q5_K"):
         top = 15 if tname == "Q4_K" else 31
         s = g.reshape(n, 8, 32)
