@@ -190,13 +190,14 @@ static const struct { uint32_t type; int block; size_t bytes; const char *name; 
     {GGUF_Q4_0, 32, 18, "Q4_0"},   {GGUF_Q8_0, 32, 34, "Q8_0"}, {GGUF_Q4_K, 256, 144, "Q4_K"},
     {GGUF_Q5_K, 256, 176, "Q5_K"}, {GGUF_Q6_K, 256, 210, "Q6_K"}, {GGUF_Q4_1, 32, 20, "Q4_1"},
     {GGUF_Q5_0, 32, 22, "Q5_0"},   {GGUF_Q5_1, 32, 24, "Q5_1"}, {GGUF_Q2_K, 256, 84, "Q2_K"},
-    {GGUF_Q3_K, 256, 110, "Q3_K"},
+    {GGUF_Q3_K, 256, 110, "Q3_K"}, {GGUF_IQ4_NL, 32, 18, "IQ4_NL"},
+    {GGUF_IQ4_XS, 256, 136, "IQ4_XS"},
 };
 
 /* ggml's names of the types we do not read, for messages. */
 static const char *const other_types[] = {
     [9] = "Q8_1", [15] = "Q8_K", [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S",
-    [20] = "IQ4_NL", [21] = "IQ3_S", [22] = "IQ2_S", [23] = "IQ4_XS", [24] = "I8",
+    [21] = "IQ3_S", [22] = "IQ2_S", [24] = "I8",
     [25] = "I16", [26] = "I32", [27] = "I64", [28] = "F64", [29] = "IQ1_M", [34] = "TQ1_0",
     [35] = "TQ2_0", [39] = "MXFP4",
 };

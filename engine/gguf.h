@@ -33,6 +33,8 @@ typedef enum gguf_type {
     GGUF_Q4_K = 12,
     GGUF_Q5_K = 13,
     GGUF_Q6_K = 14,
+    GGUF_IQ4_NL = 20,
+    GGUF_IQ4_XS = 23,
     GGUF_BF16 = 30,
 } gguf_type;
 

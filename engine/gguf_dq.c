@@ -32,7 +32,13 @@
  *         2-bit code as Q2_K's, less 4 unless bit (4h + p) of hmask[l] is
  *         set; sub-block s's 6-bit scale: the low 4 bits are nibble s / 8 of
  *         scales[s % 8], the high 2 bits bits 2(s / 4)..+1 of
- *         scales[8 + s % 4]; x = (d * (sc - 32)) * q */
+ *         scales[8 + s % 4]; x = (d * (sc - 32)) * q
+ *   IQ4_NL 32 values: f16 d, u8 qs[16]; codes as Q4_0's, each an index into
+ *         the non-linear table NL below;                  x = d * NL[q]
+ *   IQ4_XS 256 values: f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]:
+ *         8 sub-blocks of 32 coded as IQ4_NL's (qs += 16 each); sub-block
+ *         b's 6-bit scale is nibble b % 2 of scales_l[b / 2] with bits
+ *         2b..2b+1 of scales_h above it;           x = (d * (sc - 32)) * NL[q] */
 #include "gguf.h"
 
 static float h2f(const uint8_t *p)
@@ -88,6 +94,29 @@ static void dq_legacy(const uint8_t *b, float *y, int has_min, const uint8_t *qh
             y[i] = (float)(q0 - off) * d;
             y[i + 16] = (float)(q1 - off) * d;
         }
+    }
+}
+
+/* The IQ4 formats' 16 levels (ggml's kvalues_iq4nl, part of the format). */
+static const int8_t NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                              1,    13,   25,  38,  53,  69,  89,  113};
+
+/* 32 IQ4 codes at qs with the factor dl. */
+static void dq_nl32(const uint8_t *qs, float dl, float *y)
+{
+    for (int i = 0; i < 16; i++) {
+        y[i] = dl * (float)NL[qs[i] & 0xF];
+        y[i + 16] = dl * (float)NL[qs[i] >> 4];
+    }
+}
+
+static void dq_iq4_xs(const uint8_t *b, float *y)
+{
+    float d = h2f(b);
+    unsigned sh = (unsigned)(b[2] | b[3] << 8);
+    for (int s = 0; s < 8; s++) {
+        int ls = (b[4 + s / 2] >> (4 * (s % 2)) & 0xF) | (int)(sh >> (2 * s) & 3) << 4;
+        dq_nl32(b + 8 + 16 * s, d * (float)(ls - 32), y + 32 * s);
     }
 }
 
@@ -214,6 +243,14 @@ void gguf_dequant(uint32_t type, const void *src, float *dst, int64_t n)
     case GGUF_Q3_K:
         for (int64_t i = 0; i < n / 256; i++)
             dq_q3_k(b + 110 * i, dst + 256 * i);
+        break;
+    case GGUF_IQ4_NL:
+        for (int64_t i = 0; i < n / 32; i++)
+            dq_nl32(b + 18 * i + 2, h2f(b + 18 * i), dst + 32 * i);
+        break;
+    case GGUF_IQ4_XS:
+        for (int64_t i = 0; i < n / 256; i++)
+            dq_iq4_xs(b + 136 * i, dst + 256 * i);
         break;
     case GGUF_Q4_K:
         for (int64_t i = 0; i < n / 256; i++)

@@ -91,7 +91,7 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
     if (!t->known)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which is not "
                         "supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, "
-                        "Q6_K)", path, name,
+                        "Q6_K, IQ4_NL, IQ4_XS)", path, name,
                         t->type_name);
     int ok = rows == 0 ? t->n_dims == 1 && t->ne[0] == cols
                        : t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows;

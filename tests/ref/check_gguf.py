@@ -9,7 +9,7 @@ definitions):
     checkpoint of that dtype) gives bit-identical logits and the same greedy
     tokens as its safetensors directory;
   * quantized files (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
-    Q6_K, a Q4_K_M-like mix and a Q3_K_M-like one):
+    Q6_K, IQ4_NL, IQ4_XS, a Q4_K_M-like mix and a Q3_K_M-like one):
     logits bit-identical to a safetensors checkpoint of numpy's dequantized
     weights; with --quantization int8 / int4 the conversion error (logits
     against the file's own) is printed;
@@ -35,7 +35,8 @@ import gguf_ref as G  # noqa: E402
 
 PY = sys.executable
 MAKE_MODEL = os.path.join(ROOT, "scripts", "make_model.py")
-QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+QTYPES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+          "IQ4_XS")
 
 
 def run(cmd, ok=True):
@@ -50,7 +51,7 @@ def rand_blocks(rng, tname, nblocks):
     per, size = G.BLOCK[tname]
     b = rng.integers(0, 256, (nblocks, size), dtype=np.uint8)
     f16 = lambda n: rng.standard_normal((nblocks, n)).astype("<f2").view(np.uint8)  # noqa: E731
-    if tname in ("Q8_0", "Q4_0", "Q5_0"):
+    if tname in ("Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "IQ4_XS"):
         b[:, 0:2] = f16(1)
     elif tname in ("Q4_1", "Q5_1"):
         b[:, 0:4] = f16(2)

@@ -45,6 +45,12 @@ Block formats (little-endian; f16 = IEEE half):
         sub-block s's 6-bit scale: low 4 bits from scales[s % 8] (low nibble
         for s < 8, high for s >= 8), high 2 bits from scales[8 + s % 4], bits
         2(s // 4) and up; x = (d * (sc - 32)) * q.
+  IQ4_NL 32 values, 18 bytes: f16 d, u8 qs[16] (codes as Q4_0's), each an
+        index into the 16 levels NL (ggml's kvalues_iq4nl); x = d * NL[q].
+  IQ4_XS 256 values, 136 bytes: f16 d, u16 scales_h, u8 scales_l[4],
+        u8 qs[128]: sub-block b (32 values, qs[16b..16b+15] as IQ4_NL's) has
+        the 6-bit scale (scales_l[b // 2] >> 4(b % 2)) & 15 | ((scales_h >> 2b)
+        & 3) << 4; x = (d * (sc - 32)) * NL[q].
 """
 import json
 import os
@@ -54,10 +60,12 @@ import numpy as np
 
 ALIGN = 32
 TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q2_K": 10,
-         "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+         "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "IQ4_NL": 20, "IQ4_XS": 23, "BF16": 30}
+NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 BLOCK = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0": (32, 18),
          "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q2_K": (256, 84),
-         "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210)}
+         "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
+         "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
 V_U32, V_I32, V_F32, V_BOOL, V_STRING, V_ARRAY = 4, 5, 6, 7, 8, 9
 
 
@@ -141,6 +149,18 @@ def dequant(tname, raw, n):
         if m is None:
             return ((q - 16).astype(f32) * d).reshape(-1)
         return (q.astype(f32) * d + m).reshape(-1)
+    if tname in ("IQ4_NL", "IQ4_XS"):
+        d = _f16(b[:, 0:2])[:, None]
+        qs = b[:, 2:] if tname == "IQ4_NL" else b[:, 8:]
+        qs = qs.reshape(len(b), -1, 16)  # sub-blocks of 32 values
+        q = np.concatenate([qs & 15, qs >> 4], axis=2).astype(np.int64)
+        if tname == "IQ4_NL":
+            return (d * NL[q[:, 0]]).reshape(-1)
+        sh = b[:, 2:4].copy().view("<u2").astype(np.int64)
+        sub = np.arange(8)
+        ls = ((b[:, 4 + sub // 2].astype(np.int64) >> (4 * (sub % 2))) & 15) | (((sh >> (2 * sub)) & 3) << 4)
+        dl = d * (ls - 32).astype(f32)
+        return (dl[:, :, None] * NL[q]).reshape(-1)
     if tname in ("Q2_K", "Q3_K"):
         v = np.arange(256)
         h, w = v // 128, v % 128
@@ -261,6 +281,25 @@ def quantize(tname, x):
             return np.concatenate(head + [qs], 1).tobytes()
         qh = (((q >> 4) & 1) << np.arange(32)).sum(1).astype("<u4").view(np.uint8).reshape(n, 4)
         return np.concatenate(head + [qh, qs], 1).tobytes()
+    if tname in ("IQ4_NL", "IQ4_XS"):
+        s = g.reshape(n, -1, 32)  # sub-blocks of 32
+        i = np.abs(s).argmax(2)
+        sub = np.take_along_axis(s, i[:, :, None], 2)[:, :, 0] / -127  # the largest at level -127
+        if tname == "IQ4_NL":
+            d = _h(sub[:, 0])
+            scale = d.astype(np.float32)[:, None, None]
+            head = [d.view(np.uint8).reshape(n, 2)]
+        else:
+            d = _h(np.abs(sub).max(1) / 31)
+            df = d.astype(np.float32)
+            ls = np.clip(np.rint(sub / np.where(df == 0, 1, df)[:, None]), -32, 31).astype(np.int64) + 32
+            scale = (df[:, None] * (ls - 32).astype(np.float32))[:, :, None]
+            sh = (((ls >> 4) & 3) << (2 * np.arange(8))).sum(1).astype("<u2").view(np.uint8).reshape(n, 2)
+            sl = ((ls[:, 0::2] & 15) | ((ls[:, 1::2] & 15) << 4)).astype(np.uint8)
+            head = [d.view(np.uint8).reshape(n, 2), sh, sl]
+        q = np.abs(s[..., None] / np.where(scale == 0, 1, scale)[..., None] - NL).argmin(-1)
+        qs = (q[:, :, :16] | (q[:, :, 16:] << 4)).astype(np.uint8).reshape(n, -1)
+        return np.concatenate(head + [qs], 1).tobytes()
     if tname in ("Q2_K", "Q3_K"):
         s = g.reshape(n, 16, 16)
         v = np.arange(256)
