@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import sys
 
 import numpy as np
@@ -46,7 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import check_engine as ce  # noqa: E402
 import check_hfq as hq  # noqa: E402  (logits, greedy, describes, refused)
-import ct_ref  # noqa: E402  (is_linear, copy_beside)
+import ct_ref  # noqa: E402  (is_linear, begin_pair, write_pair, write_st, read_raw)
 import llama_ref  # noqa: E402
 
 # NF4 (QLoRA, Dettmers et al. 2023, appendix E) and bitsandbytes' FP4 values.
@@ -111,56 +110,28 @@ def quantize(w, qtype, blocksize, nested, dtype):
     return parts, deq.reshape(w.shape)
 
 
-def write_st(path, tensors):
-    dt = {np.dtype("float32"): "F32", np.dtype("uint8"): "U8"}
-    header, blobs, off = {}, [], 0
-    for name, a in tensors.items():
-        raw = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dt[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    hb = json.dumps(header).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-
-
-def read_st(path):
-    """{name: array} of a file write_st wrote (F32 and U8)."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    dt = {"F32": np.dtype("<f4"), "U8": np.dtype("u1")}
-    return {k: np.frombuffer(data[h["data_offsets"][0]:h["data_offsets"][1]], dt[h["dtype"]]).reshape(h["shape"])
-            for k, h in header.items()}
+def u8(t):
+    """ct_ref.write_st's dtypes for t: its uint8 arrays as U8."""
+    return {name: "U8" for name, a in t.items() if a.dtype == np.uint8}
 
 
 def make(src, out, qtype="nf4", blocksize=64, nested=True, dtype="bfloat16"):
     """src as a bitsandbytes 4-bit checkpoint at out, its dequantized weights
     as a plain f32 checkpoint at out + "-f32"; returns the tensors written."""
     w = llama_ref.load_weights(src)
-    deq_dir = out + "-f32"
-    ct_ref.copy_beside(src, (out, deq_dir))
-    t, deq = {}, {}
+    t, deq = ct_ref.begin_pair(src, out, w)
     for name, v in w.items():
         if not ct_ref.is_linear(name):
-            t[name] = deq[name] = v.astype(np.float32)
             continue
         parts, d = quantize(v, qtype, blocksize, nested, dtype)
         for suffix, a in parts.items():
             t[name + suffix] = a
         deq[name] = d
-    write_st(os.path.join(out, "model.safetensors"), t)
-    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
-    c = json.load(open(os.path.join(src, "config.json")))
-    json.dump(c, open(os.path.join(deq_dir, "config.json"), "w"), indent=2)
-    c["quantization_config"] = {
-        "quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
-        "bnb_4bit_quant_type": qtype, "bnb_4bit_use_double_quant": nested,
-        "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": "uint8",
-        "llm_int8_skip_modules": None}
-    json.dump(c, open(os.path.join(out, "config.json"), "w"), indent=2)
+    qc = {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+          "bnb_4bit_quant_type": qtype, "bnb_4bit_use_double_quant": nested,
+          "bnb_4bit_compute_dtype": dtype, "bnb_4bit_quant_storage": "uint8",
+          "llm_int8_skip_modules": None}
+    ct_ref.write_pair(src, out, t, deq, qc, u8(t))
     return t
 
 
@@ -176,7 +147,7 @@ def refusals(build, tmp, base, failures):
         c["quantization_config"].update(edit)
         json.dump(c, open(os.path.join(bad, "config.json"), "w"))
         hq.refused(build, bad, want, label, failures)
-    w = read_st(os.path.join(base, "model.safetensors"))
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
     state = json.loads(bytes(w[L + ".quant_state.bitsandbytes__nf4"]))
 
     def with_state(**kv):
@@ -202,7 +173,7 @@ def refusals(build, tmp, base, failures):
         shutil.copytree(base, bad)
         t = dict(w)
         edit(t)
-        write_st(os.path.join(bad, "model.safetensors"), t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, u8(t))
         hq.refused(build, bad, want, label, failures)
     print(f"  refused: {len(cfg)} unsupported configurations, {len(tensors)} broken checkpoints")
 

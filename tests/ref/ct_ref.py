@@ -155,12 +155,14 @@ def write_st(path, tensors, dtypes=None):
 
 
 def read_raw(path):
-    """{name: array} of one safetensors file in its stored dtypes (BF16 as uint16)."""
+    """{name: array} of one safetensors file in its stored dtypes (BF16 as uint16,
+    F8_E4M3 and U8 as uint8)."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
         data = f.read()
     np_dt = {v: k for k, v in ST_DT.items()}
+    np_dt["U8"] = np.dtype("uint8")
     out = {}
     for name, h in header.items():
         if name != "__metadata__":
@@ -194,6 +196,28 @@ def copy_beside(src, dirs):
         for f in os.listdir(src):
             if not f.endswith(".safetensors") and not f.endswith(".index.json"):
                 shutil.copy(os.path.join(src, f), os.path.join(d, f))
+
+
+def begin_pair(src, out, w):
+    """out and out + "-f32" made beside src (its other files copied): the
+    tensors of each, t and deq, holding w's others (not linears) in f32."""
+    copy_beside(src, (out, out + "-f32"))
+    t = {name: v.astype(np.float32) for name, v in w.items() if not is_linear(name)}
+    return t, dict(t)
+
+
+def write_pair(src, out, t, deq, qc, dtypes=None):
+    """t at out with src's config.json plus quantization_config qc, deq (the
+    dequantized twin) at out + "-f32" with src's config.json as it is."""
+    write_st(os.path.join(out, "model.safetensors"), t, dtypes)
+    write_st(os.path.join(out + "-f32", "model.safetensors"), deq)
+    with open(os.path.join(src, "config.json")) as f:
+        c = json.load(f)
+    with open(os.path.join(out + "-f32", "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    c["quantization_config"] = qc
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
 
 
 def make(src, out, strategy="channel", scale_dtype="bf16", fmt="int-quantized", acts="dynamic",
@@ -286,12 +310,9 @@ def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
     about equally often, shuffled) instead of rounded weights."""
     w = llama_ref.load_weights(src)
     rng = np.random.default_rng(seed)
-    deq_dir = out + "-f32"
-    copy_beside(src, (out, deq_dir))
-    t, deq = {}, {}
+    t, deq = begin_pair(src, out, w)
     for name, v in w.items():
         if not is_linear(name):
-            t[name] = deq[name] = v.astype(np.float32)
             continue
         amax = np.abs(v).max(axis=1, keepdims=True) if strategy == "channel" else np.abs(v).max(keepdims=True)
         raw, s = to_dtype(amax / 448, scale_dtype)
@@ -306,15 +327,7 @@ def make_fp8(src, out, strategy="channel", scale_dtype="bf16", acts="dynamic",
         if acts == "static":  # read by nobody in inferd (activations stay unquantized)
             t[name[:-len("weight")] + "input_scale"] = rng.uniform(0.01, 0.1, (1,)).astype(np.float32)
         deq[name] = dequant_fp8(q, exact)
-    write_st(os.path.join(out, "model.safetensors"), t)
-    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
-    with open(os.path.join(src, "config.json")) as f:
-        c = json.load(f)
-    with open(os.path.join(deq_dir, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    c["quantization_config"] = scheme_fp8(strategy, acts, fmt)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
+    write_pair(src, out, t, deq, scheme_fp8(strategy, acts, fmt))
     return t
 
 
@@ -331,12 +344,9 @@ def make_fp8m(src, out, block=None, scale_dtype="f32", acts="dynamic"):
     (read by nobody in inferd: activations stay unquantized)."""
     w = llama_ref.load_weights(src)
     rng = np.random.default_rng(7)
-    deq_dir = out + "-f32"
-    copy_beside(src, (out, deq_dir))
-    t, deq = {}, {}
+    t, deq = begin_pair(src, out, w)
     for name, v in w.items():
         if not is_linear(name):
-            t[name] = deq[name] = v.astype(np.float32)
             continue
         N, K = v.shape
         bn, bk = block if block else (N, K)
@@ -357,17 +367,10 @@ def make_fp8m(src, out, block=None, scale_dtype="f32", acts="dynamic"):
         if acts == "static":
             t[name[:-len("weight")] + "input_scale"] = rng.uniform(0.01, 0.1, ()).astype(np.float32)
         deq[name] = e4m3_decode(q).astype(np.float32) * full.astype(np.float32)
-    write_st(os.path.join(out, "model.safetensors"), t)
-    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
-    with open(os.path.join(src, "config.json")) as f:
-        c = json.load(f)
-    with open(os.path.join(deq_dir, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    c["quantization_config"] = {"quant_method": "fp8", "activation_scheme": acts, "fmt": "e4m3"}
+    qc = {"quant_method": "fp8", "activation_scheme": acts, "fmt": "e4m3"}
     if block:
-        c["quantization_config"]["weight_block_size"] = list(block)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
+        qc["weight_block_size"] = list(block)
+    write_pair(src, out, t, deq, qc)
     return t
 
 
@@ -433,12 +436,9 @@ def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder
     w = llama_ref.load_weights(src)
     rng = np.random.default_rng(seed)
     lo, hi, off = -(1 << (bits - 1)), (1 << (bits - 1)) - 1, 1 << (bits - 1)
-    deq_dir = out + "-f32"
-    copy_beside(src, (out, deq_dir))
-    t, deq = {}, {}
+    t, deq = begin_pair(src, out, w)
     for name, v in w.items():
         if not is_linear(name):
-            t[name] = deq[name] = v.astype(np.float32)
             continue
         N, K = v.shape
         gs = group or K
@@ -465,15 +465,7 @@ def make_pack(src, out, bits=4, group=32, sym=True, scale_dtype="bf16", actorder
         deq[name] = dequant_pack(q, zero, s, gidx)
         if ints is not None:
             ints[name] = (q, zero.T, s.T, gidx)
-    write_st(os.path.join(out, "model.safetensors"), t)
-    write_st(os.path.join(deq_dir, "model.safetensors"), deq)
-    with open(os.path.join(src, "config.json")) as f:
-        c = json.load(f)
-    with open(os.path.join(deq_dir, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
-    c["quantization_config"] = scheme_pack(bits, group, sym, actorder)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(c, f, indent=2)
+    write_pair(src, out, t, deq, scheme_pack(bits, group, sym, actorder))
     return t
 
 
