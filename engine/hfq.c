@@ -280,18 +280,6 @@ int hfq__convert(hfq *q, model_tensor *out, model_convert_fn fn, const void *src
     return INF_OK;
 }
 
-uint32_t hfq__u32(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-uint16_t hfq__u16(const st_tensor *t, size_t i)
-{
-    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
-    return (uint16_t)(p[0] | p[1] << 8);
-}
-
 float hfq__float_at(const st_tensor *t, size_t i)
 {
     if (t->dtype == INF_F32) {

@@ -56,13 +56,17 @@ static void bnb_convert(const void *src, const void *aux, int arg, const model_t
     const bnb_lin *l = src;
     const uint8_t *p = l->w->data;
     float *d = dst;
-    size_t n = (size_t)o->rows * (size_t)o->cols;
-    for (size_t i = 0; i < n; i++) {
-        unsigned c = i % 2 ? p[i / 2] & 15 : p[i / 2] >> 4;
-        float v = l->map[c] * l->scale[i / (size_t)l->bs];
-        d[i] = l->dtype == INF_BF16  ? inf_bf16_to_f32(inf_f32_to_bf16(v))
-               : l->dtype == INF_F16 ? inf_f16_to_f32(inf_f32_to_f16(v))
-                                     : v;
+    size_t n = (size_t)o->rows * (size_t)o->cols, bs = (size_t)l->bs;
+    for (size_t i0 = 0; i0 < n; i0 += bs) { /* one block's scale at a time */
+        size_t i1 = i0 + bs < n ? i0 + bs : n;
+        float sc = l->scale[i0 / bs];
+        for (size_t i = i0; i < i1; i++) {
+            unsigned c = i % 2 ? p[i / 2] & 15 : p[i / 2] >> 4;
+            d[i] = l->map[c] * sc;
+        }
+        for (size_t i = i0; l->dtype != INF_F32 && i < i1; i++) /* rounded to the dtype */
+            d[i] = l->dtype == INF_BF16 ? inf_bf16_to_f32(inf_f32_to_bf16(d[i]))
+                                        : inf_f16_to_f32(inf_f32_to_f16(d[i]));
     }
 }
 

@@ -75,9 +75,13 @@ static void fp8_convert(const void *src, const void *aux, int arg, const model_t
         lut[c] = e4m3(c);
     for (int64_t n = 0; n < o->rows; n++) {
         const float *sr = b->s + (n / b->bn) * b->kb;
-        for (int64_t k = 0; k < o->cols; k++) {
-            size_t i = (size_t)n * (size_t)o->cols + (size_t)k;
-            d[i] = lut[p[i]] * sr[k / b->bk];
+        for (int64_t k0 = 0; k0 < o->cols; k0 += b->bk) { /* one block's scale at a time */
+            int64_t k1 = k0 + b->bk < o->cols ? k0 + b->bk : o->cols;
+            float sc = sr[k0 / b->bk];
+            for (int64_t k = k0; k < k1; k++) {
+                size_t i = (size_t)n * (size_t)o->cols + (size_t)k;
+                d[i] = lut[p[i]] * sc;
+            }
         }
     }
 }

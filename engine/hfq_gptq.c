@@ -33,6 +33,7 @@ static int part(const hfq *q, const st_set *st, const char *prefix, const char *
 typedef struct gq_src {
     int awq, zero_plus1;
     int bits, pf; /* GPTQ: 4 or 8 bits, pf = 32 / bits values per int32 */
+    int64_t G;    /* groups */
     int64_t N;
     const st_tensor *qw, *qz, *sc;
     int slot[8]; /* AWQ: output 8j + o is in nibble slot[o] */
@@ -63,7 +64,9 @@ static int gq_zero(const void *ctx, int64_t n, int64_t g)
 }
 
 /* W[n][k] = scale * (q - zero) in f32, exact: an f16 times a small integer
- * (hfq__convert's fn: src a gq_src, aux the group of each input). */
+ * (hfq__convert's fn: src a gq_src, aux the group of each input). Each
+ * group's scales and zeros are read once into tables, and the outputs go
+ * 16 rows at a time so that each row's f32 is written in order. */
 static void gq_convert(const void *src, const void *aux, int arg, const model_tensor *o,
                        void *dst)
 {
@@ -71,12 +74,41 @@ static void gq_convert(const void *src, const void *aux, int arg, const model_te
     const gq_src *s = src;
     const int32_t *grp = aux;
     float *w = dst;
-    const int64_t N = o->rows, K = o->cols;
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t n = 0; n < N; n++)
-            w[(size_t)n * (size_t)K + (size_t)k] =
-                inf_f16_to_f32(gq_scale(s, n, grp[k])) *
-                (float)(gq_code(s, n, k) - gq_zero(s, n, grp[k]));
+    const int64_t N = o->rows, K = o->cols, G = s->G;
+    float *sf = malloc(sizeof *sf * (size_t)(G * N));
+    int *zf = malloc(sizeof *zf * (size_t)(G * N));
+    for (int64_t i = 0; sf && zf && i < G * N; i++) {
+        sf[i] = inf_f16_to_f32(gq_scale(s, i % N, i / N));
+        zf[i] = gq_zero(s, i % N, i / N);
+    }
+    enum { TN = 16, TK = 64 }; /* a tile of 16 rows x 64 inputs, built here then copied
+                                  row by row: stores 8 KB apart alias in L1 */
+    float tile[TN][TK];
+    for (int64_t n0 = 0; n0 < N; n0 += TN) {
+        int64_t n1 = n0 + TN < N ? n0 + TN : N;
+        for (int64_t k0 = 0; k0 < K; k0 += TK) {
+            int64_t k1 = k0 + TK < K ? k0 + TK : K;
+            for (int64_t k = k0; k < k1; k++) {
+                int64_t g = grp[k];
+                /* GPTQ's word row and shift of input k, once for the rows */
+                int64_t kw = k / s->pf;
+                int shift = s->bits * (int)(k % s->pf);
+                unsigned mask = (1u << s->bits) - 1;
+                for (int64_t n = n0; n < n1; n++) {
+                    float sc = sf && zf ? sf[g * N + n] : inf_f16_to_f32(gq_scale(s, n, g));
+                    int z = sf && zf ? zf[g * N + n] : gq_zero(s, n, g);
+                    int c = s->awq ? gq_code(s, n, k)
+                                   : (int)(hfq__u32(s->qw, (size_t)(kw * N + n)) >> shift & mask);
+                    tile[n - n0][k - k0] = sc * (float)(c - z);
+                }
+            }
+            for (int64_t n = n0; n < n1; n++)
+                memcpy(w + (size_t)n * (size_t)K + (size_t)k0, tile[n - n0],
+                       sizeof(float) * (size_t)(k1 - k0));
+        }
+    }
+    free(sf);
+    free(zf);
 }
 
 /* The linear as f32 (hfq__convert: at once, or deferred with its own copy of
@@ -141,8 +173,8 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         }
     }
     static const int awq_order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-    gq_src src = {.awq = awq, .bits = q->bits, .pf = pf, .N = N, .qw = qw, .qz = qz, .sc = sc,
-                  .zero_plus1 = q->zero_plus1};
+    gq_src src = {.awq = awq, .bits = q->bits, .pf = pf, .G = G, .N = N, .qw = qw, .qz = qz,
+                  .sc = sc, .zero_plus1 = q->zero_plus1};
     for (int i = 0; i < 8; i++)
         src.slot[awq_order[i]] = i;
     /* the int4 kernels take the codes as stored when every 32 inputs share

@@ -60,8 +60,18 @@ void *hfq__keep_bytes(hfq *q, size_t n);
 
 /* Element i of a tensor, little-endian: a 32- or 16-bit word, or an F32,
  * BF16 or F16 value as f32 (exactly). */
-uint32_t hfq__u32(const st_tensor *t, size_t i);
-uint16_t hfq__u16(const st_tensor *t, size_t i);
+static inline uint32_t hfq__u32(const st_tensor *t, size_t i) /* inline: the converters' */
+{                                                              /* inner loops read these  */
+    const uint8_t *p = (const uint8_t *)t->data + 4 * i;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline uint16_t hfq__u16(const st_tensor *t, size_t i)
+{
+    const uint8_t *p = (const uint8_t *)t->data + 2 * i;
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
 float hfq__float_at(const st_tensor *t, size_t i);
 
 /* *out emptied to a [rows, cols] linear called name, of no dtype yet. */

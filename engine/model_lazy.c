@@ -15,8 +15,34 @@ struct model_lazy {
     model_convert_fn fn;
     const void *src, *aux;
     int arg;
-    void *buf; /* its conversion while a backend needs it, else NULL */
+    void *buf;   /* its conversion while a backend needs it; after, kept as
+                    a spare for the next layer's matrix of its size (fresh
+                    memory costs a page fault per 4 KB, a third of a lazy
+                    load's time), until the last layer is let go */
+    size_t cap;  /* buf's bytes */
+    int in_use;  /* buf holds this matrix's conversion */
 };
+
+/* A spare buffer of at least bytes, taken from an entry that no longer
+ * needs it, or a new one; NULL when out of memory. */
+static void *take(model *m, size_t bytes, size_t *cap)
+{
+    struct model_lazy *best = NULL;
+    for (int i = 0; i < m->n_lazy; i++) {
+        struct model_lazy *z = &m->lazy[i];
+        if (z->buf && !z->in_use && z->cap >= bytes && (!best || z->cap < best->cap))
+            best = z;
+    }
+    if (!best) {
+        *cap = bytes;
+        return malloc(bytes ? bytes : 1);
+    }
+    void *b = best->buf;
+    *cap = best->cap;
+    best->buf = NULL;
+    best->cap = 0;
+    return b;
+}
 
 int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, const void *src,
                 const void *aux, int arg, inf_err *err)
@@ -47,15 +73,20 @@ int model_layer_need(void *mv, int layer, inf_err *err)
     model *m = mv;
     for (int i = 0; m && i < m->n_lazy; i++) {
         struct model_lazy *z = &m->lazy[i];
-        if (z->layer != layer || z->buf)
+        if (z->layer != layer || z->in_use)
             continue;
         model_tensor *o = z->out;
         /* int8 rows beside their scales (bound at load), or f32 / bf16 data */
         size_t bytes = (size_t)o->rows * (size_t)o->cols *
                        (o->q8_scale ? 1 : inf_dtype_size(o->dtype));
-        if (!(z->buf = malloc(bytes ? bytes : 1)))
+        if (!z->buf || z->cap < bytes) {
+            free(z->buf);
+            z->buf = take(m, bytes, &z->cap);
+        }
+        if (!z->buf)
             return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", m->dir,
                             o->name ? o->name : "?");
+        z->in_use = 1;
         z->fn(z->src, z->aux, z->arg, o, z->buf);
         if (o->q8_scale)
             o->q8 = z->buf;
@@ -67,12 +98,21 @@ int model_layer_need(void *mv, int layer, inf_err *err)
 
 void model__lazy_release(model *m, int layer)
 {
-    for (int i = 0; i < m->n_lazy; i++)
-        if (m->lazy[i].layer == layer) {
+    int last = 1; /* no later layer waits: the spares go too */
+    for (int i = 0; i < m->n_lazy; i++) {
+        struct model_lazy *z = &m->lazy[i];
+        last &= z->layer <= layer;
+        if (z->layer == layer) {
+            z->in_use = 0;
+            z->out->data = NULL;
+            z->out->q8 = NULL;
+        }
+    }
+    for (int i = 0; last && i < m->n_lazy; i++)
+        if (!m->lazy[i].in_use) {
             free(m->lazy[i].buf);
             m->lazy[i].buf = NULL;
-            m->lazy[i].out->data = NULL;
-            m->lazy[i].out->q8 = NULL;
+            m->lazy[i].cap = 0;
         }
 }
 
