@@ -257,6 +257,20 @@ size_t inf_utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
     return len;
 }
 
+void *inf_alloc_big(size_t n)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (n < huge)
+        return malloc(n ? n : 1);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, n))
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint, as below */
+#endif
+    return p;
+}
+
 void *inf_map_weights(int fd, size_t len)
 {
     void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);

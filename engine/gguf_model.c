@@ -31,7 +31,7 @@ static void *keep(gguf_weights *w, size_t bytes)
         w->bufs = b;
         w->cap = cap;
     }
-    void *p = malloc(bytes ? bytes : 1);
+    void *p = inf_alloc_big(bytes);
     if (p)
         w->bufs[w->n_bufs++] = p;
     return p;

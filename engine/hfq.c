@@ -200,7 +200,7 @@ static void *keep(hfq *q, size_t n, int is_code)
         q->sizes = z;
         q->cap = cap;
     }
-    void *p = malloc(n ? n : 1);
+    void *p = inf_alloc_big(n);
     if (p) {
         q->is_code[q->n_bufs] = (unsigned char)is_code;
         q->sizes[q->n_bufs] = n;

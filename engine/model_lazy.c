@@ -35,7 +35,7 @@ static void *take(model *m, size_t bytes, size_t *cap)
     }
     if (!best) {
         *cap = bytes;
-        return malloc(bytes ? bytes : 1);
+        return inf_alloc_big(bytes);
     }
     void *b = best->buf;
     *cap = best->cap;
