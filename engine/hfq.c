@@ -268,15 +268,11 @@ int hfq__convert(hfq *q, model_tensor *out, model_convert_fn fn, const void *src
     int layer = q->defer ? layer_of(out->name) : -1;
     if (layer >= 0)
         return q->defer(q->defer_ctx, out, layer, fn, src, aux, arg, err);
-    size_t n = (size_t)out->rows * (size_t)out->cols;
-    void *d = out->q8_scale ? hfq__keep_bytes(q, n) : hfq__keep(q, n);
+    void *d = hfq__keep_bytes(q, model_convert_bytes(out));
     if (!d)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, out->name);
     fn(src, aux, arg, out, d);
-    if (out->q8_scale)
-        out->q8 = d;
-    else
-        out->data = d;
+    model_convert_into(out, d);
     return INF_OK;
 }
 

@@ -78,7 +78,7 @@ float hfq__float_at(const st_tensor *t, size_t i);
 void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
 
 /* *out (hfq__out: shape and name set) converted by fn(src, aux, arg): as
- * int8 rows (model_tensor.q8) when out->q8_scale is set, else as f32
+ * int8 rows or f32, as model_convert_into says (q8_scale bound or not)
  * (out->dtype INF_F32); now, into memory owned by q, or, for a layer
  * matrix ("model.layers.N.*") of a q that defers (hfq_set_defer), when a
  * backend needs its layer. src and aux must then live as long as q (or the

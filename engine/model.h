@@ -197,6 +197,12 @@ void model_drop_codes(model *m);
 typedef void (*model_convert_fn)(const void *src, const void *aux, int arg,
                                  const model_tensor *t, void *dst);
 
+/* Where a conversion of t goes (a model_convert_fn's dst), one rule for
+ * every loader and the lazy list: its bytes, and t pointed at it: int8 rows
+ * (q8) when t's q8_scale is bound, else data in t->dtype. */
+size_t model_convert_bytes(const model_tensor *t);
+void model_convert_into(model_tensor *t, void *dst);
+
 /* Lazy layers: a loader asked for them (model_load_opts.lazy_layers) binds
  * a layer matrix it would convert with out's shape and dtype set and defers
  * the conversion (m a model; out->data NULL until model_layer_need).

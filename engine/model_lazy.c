@@ -3,8 +3,8 @@
  * defers it here instead, and a backend that packs or uploads each layer
  * has it converted just before (model_layer_need) and freed just after
  * (model_layer_packed), so one layer's conversion is held at a time. One
- * list for every format: the loaders only say how to convert. A matrix
- * bound with its q8_scale gets int8 rows (model_tensor.q8), else data. */
+ * list for every format: the loaders only say how to convert
+ * (model_convert_bytes / _into say where it goes). */
 #include <stdlib.h>
 
 #include "model_int.h"
@@ -44,6 +44,19 @@ static void *take(model *m, size_t bytes, size_t *cap)
     return b;
 }
 
+size_t model_convert_bytes(const model_tensor *t)
+{
+    return (size_t)t->rows * (size_t)t->cols * (t->q8_scale ? 1 : inf_dtype_size(t->dtype));
+}
+
+void model_convert_into(model_tensor *t, void *dst)
+{
+    if (t->q8_scale)
+        t->q8 = dst;
+    else
+        t->data = dst;
+}
+
 int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, const void *src,
                 const void *aux, int arg, inf_err *err)
 {
@@ -76,9 +89,7 @@ int model_layer_need(void *mv, int layer, inf_err *err)
         if (z->layer != layer || z->in_use)
             continue;
         model_tensor *o = z->out;
-        /* int8 rows beside their scales (bound at load), or f32 / bf16 data */
-        size_t bytes = (size_t)o->rows * (size_t)o->cols *
-                       (o->q8_scale ? 1 : inf_dtype_size(o->dtype));
+        size_t bytes = model_convert_bytes(o);
         if (!z->buf || z->cap < bytes) {
             free(z->buf);
             z->buf = take(m, bytes, &z->cap);
@@ -88,10 +99,7 @@ int model_layer_need(void *mv, int layer, inf_err *err)
                             o->name ? o->name : "?");
         z->in_use = 1;
         z->fn(z->src, z->aux, z->arg, o, z->buf);
-        if (o->q8_scale)
-            o->q8 = z->buf;
-        else
-            o->data = z->buf;
+        model_convert_into(o, z->buf);
     }
     return INF_OK;
 }
