@@ -71,7 +71,7 @@ AVX2_FLAGS   := -mavx2 -mfma -mf16c
 # The kernel tables and what they need (int8 packing, the thread pool), for
 # the unit tests that link them without the whole library.
 CPU_KERN_OBJ := cpu/kern.o cpu/kern_generic.o cpu/kern_avx2.o cpu/kern_avx512.o \
-                cpu/kern_avx512_vnni.o cpu/kern_avx512_bf16.o cpu/kern_bf16dp.o cpu/qw.o cpu/pool.o cpu/hpage.o \
+                cpu/kern_avx512_vnni.o cpu/kern_avx512_bf16.o cpu/kern_bf16dp.o cpu/qw.o cpu/pool.o \
                 cpu/q4w.o engine/qdef.o cpu/q4_generic.o cpu/q4_avx2.o cpu/q4_avx512.o cpu/q4_avx512_vnni.o
 # The tokenizer: the generic layer and its implementations.
 TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/hpage.h"
 #include "engine/qdef.h"
 
 _Static_assert(CPU_Q4_GROUP == QDEF_Q4_GROUP, "int4 groups are qdef's");
@@ -38,7 +37,9 @@ int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err
     q->G = (K + CPU_Q4_GROUP - 1) / CPU_Q4_GROUP;
     q->tiles = (N + CPU_Q4_ROWS - 1) / CPU_Q4_ROWS;
     q->zp = zp != 0;
-    q->w = cpu_hpage_alloc(q4_bytes(q));
+    q->w = inf_alloc_big(q4_bytes(q));
+    if (q->w)
+        memset(q->w, 0, q4_bytes(q));
     if (!q->w) {
         size_t mib = q4_bytes(q) >> 20;
         free(q);
@@ -207,7 +208,7 @@ void cpu_q4w_destroy(cpu_q4w *q)
 {
     if (!q)
         return;
-    cpu_hpage_free(q->w, q4_bytes(q));
+    free(q->w);
     free(q);
 }
 

@@ -1,6 +1,5 @@
 #include "cpu/qw.h"
 
-#include "cpu/hpage.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -84,7 +83,9 @@ int cpu_qw_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_
     q->N64 = (q->N + CPU_QN - 1) / CPU_QN * CPU_QN;
     q->K4 = (q->K + 3) / 4;
     int nt = pool ? cpu_pool_size(pool) : 1;
-    q->w = cpu_hpage_alloc(map_bytes(q)); /* zeroed: the padding relies on it */
+    q->w = inf_alloc_big(map_bytes(q));
+    if (q->w) /* zeroed: the padding relies on it */
+        memset(q->w, 0, map_bytes(q));
     q->scale = zalloc64((size_t)q->N64 * sizeof(float));
     q->wsum = zalloc64((size_t)q->N64 * sizeof(int32_t));
     qw_job j = {.t = t, .k = k, .q = q};
@@ -113,7 +114,7 @@ void cpu_qw_destroy(cpu_qw *q)
 {
     if (!q)
         return;
-    cpu_hpage_free(q->w, map_bytes(q));
+    free(q->w);
     free(q->scale);
     free(q->wsum);
     free(q);

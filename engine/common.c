@@ -260,11 +260,11 @@ size_t inf_utf8_decode(const unsigned char *s, size_t n, unsigned *cp)
 void *inf_alloc_big(size_t n)
 {
     const size_t huge = (size_t)2 << 20;
-    if (n < huge)
-        return malloc(n ? n : 1);
     void *p = NULL;
-    if (posix_memalign(&p, huge, n))
+    if (posix_memalign(&p, n < huge ? 64 : huge, n ? n : 1))
         return NULL;
+    if (n < huge)
+        return p;
 #ifdef MADV_HUGEPAGE
     (void)madvise(p, (n + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint, as below */
 #endif

@@ -83,11 +83,12 @@ int inf_read_file(const char *path, size_t max_bytes, char **out, size_t *len, i
  * weights a fault per 4 KiB and every pass a TLB miss per 4 KiB (docs/engine.md). */
 void *inf_map_weights(int fd, size_t len);
 
-/* n bytes for a large buffer written whole once (a conversion of weights),
- * freed by free(): from 2 MiB up, 2 MiB-aligned and hinted to transparent
- * huge pages, so its first touch faults once per 2 MiB, not per 4 KiB (a
- * third to a half of a quantized checkpoint's load on these VMs). NULL when
- * out of memory. */
+/* n bytes for weights (a conversion at load, a backend's packed copy),
+ * freed by free(), not zeroed: 64-byte aligned, and from 2 MiB up 2 MiB
+ * aligned and hinted to transparent huge pages, so a first touch faults
+ * once per 2 MiB, not per 4 KiB (a third to a half of a quantized
+ * checkpoint's load on these VMs), and streams over them miss the TLB once
+ * per 2 MiB. NULL when out of memory. */
 void *inf_alloc_big(size_t n);
 
 /* Monotonic clock in seconds. */
