@@ -46,7 +46,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     hfq_pack pack = {0};
     int ct = method && !strcmp(method, "compressed-tensors");
     int fp8m = method && !strcmp(method, "fp8"), block[2] = {0, 0};
-    int bnb = method && !strcmp(method, "bitsandbytes");
+    int bnb = method && !strcmp(method, "bitsandbytes"), bnb_bits = 4;
     if (!cJSON_IsObject(qc) || !method)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: quantization_config has no quant_method",
                       config_path);
@@ -55,7 +55,7 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
     else if (fp8m)
         rc = hfq__fp8_open(qc, config_path, block, err);
     else if (bnb)
-        rc = hfq__bnb_open(qc, config_path, err);
+        rc = hfq__bnb_open(qc, config_path, &bnb_bits, err);
     else if (strcmp(method, "gptq") && strcmp(method, "awq"))
         rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s: quantization_config quant_method '%s' is "
                       "not supported (gptq, awq, compressed-tensors, fp8, bitsandbytes)",
@@ -88,13 +88,16 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
         else if (fp8m)
             snprintf(q->desc, sizeof q->desc, "fp8 (E4M3 weights, a scale per tensor: "
                      "dequantized to f32 at load; activations not quantized)");
+        else if (bnb && bnb_bits == 8)
+            snprintf(q->desc, sizeof q->desc, "bitsandbytes 8-bit LLM.int8 (int8 rows with a "
+                     "scale each: dequantized to f32 at load; activations not quantized)");
         else if (bnb) /* the config's type; each linear's own state says its */
             snprintf(q->desc, sizeof q->desc, "bitsandbytes 4-bit %s (dequantized to f32 at "
                      "load; activations not quantized)",
                      hfq__jstr(qc, "bnb_4bit_quant_type") ? hfq__jstr(qc, "bnb_4bit_quant_type")
                                                          : "fp4");
         q->group = group;
-        q->bits = bits;
+        q->bits = bnb ? bnb_bits : bits;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
         q->pack = pack;
         snprintf(q->path, sizeof q->path, "%s", config_path);

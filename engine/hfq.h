@@ -1,7 +1,7 @@
 /* hfq_: Hugging Face pre-quantized checkpoints, by config.json's
  * quantization_config: GPTQ (4- and 8-bit) and AWQ 4-bit linear layers,
  * compressed-tensors' int8, FP8 and pack-quantized (W4A16 / W8A16)
- * schemes, quant_method fp8 and bitsandbytes 4-bit.
+ * schemes, quant_method fp8 and bitsandbytes 4- and 8-bit.
  *
  * A quantized linear `P.weight` [N out, K in] is stored as
  *
@@ -71,7 +71,15 @@
  *   not; engine/hfq_bnb.c has the layout): dequantized as bitsandbytes
  *   does, each weight rounded to the quant_state's dtype, into f32.
  *
- * Other methods (bitsandbytes 8-bit, HQQ, ...), other bit widths, AWQ's gemv layouts and other
+ *   bitsandbytes 8-bit (load_in_8bit, LLM.int8; row layout):
+ *         P.weight I8 [N, K]; P.SCB F32 [N]; P.weight_format U8 0;
+ *         W[n][k] = f32(weight[n][k] * SCB[n]) * f32(1/127)
+ *
+ * is dequantized to f32 as bitsandbytes does; activations are not
+ * quantized (LLM.int8's outlier threshold is a way of running it, not part
+ * of the weights).
+ *
+ * Other methods (HQQ, ...), other bit widths, AWQ's gemv layouts and other
  * compressed-tensors schemes (F8_E5M2, FP8 blocks, zero points or groups
  * outside pack-quantized, W4A8) are refused by
  * name. */

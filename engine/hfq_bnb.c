@@ -1,6 +1,6 @@
-/* hfq_: bitsandbytes 4-bit checkpoints (quant_method bitsandbytes,
- * load_in_4bit: the "-bnb-4bit" models transformers and Unsloth save),
- * each linear dequantized to f32 like the other formats (hfq.h).
+/* hfq_: bitsandbytes checkpoints (quant_method bitsandbytes: load_in_4bit,
+ * the "-bnb-4bit" models transformers and Unsloth save, and load_in_8bit,
+ * LLM.int8), each linear dequantized to f32 like the other formats (hfq.h).
  *
  * A linear P.weight [N, K] is stored as P.weight U8 [ceil(N*K/2), 1], the
  * row-major codes two to a byte, the first in the high nibble;
@@ -14,7 +14,13 @@
  * nested_quant_map[absmax[b]] * nested_absmax[b / nested_blocksize] +
  * nested_offset (f32), and element i is quant_map[code_i] * scale[i /
  * blocksize] in f32 rounded to dtype, as bitsandbytes' CUDA dequantize
- * writes it. */
+ * writes it.
+ *
+ * LLM.int8 stores P.weight I8 [N, K] row-major, P.SCB F32 [N] (each row's
+ * absmax) and P.weight_format U8, one value: 0 for "row" (1 to 3 are the
+ * tiled col32 / col_turing / col_ampere layouts of old bitsandbytes,
+ * refused). W[n][k] = f32(q * SCB[n]) * f32(1/127), the two f32 products of
+ * bitsandbytes' int8_vectorwise_dequant. */
 #include "hfq_int.h"
 
 #include <math.h>
@@ -24,14 +30,18 @@
 
 #define BNB "bitsandbytes"
 
-int hfq__bnb_open(const cJSON *qc, const char *path, inf_err *err)
+int hfq__bnb_open(const cJSON *qc, const char *path, int *bits, inf_err *err)
 {
-    if (hfq__jbool(qc, "load_in_8bit", 0) == 1)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " BNB " load_in_8bit (LLM.int8) is not "
-                        "supported (4-bit: load_in_4bit)", path);
-    if (hfq__jbool(qc, "load_in_4bit", 0) != 1)
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " BNB " quantization_config without "
-                        "load_in_4bit true is not supported", path);
+    int b8 = hfq__jbool(qc, "load_in_8bit", 0), b4 = hfq__jbool(qc, "load_in_4bit", 0);
+    if (b8 < 0 || b4 < 0 || b8 + b4 != 1)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " BNB " quantization_config needs exactly one "
+                        "of load_in_4bit and load_in_8bit true", path);
+    *bits = b8 ? 8 : 4;
+    if (b8 && hfq__jbool(qc, "llm_int8_has_fp16_weight", 0) == 1)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " BNB " llm_int8_has_fp16_weight true "
+                        "(weights kept in f16 for training) is not supported", path);
+    if (b8)
+        return INF_OK;
     const char *st = hfq__jstr(qc, "bnb_4bit_quant_storage");
     if (st && strcmp(st, "uint8"))
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: " BNB " bnb_4bit_quant_storage '%s' is not "
@@ -174,12 +184,87 @@ static int read_state(const hfq *q, const st_set *st, const char *name, int64_t 
     return rc;
 }
 
+/* One LLM.int8 linear: its codes and SCB widened to f32 (kept by q). */
+typedef struct bnb8_lin {
+    const st_tensor *w;
+    const float *scb;
+} bnb8_lin;
+
+/* hfq__convert's fn: src a bnb8_lin. */
+static void bnb8_convert(const void *src, const void *aux, int arg, const model_tensor *o,
+                         void *dst)
+{
+    (void)aux, (void)arg;
+    const bnb8_lin *l = src;
+    const int8_t *p = l->w->data;
+    const float inv127 = 1.0f / 127.0f; /* bitsandbytes' 7.874015718698502e-3 in f32 */
+    float *d = dst;
+    for (int64_t n = 0; n < o->rows; n++) {
+        const float s = l->scb[n];
+        for (int64_t k = 0; k < o->cols; k++) {
+            float v = (float)p[n * o->cols + k] * s; /* rounded here, as torch does */
+            d[n * o->cols + k] = v * inv127;
+        }
+    }
+}
+
+/* P.<leaf> beside P.weight (name), or NULL. */
+static const st_tensor *sibling(const st_set *st, const char *name, const char *leaf)
+{
+    char pn[320];
+    size_t n = strlen(name), l = strlen(leaf);
+    if (n < 7 || strcmp(name + n - 7, ".weight") || n - 6 + l >= sizeof pn)
+        return NULL;
+    memcpy(pn, name, n - 6); /* "P." */
+    memcpy(pn + n - 6, leaf, l + 1);
+    return st_find(st, pn);
+}
+
+static int bind8(hfq *q, const st_set *st, const st_tensor *w, int64_t rows, int64_t cols,
+                 model_tensor *out, inf_err *err)
+{
+    const char *name = w->name;
+    if (strcmp(w->dtype_name, "I8") || w->ndim != 2 || w->shape[0] != rows || w->shape[1] != cols)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be I8 [%lld, %lld] (a " BNB
+                        " 8-bit linear)", w->file, name, (long long)rows, (long long)cols);
+    const st_tensor *scb = sibling(st, name, "SCB"), *fmt = sibling(st, name, "weight_format");
+    if (!scb)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: " BNB " 8-bit checkpoint without the SCB "
+                        "tensor beside '%s'", q->path, name);
+    if ((strcmp(scb->dtype_name, "F32") && strcmp(scb->dtype_name, "F16") &&
+         strcmp(scb->dtype_name, "BF16")) || numel(scb) != rows)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be F32, F16 or BF16 of %lld "
+                        "values (a scale per row)", scb->file, scb->name, (long long)rows);
+    if (fmt && (strcmp(fmt->dtype_name, "U8") || numel(fmt) != 1))
+        return inf_fail(err, INF_ERR_FORMAT, "%s: tensor '%s' must be one U8", fmt->file,
+                        fmt->name);
+    if (fmt && *(const uint8_t *)fmt->data != 0)
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: %s is %u: only the row layout (0) is "
+                        "supported, not old bitsandbytes' tiled GPU layouts", fmt->file,
+                        fmt->name, *(const uint8_t *)fmt->data);
+    float *s = hfq__keep(q, (size_t)rows);
+    bnb8_lin *l = s ? hfq__keep_bytes(q, sizeof *l) : NULL;
+    if (!l)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
+    for (int64_t n = 0; n < rows; n++)
+        if (!isfinite(s[n] = hfq__float_at(scb, (size_t)n)))
+            return inf_fail(err, INF_ERR_FORMAT, "%s: %s[%lld] is not finite", scb->file,
+                            scb->name, (long long)n);
+    l->w = w;
+    l->scb = s;
+    hfq__out(out, rows, cols, name);
+    out->dtype = INF_F32;
+    return hfq__convert(q, out, bnb8_convert, l, NULL, 0, err);
+}
+
 int hfq__bnb_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                   model_tensor *out, inf_err *err)
 {
     const st_tensor *w = st_find(st, name);
     if (!w)
         return inf_fail(err, INF_ERR_FORMAT, "%s: missing tensor '%s'", q->path, name);
+    if (q->bits == 8)
+        return bind8(q, st, w, rows, cols, out, err);
     const int64_t n = rows * cols;
     if (strcmp(w->dtype_name, "U8") || numel(w) != (n + 1) / 2)
         return inf_fail(err, INF_ERR_UNSUPPORTED, "%s: tensor '%s' is %s of %lld values; a "

@@ -173,12 +173,13 @@ int hfq__fp8_open(const cJSON *qc, const char *path, int block[2], inf_err *err)
 int hfq__fp8m_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                    model_tensor *out, inf_err *err);
 
-/* Checks a quant_method bitsandbytes quantization_config (load_in_4bit,
- * uint8 storage): INF_OK or what is not supported. */
-int hfq__bnb_open(const cJSON *qc, const char *path, inf_err *err);
+/* Checks a quant_method bitsandbytes quantization_config (load_in_4bit
+ * with uint8 storage, or load_in_8bit): INF_OK with *bits 4 or 8, or what
+ * is not supported. */
+int hfq__bnb_open(const cJSON *qc, const char *path, int *bits, inf_err *err);
 
-/* hfq_bind for bitsandbytes 4-bit (engine/hfq_bnb.c says the layout):
- * dequantized into f32. */
+/* hfq_bind for bitsandbytes 4-bit and 8-bit (q->bits; engine/hfq_bnb.c
+ * says the layouts): dequantized into f32. */
 int hfq__bnb_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int64_t cols,
                   model_tensor *out, inf_err *err);
 

@@ -3,8 +3,8 @@
  * compressed-tensors: the scheme's fields, I8 or F8_E4M3 weights or
  * pack-quantized I32 ones, scales, zero points, g_idx; quant_method fp8's
  * block scales; bitsandbytes' 4-bit codes, absmax, nested parts and JSON
- * quant_state). A bound tensor must
- * be readable whole, and a desc_act order (q4_perm) an order of its
+ * quant_state, and 8-bit codes, SCB and weight_format). A bound tensor
+ * must be readable whole, and a desc_act order (q4_perm) an order of its
  * inputs. Input:
  * u8 rows selector (its top bit: 4-bit codes kept as stored,
  * hfq_set_packed_q4), u8 cols selector (its top bit: W8A16 int8 rows,

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bitsandbytes 4-bit checkpoints (engine/hfq_bnb.c) against numpy.
+"""bitsandbytes 4-bit and 8-bit checkpoints (engine/hfq_bnb.c) against numpy.
 
 A test model's layer linears are quantized and serialized the way
 bitsandbytes' 4-bit layers save them (transformers' save_pretrained of a
@@ -25,6 +25,13 @@ inferd's code:
   dequantize (bitsandbytes' CUDA kernels): scale[b] = absmax[b], or
     nested_quant_map[absmax[b]] * nested_absmax[b // 256] + offset in f32;
     w = f32(quant_map[code]) * scale[block] in f32, rounded to dtype.
+
+8-bit (load_in_8bit, LLM.int8), as bitsandbytes' Linear8bitLt saves it:
+  quantize: per row, SCB[n] = max |w[n]|; q = round(w * 127 / SCB) in int8.
+  stored, for P.weight: P.weight I8 [N, K]; P.SCB F32 [N]; P.weight_format
+    U8 [] = 0 (the row layout).
+  dequantize (bitsandbytes' int8_vectorwise_dequant): f32(q * SCB[n]),
+    then times f32(1/127), each product rounded to f32.
 
 Checks: logits bit-identical to a plain f32 checkpoint of the numpy-
 dequantized weights on every kernel table, the same greedy tokens, and
@@ -110,6 +117,42 @@ def quantize(w, qtype, blocksize, nested, dtype):
     return parts, deq.reshape(w.shape)
 
 
+def quantize8(w):
+    """One linear's LLM.int8 parts {suffix of P: array} and its dequantized f32."""
+    w = w.astype(np.float32)
+    scb = np.abs(w).max(1).astype(np.float32)
+    scb = np.where(scb == 0, np.float32(1), scb)
+    q = np.clip(np.round(w * (np.float32(127) / scb[:, None])), -127, 127).astype(np.int8)
+    deq = (q.astype(np.float32) * scb[:, None]).astype(np.float32) * np.float32(1 / 127)
+    return {".weight": q, ".SCB": scb, ".weight_format": np.array(0, np.uint8)}, deq
+
+
+def make8(src, out, skip=()):
+    """src as a bitsandbytes 8-bit checkpoint at out (the linears named in
+    skip kept as plain f32, as llm_int8_skip_modules leaves them) and its
+    dequantized twin at out + "-f32"; returns the tensors written."""
+    w = llama_ref.load_weights(src)
+    t, deq = ct_ref.begin_pair(src, out, w)
+    for name, v in w.items():
+        if not ct_ref.is_linear(name):
+            continue
+        if name in skip:
+            t[name] = deq[name] = v.astype(np.float32)
+            continue
+        parts, d = quantize8(v)
+        for suffix, a in parts.items():
+            t[name[:-len(".weight")] + suffix] = a
+        deq[name] = d
+    qc = {"quant_method": "bitsandbytes", "load_in_4bit": False, "load_in_8bit": True,
+          "llm_int8_threshold": 6.0, "llm_int8_has_fp16_weight": False,
+          "llm_int8_skip_modules": sorted(n.split(".")[-2] for n in skip) or None,
+          "llm_int8_enable_fp32_cpu_offload": False, "bnb_4bit_quant_type": "fp4",
+          "bnb_4bit_use_double_quant": False, "bnb_4bit_compute_dtype": "float32",
+          "bnb_4bit_quant_storage": "uint8"}
+    ct_ref.write_pair(src, out, t, deq, qc, u8(t))
+    return t
+
+
 def u8(t):
     """ct_ref.write_st's dtypes for t: its uint8 arrays as U8."""
     return {name: "U8" for name, a in t.items() if a.dtype == np.uint8}
@@ -138,7 +181,8 @@ def make(src, out, qtype="nf4", blocksize=64, nested=True, dtype="bfloat16"):
 def refusals(build, tmp, base, failures):
     bad = os.path.join(tmp, "bad")
     L = "model.layers.0.self_attn.q_proj.weight"
-    cfg = [("8-bit", {"load_in_8bit": True, "load_in_4bit": False}, "load_in_8bit (LLM.int8) is not supported"),
+    cfg = [("4- and 8-bit", {"load_in_8bit": True}, "exactly one of load_in_4bit and load_in_8bit"),
+           ("8-bit said of 4-bit codes", {"load_in_8bit": True, "load_in_4bit": False}, "must be I8 [64, 64]"),
            ("storage", {"bnb_4bit_quant_storage": "bfloat16"}, "bnb_4bit_quant_storage 'bfloat16' is not supported")]
     for label, edit, want in cfg:
         shutil.rmtree(bad, ignore_errors=True)
@@ -178,6 +222,73 @@ def refusals(build, tmp, base, failures):
     print(f"  refused: {len(cfg)} unsupported configurations, {len(tensors)} broken checkpoints")
 
 
+def refusals8(build, tmp, base, failures):
+    """What a broken or unsupported LLM.int8 checkpoint gets."""
+    bad = os.path.join(tmp, "bad8")
+    P = "model.layers.0.self_attn.q_proj"
+    cfg = [("fp16 weights", {"llm_int8_has_fp16_weight": True}, "llm_int8_has_fp16_weight true"),
+           ("neither", {"load_in_8bit": False}, "exactly one of load_in_4bit and load_in_8bit")]
+    for label, edit, want in cfg:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        c = json.load(open(os.path.join(bad, "config.json")))
+        c["quantization_config"].update(edit)
+        json.dump(c, open(os.path.join(bad, "config.json"), "w"))
+        hq.refused(build, bad, want, label, failures)
+    w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
+    tensors = [
+        ("col_turing layout", lambda t: t.update({P + ".weight_format": np.array(2, np.uint8)}),
+         "is 2: only the row layout (0) is supported"),
+        ("no SCB", lambda t: t.pop(P + ".SCB"), "without the SCB tensor beside '" + P + ".weight'"),
+        ("short SCB", lambda t: t.update({P + ".SCB": t[P + ".SCB"][:-1]}), "SCB' must be F32, F16 or BF16 of 64"),
+        ("NaN SCB", lambda t: t.update({P + ".SCB": np.full(64, np.nan, np.float32)}), "SCB[0] is not finite"),
+        ("flat codes", lambda t: t.update({P + ".weight": t[P + ".weight"].reshape(-1)}), "must be I8 [64, 64]"),
+        ("two weight_format", lambda t: t.update({P + ".weight_format": np.zeros(2, np.uint8)}), "must be one U8"),
+    ]
+    for label, edit, want in tensors:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, u8(t))
+        hq.refused(build, bad, want, label, failures)
+    print(f"  refused (8-bit): {len(cfg)} configurations, {len(tensors)} broken checkpoints")
+
+
+def compare(build, tmp, out, tag, kernels, tokens, desc, failures):
+    """out against its dequantized twin out + "-f32": logits on every kernel
+    table and with --quantization int8 / int4, greedy tokens, the summary."""
+    same, runs = 0, 0
+    for k in kernels:
+        x = hq.logits(build, out, tokens, os.path.join(tmp, tag + ".f32"), ["--kernels", k])
+        y = hq.logits(build, out + "-f32", tokens, os.path.join(tmp, tag + "-deq.f32"), ["--kernels", k])
+        same += np.array_equal(x.view(np.uint32), y.view(np.uint32))
+        runs += 1
+    if same != runs:
+        failures.append(f"{tag}: logits differ from numpy's dequantized weights' ({same}/{runs} tables)")
+    qs = []
+    for q in ("int8", "int4"):
+        x = hq.logits(build, out, tokens, os.path.join(tmp, tag + "-" + q), ["--quantization", q])
+        y = hq.logits(build, out + "-f32", tokens, os.path.join(tmp, tag + "-deq-" + q),
+                      ["--quantization", q])
+        if np.array_equal(x.view(np.uint32), y.view(np.uint32)):
+            qs.append(q)
+        else:
+            failures.append(f"{tag}: --quantization {q} differs from the dequantized checkpoint's")
+    g = hq.greedy(build, out, tokens)
+    gd = hq.greedy(build, out + "-f32", tokens)
+    hq.describes(build, out, desc, tag, failures)
+    if g != gd:
+        failures.append(f"{tag}: greedy tokens differ from the dequantized checkpoint's")
+    print(f"  {tag:36s} logits bit-identical in {same}/{runs} kernel tables, with "
+          f"--quantization {' and '.join(qs) or 'NEITHER'}; greedy {'equal' if g == gd else 'DIFFER'}")
+
+
+def fresh(out):
+    for d in (out, out + "-f32"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -199,34 +310,20 @@ def main():
     for src, qtype, bs, nested, dtype in cases:
         tag = f"{src}-{qtype}-b{bs}{'-nested' if nested else ''}-{dtype}"
         out = os.path.join(tmp, tag)
-        for d in (out, out + "-f32"):
-            shutil.rmtree(d, ignore_errors=True)
+        fresh(out)
         make(os.path.join(a.fixtures, src), out, qtype, bs, nested, dtype)
-        same, runs = 0, 0
-        for k in kernels:
-            x = hq.logits(a.build, out, tokens, os.path.join(tmp, tag + ".f32"), ["--kernels", k])
-            y = hq.logits(a.build, out + "-f32", tokens, os.path.join(tmp, tag + "-deq.f32"), ["--kernels", k])
-            same += np.array_equal(x.view(np.uint32), y.view(np.uint32))
-            runs += 1
-        if same != runs:
-            failures.append(f"{tag}: logits differ from numpy's dequantized weights' ({same}/{runs} tables)")
-        qs = []
-        for q in ("int8", "int4"):
-            x = hq.logits(a.build, out, tokens, os.path.join(tmp, tag + "-" + q), ["--quantization", q])
-            y = hq.logits(a.build, out + "-f32", tokens, os.path.join(tmp, tag + "-deq-" + q),
-                          ["--quantization", q])
-            if np.array_equal(x.view(np.uint32), y.view(np.uint32)):
-                qs.append(q)
-            else:
-                failures.append(f"{tag}: --quantization {q} differs from the dequantized checkpoint's")
-        g = hq.greedy(a.build, out, tokens)
-        gd = hq.greedy(a.build, out + "-f32", tokens)
-        hq.describes(a.build, out, f"bitsandbytes 4-bit {qtype} (dequantized to f32 at load", tag, failures)
-        if g != gd:
-            failures.append(f"{tag}: greedy tokens differ from the dequantized checkpoint's")
-        print(f"  {tag:36s} logits bit-identical in {same}/{runs} kernel tables, with "
-              f"--quantization {' and '.join(qs) or 'NEITHER'}; greedy {'equal' if g == gd else 'DIFFER'}")
+        compare(a.build, tmp, out, tag, kernels, tokens,
+                f"bitsandbytes 4-bit {qtype} (dequantized to f32 at load", failures)
     refusals(a.build, tmp, os.path.join(tmp, "tiny-nf4-b64-nested-bfloat16"), failures)
+    print("bitsandbytes 8-bit (LLM.int8) vs numpy:")
+    skip = ("model.layers.1.mlp.down_proj.weight",)
+    for src, sk in (("tiny", ()), ("tiny", skip), ("wide", ()), ("fam-phi3", ())):
+        tag = f"{src}-int8{'-skip' if sk else ''}"
+        out = os.path.join(tmp, tag)
+        fresh(out)
+        make8(os.path.join(a.fixtures, src), out, sk)
+        compare(a.build, tmp, out, tag, kernels, tokens, "bitsandbytes 8-bit LLM.int8", failures)
+    refusals8(a.build, tmp, os.path.join(tmp, "tiny-int8"), failures)
     if failures:
         print("FAILED:")
         for f in failures:
