@@ -351,26 +351,41 @@ int hfq__bind_codes(hfq *q, int64_t N, int64_t K, int64_t G, const int32_t *grp,
                     const hfq_codes_src *s, const char *name, model_tensor *out, int *bound,
                     inf_err *err)
 {
+    *bound = 0;
+    if (K % 2) /* the codes go two a byte, as the int4 kernels take them */
+        return INF_OK;
     const int32_t *perm;
     int fits, rc = order(q, grp, K, G, &perm, &fits, err);
-    *bound = 0;
     if (rc || !fits)
         return rc;
-    const int64_t B = (K + 31) / 32;
-    uint8_t *u = keep(q, (size_t)N * (size_t)(K / 2), 1), *z = keep(q, (size_t)(N * B), 1);
+    const int64_t B = (K + 31) / 32, H = K / 2;
+    uint8_t *u = keep(q, (size_t)N * (size_t)H, 1), *z = keep(q, (size_t)(N * B), 1);
     uint16_t *d = keep(q, (size_t)(N * B) * sizeof *d, 1);
-    if (!u || !d || !z)
+    uint8_t *tile = perm ? malloc((size_t)H * HFQ_CODE_ROWS) : NULL;
+    if (!u || !d || !z || (perm && !tile)) {
+        free(tile);
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for %s", q->path, name);
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t j = 0; j < K; j += 2)
-            u[n * (K / 2) + j / 2] = (uint8_t)(s->code(s->ctx, n, perm ? perm[j] : j) |
-                                               s->code(s->ctx, n, perm ? perm[j + 1] : j + 1) << 4);
+    }
+    for (int64_t n0 = 0; n0 < N; n0 += HFQ_CODE_ROWS) {
+        const int m = N - n0 < HFQ_CODE_ROWS ? (int)(N - n0) : HFQ_CODE_ROWS;
+        s->rows(s->ctx, n0, m, K, perm ? tile : u + n0 * H); /* in order: as they go */
+        for (int i = 0; perm && i < m; i++) { /* else each row's inputs in perm's order */
+            const uint8_t *pk = tile + (size_t)i * (size_t)H;
+            uint8_t *un = u + (n0 + i) * H;
+            for (int64_t j = 0; j < K; j += 2) {
+                int32_t x = perm[j], y = perm[j + 1];
+                un[j / 2] = (uint8_t)((pk[x / 2] >> 4 * (x % 2) & 15) |
+                                      (pk[y / 2] >> 4 * (y % 2) & 15) << 4);
+            }
+        }
+    }
+    free(tile);
+    for (int64_t n = 0; n < N; n++)
         for (int64_t b = 0; b < B; b++) { /* each 32's group: its first input's */
             int64_t g = grp[perm ? perm[32 * b] : 32 * b];
             d[n * B + b] = s->scale(s->ctx, n, g);
             z[n * B + b] = (uint8_t)s->zero(s->ctx, n, g);
         }
-    }
     hfq__out(out, N, K, name);
     out->q4 = u;
     out->q4_scale = d;

@@ -48,6 +48,30 @@ static int gq_code(const void *ctx, int64_t n, int64_t k)
     return (int)(w >> (s->bits * (k % s->pf)) & ((1u << s->bits) - 1));
 }
 
+/* hfq_codes_src's rows (4 bits), outputs n0 .. n0 + m - 1 together so that
+ * each word (and the cache line the next outputs' words share) is read
+ * once. GPTQ's word holds inputs k0 .. k0 + 7 at bits 4j: already two a
+ * byte, low first, as rows writes them. */
+static void gq_rows(const void *ctx, int64_t n0, int m, int64_t K, uint8_t *u)
+{
+    const gq_src *s = ctx;
+    const int64_t H = K / 2;
+    for (int64_t k = 0; s->awq && k < K; k += 2)
+        for (int i = 0; i < m; i++) {
+            int64_t n = n0 + i;
+            const int sh = 4 * s->slot[n % 8];
+            uint32_t a = hfq__u32(s->qw, (size_t)(k * (s->N / 8) + n / 8)) >> sh & 15,
+                     b = hfq__u32(s->qw, (size_t)((k + 1) * (s->N / 8) + n / 8)) >> sh & 15;
+            u[i * H + k / 2] = (uint8_t)(a | b << 4);
+        }
+    for (int64_t k0 = 0; !s->awq && k0 < K; k0 += 8)
+        for (int i = 0; i < m; i++) {
+            uint32_t w = hfq__u32(s->qw, (size_t)((k0 / 8) * s->N + n0 + i));
+            for (int64_t j = 0; j < 4 && k0 + 2 * j < K; j++)
+                u[i * H + k0 / 2 + j] = (uint8_t)(w >> (8 * j));
+        }
+}
+
 static uint16_t gq_scale(const void *ctx, int64_t n, int64_t g)
 {
     const gq_src *s = ctx;
@@ -180,7 +204,7 @@ int hfq__gptq_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
     /* the int4 kernels take the codes as stored when every 32 inputs share
      * a group once sorted by group (desc_act: the activations are gathered
      * into that order) */
-    const hfq_codes_src cs = {.ctx = &src, .code = gq_code, .scale = gq_scale, .zero = gq_zero};
+    const hfq_codes_src cs = {.ctx = &src, .rows = gq_rows, .scale = gq_scale, .zero = gq_zero};
     int bound = 0;
     if (q->packed_q4 && q->bits == 4)
         rc = hfq__bind_codes(q, N, K, G, grp, &cs, qw->name, out, &bound, err);

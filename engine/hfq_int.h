@@ -86,12 +86,16 @@ void hfq__out(model_tensor *out, int64_t rows, int64_t cols, const char *name);
 int hfq__convert(hfq *q, model_tensor *out, model_convert_fn fn, const void *src,
                  const void *aux, int arg, inf_err *err);
 
-/* Where a 4-bit linear's stored numbers are, whatever the format: input k
- * of output n's code u in 0..15, and group g's f16 scale (bits) and zero
- * in 0..16 for output n, so W[n][k] = scale * (u - zero) of group grp[k]. */
+/* Where a 4-bit linear's stored numbers are, whatever the format: rows
+ * writes the codes (0..15) of outputs n0 .. n0 + m - 1 (m <= HFQ_CODE_ROWS;
+ * rows at a time, so a packed word is read once, beside its neighbours)
+ * two a byte, input k of output n0 + i in u[i * K/2 + k/2] at bit 4 (k %
+ * 2); scale and zero: group g's f16 scale (bits) and zero in 0..16 for
+ * output n, so W[n][k] = scale * (u - zero) of group grp[k]. K is even. */
+#define HFQ_CODE_ROWS 64
 typedef struct hfq_codes_src {
     const void *ctx;
-    int (*code)(const void *ctx, int64_t n, int64_t k);
+    void (*rows)(const void *ctx, int64_t n0, int m, int64_t K, uint8_t *u);
     uint16_t (*scale)(const void *ctx, int64_t n, int64_t g);
     int (*zero)(const void *ctx, int64_t n, int64_t g);
 } hfq_codes_src;

@@ -313,10 +313,15 @@ static int codes_fit(const hfq *q, const pack_lin *l)
 
 /* hfq_codes_src over a pack_lin: the stored values u = q + 8 and zeros
  * z = zero + 8, so scale * (u - z) are the same numbers. */
-static int pl_code(const void *ctx, int64_t n, int64_t k)
+static void pl_rows(const void *ctx, int64_t n0, int m, int64_t K, uint8_t *u)
 {
     const pack_lin *l = ctx;
-    return field(hfq__u32(l->packed, (size_t)(n * ((l->K + 7) / 8) + k / 8)), (int)(k % 8), 4);
+    for (int i = 0; i < m; i++) /* a row's words are in order, inputs at bits 4j */
+        for (int64_t k0 = 0; k0 < K; k0 += 8) {
+            uint32_t w = hfq__u32(l->packed, (size_t)((n0 + i) * ((K + 7) / 8) + k0 / 8));
+            for (int64_t j = 0; j < 4 && k0 + 2 * j < K; j++)
+                u[i * (K / 2) + k0 / 2 + j] = (uint8_t)(w >> (8 * j));
+        }
 }
 
 static uint16_t pl_scale(const void *ctx, int64_t n, int64_t g)
@@ -395,7 +400,7 @@ int hfq__pack_bind(hfq *q, const st_set *st, const char *name, int64_t rows, int
         !(rc = groups(q, st, &p, K, G, grp, err))) {
         pack_lin l = {.bits = q->pack.bits, .packed = p.packed, .sc = sc, .zp = zp, .grp = grp,
                       .N = N, .K = K, .G = G};
-        const hfq_codes_src cs = {.ctx = &l, .code = pl_code, .scale = pl_scale, .zero = pl_zero};
+        const hfq_codes_src cs = {.ctx = &l, .rows = pl_rows, .scale = pl_scale, .zero = pl_zero};
         int bound = 0;
         if (q->packed_q4 && codes_fit(q, &l))
             rc = hfq__bind_codes(q, N, K, G, grp, &cs, p.packed->name, out, &bound, err);

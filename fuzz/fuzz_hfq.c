@@ -8,9 +8,10 @@
  * inputs. Input:
  * u8 rows selector (its top bit: 4-bit codes kept as stored,
  * hfq_set_packed_q4), u8 cols selector (its top bit: W8A16 int8 rows,
- * hfq_set_packed_q8), u16 JSON length, the config.json,
- * then the safetensors bytes; both go through memfds. The linear bound is
- * "l.weight", rows and cols multiples of 8 up to 64. */
+ * hfq_set_packed_q8; bits 3-5 taken off the multiple of 8, so odd K
+ * too), u16 JSON length, the config.json, then the safetensors bytes;
+ * both go through memfds. The linear bound is "l.weight", rows a multiple
+ * of 8 up to 64, cols 1 to 64. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
     if (size < 4)
         return 0;
-    int64_t rows = 8 * (1 + data[0] % 8), cols = 8 * (1 + data[1] % 8);
+    int64_t rows = 8 * (1 + data[0] % 8), cols = 8 * (1 + data[1] % 8) - (data[1] >> 3 & 7);
     size_t jlen = (size_t)data[2] | (size_t)data[3] << 8;
     if (jlen > size - 4)
         return 0;
