@@ -69,7 +69,15 @@ typedef struct cpu_q4k {
     const char *name; /* "avx512-vnni", "avx512", "avx2", "generic" */
     /* Columns [n0, n1) of a->y (n0 a multiple of CPU_Q4_ROWS) for all rows. */
     void (*mm4)(const cpu_mm4 *a, int n0, int n1);
+    /* A weight row v [K] as its G = ceil(K / 32) groups: u [G * 32] = q + 8
+     * and d [G], each group as engine/qdef.h's qdef_q4_group says (every
+     * table gives the same bytes). */
+    void (*quant)(const float *v, int K, uint8_t *u, uint16_t *d);
 } cpu_q4k;
+
+/* The portable quant (qdef_q4_group group by group), for tables without
+ * their own. */
+void cpu_q4_quant_rule(const float *v, int K, uint8_t *u, uint16_t *d);
 
 /* The int4 kernels that go with the cpu_kern table called kern_name
  * ("avx512" picks VNNI when the CPU has it), or NULL if not supported. */

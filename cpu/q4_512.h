@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "cpu/q4.h"
+#include "engine/qdef.h"
 
 #ifndef ALWAYS
 #define ALWAYS static inline __attribute__((always_inline))
@@ -121,6 +122,44 @@ ALWAYS void q4_run(const q4_tile_fn tables[2][Q4MR], const cpu_mm4 *a, int n0, i
     for (int n = n0; n < n1 && n < a->N; n += CPU_Q4_ROWS)
         for (int m = 0; m < a->M; m += Q4MR)
             tiles[(a->M - m < Q4MR ? a->M - m : Q4MR) - 1](a, m, n);
+}
+
+/* q4.h's quant: qdef_q4_group's rule 16 lanes at a time. Lanes past K are
+ * loaded as 0, which the rule's largest |v| and q = 0 past len agree with;
+ * NaN lanes are left out of the largest |v| as the rule does, and
+ * vrndscaleps rounds half to even as nearbyintf. */
+static void q4_quant512(const float *v, int K, uint8_t *u, uint16_t *d)
+{
+    const __m512 absm = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    const __m512 lo = _mm512_set1_ps(-8.0f), hi = _mm512_set1_ps(7.0f);
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int g = 0; g * CPU_Q4_GROUP < K; g++) {
+        const float *vg = v + g * CPU_Q4_GROUP;
+        int len = K - g * CPU_Q4_GROUP < CPU_Q4_GROUP ? K - g * CPU_Q4_GROUP : CPU_Q4_GROUP;
+        __mmask16 m[2] = {len >= 16 ? 0xffff : (__mmask16)((1u << len) - 1),
+                          len >= 32 ? 0xffff : len > 16 ? (__mmask16)((1u << (len - 16)) - 1) : 0};
+        __m512 x[2], ab[2];
+        for (int h = 0; h < 2; h++) {
+            x[h] = _mm512_maskz_loadu_ps(m[h], vg + 16 * h);
+            ab[h] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x[h], x[h], _CMP_ORD_Q),
+                                        _mm512_and_ps(x[h], absm));
+        }
+        float mx = _mm512_reduce_max_ps(_mm512_max_ps(ab[0], ab[1])), a = 0.0f, inv;
+        if (mx > 0.0f) { /* the first value of the largest |v| */
+            __m512 mm = _mm512_set1_ps(mx);
+            uint32_t hit = _mm512_cmp_ps_mask(ab[0], mm, _CMP_EQ_OQ) |
+                           (uint32_t)_mm512_cmp_ps_mask(ab[1], mm, _CMP_EQ_OQ) << 16;
+            a = vg[__builtin_ctz(hit)];
+        }
+        d[g] = qdef_q4_scale(a, &inv);
+        for (int h = 0; h < 2; h++) {
+            __m512 t = _mm512_roundscale_ps(_mm512_mul_ps(x[h], _mm512_set1_ps(inv)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi); /* max_ps gives lo for NaN */
+            _mm_storeu_si128((__m128i *)(u + g * CPU_Q4_GROUP + 16 * h),
+                             _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(t), eight)));
+        }
+    }
 }
 
 #endif

@@ -86,4 +86,4 @@ static void mm4(const cpu_mm4 *a, int n0, int n1)
         }
 }
 
-const cpu_q4k cpu_q4k_avx2 = {.name = "avx2", .mm4 = mm4};
+const cpu_q4k cpu_q4k_avx2 = {.name = "avx2", .mm4 = mm4, .quant = cpu_q4_quant_rule};

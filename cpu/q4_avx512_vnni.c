@@ -9,4 +9,4 @@ static void mm4(const cpu_mm4 *a, int n0, int n1)
     q4_run(tiles, a, n0, n1);
 }
 
-const cpu_q4k cpu_q4k_avx512_vnni = {.name = "avx512-vnni", .mm4 = mm4};
+const cpu_q4k cpu_q4k_avx512_vnni = {.name = "avx512-vnni", .mm4 = mm4, .quant = q4_quant512};

@@ -5,6 +5,17 @@
 #include <math.h>
 #include <string.h>
 
+#include "engine/qdef.h"
+
+void cpu_q4_quant_rule(const float *v, int K, uint8_t *u, uint16_t *d)
+{
+    for (int g = 0; g * CPU_Q4_GROUP < K; g++) {
+        int k0 = g * CPU_Q4_GROUP;
+        qdef_q4_group(v + k0, K - k0 < CPU_Q4_GROUP ? K - k0 : CPU_Q4_GROUP,
+                      u + k0, d + g);
+    }
+}
+
 static void mm4(const cpu_mm4 *a, int n0, int n1)
 {
     for (int n = n0; n < n1 && n < a->N; n++) {
@@ -31,4 +42,4 @@ static void mm4(const cpu_mm4 *a, int n0, int n1)
     }
 }
 
-const cpu_q4k cpu_q4k_generic = {.name = "generic", .mm4 = mm4};
+const cpu_q4k cpu_q4k_generic = {.name = "generic", .mm4 = mm4, .quant = cpu_q4_quant_rule};

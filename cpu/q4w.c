@@ -112,8 +112,11 @@ void cpu_q4w_get_group(const cpu_q4w *q, int n, int g, uint8_t u[CPU_Q4_GROUP], 
 typedef struct q4_job {
     const model_tensor *t;
     const cpu_kern *k;
+    const cpu_q4k *q4k; /* its quant, the rule at the kernel table's width */
     cpu_q4w *q;
     float *rows;     /* [threads][K] one row widened to f32 */
+    uint8_t *codes;  /* [threads][G * 32] its q + 8         */
+    uint16_t *scales; /* [threads][G]                        */
     atomic_int next; /* next tile: rows of one tile share bytes, so
                         a tile is one thread's                   */
 } q4_job;
@@ -142,35 +145,33 @@ static void q4_row_codes(q4_job *j, int n)
     }
 }
 
-static void q4_row(q4_job *j, float *row, int n)
+static void q4_row(q4_job *j, int t, int n)
 {
     cpu_q4w *q = j->q;
     if (j->t->q4) {
         q4_row_codes(j, n);
         return;
     }
+    float *row = j->rows + (size_t)t * q->K;
+    uint8_t *u = j->codes + (size_t)t * q->G * CPU_Q4_GROUP;
+    uint16_t *d = j->scales + (size_t)t * q->G;
     size_t es = inf_dtype_size(j->t->dtype);
     j->k->to_f32((const char *)j->t->data + (size_t)n * q->K * es, j->t->dtype, row, q->K);
-    for (int g = 0; g < q->G; g++) {
-        uint8_t u[CPU_Q4_GROUP];
-        uint16_t d;
-        int k0 = g * CPU_Q4_GROUP;
-        qdef_q4_group(row + k0, q->K - k0 < CPU_Q4_GROUP ? q->K - k0 : CPU_Q4_GROUP, u, &d);
-        cpu_q4w_set_group(q, n, g, u, d);
-    }
+    j->q4k->quant(row, q->K, u, d);
+    for (int g = 0; g < q->G; g++)
+        cpu_q4w_set_group(q, n, g, u + g * CPU_Q4_GROUP, d[g]);
 }
 
 static void q4_run(void *ctx, int t, int nt)
 {
     q4_job *j = ctx;
     (void)nt;
-    float *row = j->rows + (size_t)t * j->q->K;
     for (;;) {
         int tile = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (tile >= j->q->tiles)
             break;
         for (int n = tile * CPU_Q4_ROWS; n < j->q->N && n < (tile + 1) * CPU_Q4_ROWS; n++)
-            q4_row(j, row, n);
+            q4_row(j, t, n);
     }
 }
 
@@ -194,8 +195,14 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
     if (rc)
         return rc;
     int nt = pool ? cpu_pool_size(pool) : 1;
-    q4_job j = {.t = t, .k = k, .q = q, .rows = malloc((size_t)nt * q->K * sizeof(float))};
-    if (!j.rows) {
+    q4_job j = {.t = t, .k = k, .q4k = cpu_q4k_select(k->name), .q = q,
+                .rows = malloc((size_t)nt * q->K * sizeof(float)),
+                .codes = malloc((size_t)nt * q->G * CPU_Q4_GROUP),
+                .scales = malloc((size_t)nt * q->G * sizeof(uint16_t))};
+    if (!j.q4k)
+        j.q4k = &cpu_q4k_generic;
+    if (!j.rows || !j.codes || !j.scales) {
+        free(j.rows), free(j.codes), free(j.scales);
         cpu_q4w_destroy(q);
         return inf_fail(err, INF_ERR_NOMEM, "int4: out of memory");
     }
@@ -205,7 +212,7 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
         cpu_pool_run(pool, q4_run, &j);
     else
         q4_run(&j, 0, 1);
-    free(j.rows);
+    free(j.rows), free(j.codes), free(j.scales);
     *out = q;
     return INF_OK;
 }

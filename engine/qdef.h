@@ -29,4 +29,9 @@ void qdef_i8_static(const float *v, int n, float s, int8_t *q, int offset);
  * (NaN -> -8) for i < len and q = 0 past it. */
 void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *d16);
 
+/* qdef_q4_group's scale of a group whose value of largest |a| is a (0 when
+ * there is none): d = f16(a / -8) capped at the largest finite f16, and
+ * *inv = 1 / D (0 when D is 0), for SIMD versions of the rule. */
+uint16_t qdef_q4_scale(float a, float *inv);
+
 #endif

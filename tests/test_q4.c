@@ -5,7 +5,9 @@
  * the same for matrices with zero points (a GPTQ / AWQ tensor's codes);
  * and a quantized row gathered into an order of its inputs (desc_act) is the
  * row quantized in that order.
- * (The quantization itself is checked against numpy by tests/ref/check_q4.py.) */
+ * qdef_q4_group follows its rule (engine/qdef.h) on ties, zeros, NaN,
+ * infinities, subnormals and scales past f16. (The quantization of whole
+ * models is checked against numpy by tests/ref/check_engine.py's int4.) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +19,9 @@
 #include <cmocka.h>
 
 #include "cpu/q4.h"
+#include "engine/common.h"
 #include "engine/gguf.h"
+#include "engine/qdef.h"
 
 static uint64_t rng_state = 7;
 
@@ -207,6 +211,83 @@ static void test_q4_row_and_split_invariant(void **state)
     }
     free(all), free(part);
     fix_free(&f);
+    }
+}
+
+/* qdef.h's rule for one group (and every table's quant), spelled out as it reads: a the first value
+ * of largest |v| (NaNs never larger), d = f16(a / -8) capped at the
+ * largest finite f16, q = nearbyint(v / D) clamped to [-8, 7], NaN -8. */
+static void q4_rule(const float *v, int len, uint8_t u[32], uint16_t *d)
+{
+    float a = 0.0f;
+    for (int i = 0; i < len; i++)
+        if (fabsf(v[i]) > fabsf(a))
+            a = v[i];
+    uint16_t h = inf_f32_to_f16(a / -8.0f);
+    if ((h & 0x7c00u) == 0x7c00u)
+        h = (uint16_t)((h & 0x8000u) | 0x7bffu);
+    float D = inf_f16_to_f32(h), inv = D != 0.0f ? 1.0f / D : 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float t = i < len ? nearbyintf(v[i] * inv) : 0.0f;
+        t = isnan(t) || t < -8.0f ? -8.0f : t > 7.0f ? 7.0f : t;
+        u[i] = (uint8_t)((int)t + 8);
+    }
+    *d = h;
+}
+
+static void test_q4_group_rule(void **state)
+{
+    (void)state;
+    float v[32];
+    for (int c = 0; c < 4000; c++) {
+        int len = 1 + c % 32;
+        float mag = c % 7 == 0 ? 1e-6f : c % 7 == 1 ? 1e30f : c % 7 == 2 ? 3e-41f : 1.0f;
+        for (int i = 0; i < 32; i++)
+            v[i] = frand() * mag;
+        switch (c % 11) { /* the cases the rule names */
+        case 0: v[c % len] = -v[(c + 1) % len]; break;     /* a tie of +m and -m */
+        case 1: memset(v, 0, sizeof v); v[0] = -0.0f; break; /* zeros: d is +0 */
+        case 2: v[c % len] = NAN; break;
+        case 3: v[c % len] = INFINITY; break;
+        case 4: v[c % len] = 1e6f; break;                  /* a scale past f16 */
+        case 5: for (int i = 0; i < len; i++) v[i] = (float)(i % 17) - 8.0f; break;
+        case 6: for (int i = 0; i < len; i++) v[i] = ((float)(i % 9) - 4.0f) * 0.5f; break; /* halves */
+        default: break;
+        }
+        uint8_t u[32], want[32];
+        uint16_t d, wd;
+        qdef_q4_group(v, len, u, &d);
+        q4_rule(v, len, want, &wd);
+        if (d != wd || memcmp(u, want, sizeof u))
+            fail_msg("case %d (len %d): scale %04x codes differ from the rule's (%04x)", c, len,
+                     d, wd);
+        for (int t = 0; t < n_tables; t++) { /* each table's quant: the same bytes */
+            uint8_t tu[32];
+            uint16_t td;
+            tables[t]->quant(v, len, tu, &td);
+            if (td != wd || memcmp(tu, want, sizeof tu))
+                fail_msg("%s quant, case %d (len %d): scale %04x codes differ from the rule's "
+                         "(%04x)", tables[t]->name, c, len, td, wd);
+        }
+    }
+    /* whole rows: groups and the tail group in place */
+    const int Ks[] = {1, 31, 32, 33, 100, 600};
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+        int K = Ks[ki], G = (K + 31) / 32;
+        float *row = malloc(sizeof(float) * (size_t)K);
+        uint8_t *want = malloc((size_t)G * 32), *got = malloc((size_t)G * 32);
+        uint16_t *wd = malloc(sizeof(uint16_t) * (size_t)G), *gd = malloc(sizeof(uint16_t) * (size_t)G);
+        for (int k = 0; k < K; k++)
+            row[k] = k % 13 == 5 ? NAN : frand() * (k % 64 < 32 ? 1.0f : 1e-3f);
+        for (int g = 0; g < G; g++)
+            q4_rule(row + 32 * g, K - 32 * g < 32 ? K - 32 * g : 32, want + 32 * g, wd + g);
+        for (int t = 0; t < n_tables; t++) {
+            memset(got, 0xee, (size_t)G * 32);
+            tables[t]->quant(row, K, got, gd);
+            if (memcmp(got, want, (size_t)G * 32) || memcmp(gd, wd, sizeof(uint16_t) * (size_t)G))
+                fail_msg("%s quant of a row of %d differs from the rule's", tables[t]->name, K);
+        }
+        free(row), free(want), free(got), free(wd), free(gd);
     }
 }
 
@@ -400,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_q4_tables_match_oracle_all_shapes),
         cmocka_unit_test(test_q4_row_and_split_invariant),
         cmocka_unit_test(test_q4_pack_roundtrip),
+        cmocka_unit_test(test_q4_group_rule),
         cmocka_unit_test(test_q4_zero_points),
         cmocka_unit_test(test_q4_from_q4_0_is_lossless),
         cmocka_unit_test(test_q4_select_follows_kernel_table),
