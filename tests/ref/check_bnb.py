@@ -178,12 +178,9 @@ def make(src, out, qtype="nf4", blocksize=64, nested=True, dtype="bfloat16"):
     return t
 
 
-def refusals(build, tmp, base, failures):
-    bad = os.path.join(tmp, "bad")
-    L = "model.layers.0.self_attn.q_proj.weight"
-    cfg = [("4- and 8-bit", {"load_in_8bit": True}, "exactly one of load_in_4bit and load_in_8bit"),
-           ("8-bit said of 4-bit codes", {"load_in_8bit": True, "load_in_4bit": False}, "must be I8 [64, 64]"),
-           ("storage", {"bnb_4bit_quant_storage": "bfloat16"}, "bnb_4bit_quant_storage 'bfloat16' is not supported")]
+def refuse_configs(build, base, bad, cfg, failures):
+    """base copied to bad with each (label, quantization_config edit, message
+    expected) applied: each refused with its message."""
     for label, edit, want in cfg:
         shutil.rmtree(bad, ignore_errors=True)
         shutil.copytree(base, bad)
@@ -191,6 +188,26 @@ def refusals(build, tmp, base, failures):
         c["quantization_config"].update(edit)
         json.dump(c, open(os.path.join(bad, "config.json"), "w"))
         hq.refused(build, bad, want, label, failures)
+
+
+def refuse_tensors(build, base, bad, w, tensors, failures):
+    """The same with each (label, edit of base's tensors w, message)."""
+    for label, edit, want in tensors:
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(base, bad)
+        t = dict(w)
+        edit(t)
+        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, u8(t))
+        hq.refused(build, bad, want, label, failures)
+
+
+def refusals(build, tmp, base, failures):
+    bad = os.path.join(tmp, "bad")
+    L = "model.layers.0.self_attn.q_proj.weight"
+    cfg = [("4- and 8-bit", {"load_in_8bit": True}, "exactly one of load_in_4bit and load_in_8bit"),
+           ("8-bit said of 4-bit codes", {"load_in_8bit": True, "load_in_4bit": False}, "must be I8 [64, 64]"),
+           ("storage", {"bnb_4bit_quant_storage": "bfloat16"}, "bnb_4bit_quant_storage 'bfloat16' is not supported")]
+    refuse_configs(build, base, bad, cfg, failures)
     w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
     state = json.loads(bytes(w[L + ".quant_state.bitsandbytes__nf4"]))
 
@@ -212,13 +229,7 @@ def refusals(build, tmp, base, failures):
         ("F32 absmax when nested", lambda t: t.update({L + ".absmax": t[L + ".absmax"].astype(np.float32)}),
          "absmax' must be U8 of 64 values"),
     ]
-    for label, edit, want in tensors:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, u8(t))
-        hq.refused(build, bad, want, label, failures)
+    refuse_tensors(build, base, bad, w, tensors, failures)
     print(f"  refused: {len(cfg)} unsupported configurations, {len(tensors)} broken checkpoints")
 
 
@@ -228,13 +239,7 @@ def refusals8(build, tmp, base, failures):
     P = "model.layers.0.self_attn.q_proj"
     cfg = [("fp16 weights", {"llm_int8_has_fp16_weight": True}, "llm_int8_has_fp16_weight true"),
            ("neither", {"load_in_8bit": False}, "exactly one of load_in_4bit and load_in_8bit")]
-    for label, edit, want in cfg:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        c = json.load(open(os.path.join(bad, "config.json")))
-        c["quantization_config"].update(edit)
-        json.dump(c, open(os.path.join(bad, "config.json"), "w"))
-        hq.refused(build, bad, want, label, failures)
+    refuse_configs(build, base, bad, cfg, failures)
     w = ct_ref.read_raw(os.path.join(base, "model.safetensors"))
     tensors = [
         ("col_turing layout", lambda t: t.update({P + ".weight_format": np.array(2, np.uint8)}),
@@ -245,13 +250,7 @@ def refusals8(build, tmp, base, failures):
         ("flat codes", lambda t: t.update({P + ".weight": t[P + ".weight"].reshape(-1)}), "must be I8 [64, 64]"),
         ("two weight_format", lambda t: t.update({P + ".weight_format": np.zeros(2, np.uint8)}), "must be one U8"),
     ]
-    for label, edit, want in tensors:
-        shutil.rmtree(bad, ignore_errors=True)
-        shutil.copytree(base, bad)
-        t = dict(w)
-        edit(t)
-        ct_ref.write_st(os.path.join(bad, "model.safetensors"), t, u8(t))
-        hq.refused(build, bad, want, label, failures)
+    refuse_tensors(build, base, bad, w, tensors, failures)
     print(f"  refused (8-bit): {len(cfg)} configurations, {len(tensors)} broken checkpoints")
 
 
