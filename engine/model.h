@@ -222,6 +222,11 @@ int model_has_lazy(const model *m);
 int model_layer_need(void *m, int layer, inf_err *err);
 void model_layer_packed(void *m, int layer);
 
+/* Bytes the lazy list holds now: conversions a backend needs, and the
+ * buffers of released layers kept as spares for the next layers' matrices
+ * (0 once the last layer is packed). */
+size_t model_lazy_held(const model *m);
+
 /* 1 when the layers' matrices are a pre-quantized W8A8 int8 checkpoint's
  * (model_tensor.q8): they run on the CPU's int8 path only. */
 int model_is_w8a8(const model *m);

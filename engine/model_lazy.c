@@ -81,6 +81,14 @@ int model_has_lazy(const model *m)
     return m && m->n_lazy > 0;
 }
 
+size_t model_lazy_held(const model *m)
+{
+    size_t n = 0;
+    for (int i = 0; m && i < m->n_lazy; i++)
+        n += m->lazy[i].buf ? m->lazy[i].cap : 0;
+    return n;
+}
+
 int model_layer_need(void *mv, int layer, inf_err *err)
 {
     model *m = mv;

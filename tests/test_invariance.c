@@ -454,6 +454,7 @@ static int layer_released(const model *m, int l)
 typedef struct lazy_log {
     model *m;
     int needs, packs, in_order;
+    int spares_kept, spares_freed; /* model_lazy_held after each layer */
 } lazy_log;
 
 static int lazy_need_logged(void *ctx, int layer, inf_err *err)
@@ -471,12 +472,17 @@ static void lazy_packed_logged(void *ctx, int layer)
     lazy_log *d = ctx;
     d->in_order &= layer == d->packs++ && layer + 1 == d->needs;
     model_layer_packed(d->m, layer);
+    /* a released layer's buffers wait as spares for the next layer's, and
+     * go with the last layer */
+    d->spares_kept &= layer + 1 == d->m->cfg.n_layers || model_lazy_held(d->m) > 0;
+    d->spares_freed = model_lazy_held(d->m) == 0;
 }
 
 /* A checkpoint loaded with lazy layers, as serve does for --quantization
  * int8 / int4 on the CPU: no layer matrix is converted at load, the backend
  * asks for each layer before packing it and lets it go after (one layer's
- * f32 at a time), and its logits and tokens are the bits of the same
+ * f32 at a time; its buffers kept for the next layer's, all freed with the
+ * last), and its logits and tokens are the bits of the same
  * checkpoint converted whole at load, for int8 and int4. A second backend
  * on the same model converts them again, alike. Without the hooks, or
  * without quantization, a backend refuses such a model. q8: a W8A16
@@ -508,7 +514,7 @@ static void check_lazy_layers(const char *path, int q8)
         assert_int_not_equal(cpu_backend_create(m, &cc, &be, &err), INF_OK);
         assert_non_null(strstr(err.msg, "lazy layers"));
         for (int again = 0; again < 2; again++) {
-            lazy_log d = {.m = m, .in_order = 1};
+            lazy_log d = {.m = m, .in_order = 1, .spares_kept = 1};
             cc.layer_need = lazy_need_logged;
             cc.layer_packed = lazy_packed_logged;
             cc.layer_ctx = &d;
@@ -516,6 +522,8 @@ static void check_lazy_layers(const char *path, int q8)
             assert_int_equal(d.needs, m->cfg.n_layers);
             assert_int_equal(d.packs, m->cfg.n_layers);
             assert_true(d.in_order);
+            assert_true(d.spares_kept);
+            assert_true(d.spares_freed);
             for (int l = 0; l < m->cfg.n_layers; l++)
                 assert_true(layer_released(m, l));
             memset(got, 0, sizeof *got);
