@@ -99,16 +99,18 @@ def write_gguf(path, kvs, tensors, version=3):
     head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
     for k, t, v in kvs:
         head += _str(k) + struct.pack("<I", t) + _value(t, v)
-    off, data = 0, b""
+    off, data = 0, []  # joined once: a model-sized file is written piece by piece
     for name, tname, ne, raw in tensors:
         head += _str(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", n) for n in ne)
         head += struct.pack("<IQ", TYPES[tname], off)
         pad = (-len(raw)) % ALIGN
-        data += raw + b"\0" * pad
+        data += [raw, b"\0" * pad]
         off += len(raw) + pad
     head += b"\0" * ((-len(head)) % ALIGN)
     with open(path, "wb") as f:
-        f.write(head + data)
+        f.write(head)
+        for chunk in data:
+            f.write(chunk)
     return len(head)
 
 
