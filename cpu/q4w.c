@@ -21,7 +21,21 @@ static size_t q4_bytes(const cpu_q4w *q)
     return (size_t)q->tiles * q->G * q4_rec(q);
 }
 
-int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err *err)
+/* Tiles [t0, t1) as a fresh matrix: every weight q = 0 (nibble 8, zero 8),
+ * every scale 0. */
+static void q4_fill(cpu_q4w *q, int t0, int t1)
+{
+    for (size_t r = (size_t)t0 * q->G; r < (size_t)t1 * q->G; r++) {
+        memset(q->w + r * q4_rec(q), 0x88, 4 * 256);
+        memset(q->w + r * q4_rec(q) + 4 * 256, 0, 64 * 2);
+        if (q->zp)
+            memset(q->w + r * q4_rec(q) + CPU_Q4_REC, 8, 64);
+    }
+}
+
+/* fill 0: the caller fills each tile (q4_fill) before writing it. */
+static int q4_alloc(int N, int K, int zp, int fill, const char *name, cpu_q4w **out,
+                    inf_err *err)
 {
     *out = NULL;
     /* s_g is bounded per group, but the float chain is not: the limit only
@@ -38,22 +52,21 @@ int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err
     q->tiles = (N + CPU_Q4_ROWS - 1) / CPU_Q4_ROWS;
     q->zp = zp != 0;
     q->w = inf_alloc_big(q4_bytes(q));
-    if (q->w)
-        memset(q->w, 0, q4_bytes(q));
     if (!q->w) {
         size_t mib = q4_bytes(q) >> 20;
         free(q);
         return inf_fail(err, INF_ERR_NOMEM, "int4: cannot allocate %zu MiB for %s", mib,
                         name ? name : "a weight");
     }
-    /* every weight q = 0 (nibble 8, zero 8); the scales (zeroed pages) are 0 */
-    for (size_t r = 0; r < (size_t)q->tiles * q->G; r++) {
-        memset(q->w + r * q4_rec(q), 0x88, 4 * 256);
-        if (q->zp)
-            memset(q->w + r * q4_rec(q) + CPU_Q4_REC, 8, 64);
-    }
+    if (fill)
+        q4_fill(q, 0, q->tiles);
     *out = q;
     return INF_OK;
+}
+
+int cpu_q4w_alloc(int N, int K, int zp, const char *name, cpu_q4w **out, inf_err *err)
+{
+    return q4_alloc(N, K, zp, 1, name, out, err);
 }
 
 /* Byte and shift of row n's weight k of group g (see q4.h's layout). */
@@ -170,6 +183,7 @@ static void q4_run(void *ctx, int t, int nt)
         int tile = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (tile >= j->q->tiles)
             break;
+        q4_fill(j->q, tile, tile + 1); /* here: the pool's threads take the page faults */
         for (int n = tile * CPU_Q4_ROWS; n < j->q->N && n < (tile + 1) * CPU_Q4_ROWS; n++)
             q4_row(j, t, n);
     }
@@ -191,7 +205,7 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
     for (size_t i = 0; t->q4 && !zp && i < (size_t)t->rows * (size_t)((t->cols + 31) / 32); i++)
         zp = t->q4_zero[i] != 8;
     cpu_q4w *q;
-    int rc = cpu_q4w_alloc((int)t->rows, (int)t->cols, zp, t->name, &q, err);
+    int rc = q4_alloc((int)t->rows, (int)t->cols, zp, 0, t->name, &q, err);
     if (rc)
         return rc;
     int nt = pool ? cpu_pool_size(pool) : 1;

@@ -28,6 +28,9 @@ static void qw_run(void *ctx, int t, int nt)
         int g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (g * CPU_QG >= q->N)
             break;
+        /* zeroed here, on the pool's threads, which take the page faults
+         * (most of the load time) side by side: the padding relies on it */
+        memset(q->w + (size_t)g * q->K4 * 64, 0, (size_t)q->K4 * 64);
         for (int r = 0; r < CPU_QG && g * CPU_QG + r < q->N; r++) {
             int n = g * CPU_QG + r;
             memset(qr, 0, (size_t)q->K4 * 4);
@@ -84,8 +87,9 @@ int cpu_qw_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_
     q->K4 = (q->K + 3) / 4;
     int nt = pool ? cpu_pool_size(pool) : 1;
     q->w = inf_alloc_big(map_bytes(q));
-    if (q->w) /* zeroed: the padding relies on it */
-        memset(q->w, 0, map_bytes(q));
+    size_t used = (size_t)(q->N + CPU_QG - 1) / CPU_QG * q->K4 * 64; /* qw_run zeroes these */
+    if (q->w) /* the groups of padding rows alone */
+        memset(q->w + used, 0, map_bytes(q) - used);
     q->scale = zalloc64((size_t)q->N64 * sizeof(float));
     q->wsum = zalloc64((size_t)q->N64 * sizeof(int32_t));
     qw_job j = {.t = t, .k = k, .q = q};
