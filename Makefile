@@ -17,6 +17,7 @@
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
 #   make bench-gram       grammar masks per token, and constrained vs unconstrained serving
+#   make bench-load [LOAD_ROUNDS=3] [LOAD_ARGS=--no-gguf]  load time and peak memory per weight format
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -156,7 +157,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(CUDA_TEST_BIN)
 TOOL_SRC := $(filter-out $(CUDA_ONLY),$(wildcard tests/tools/*.c) $(wildcard bench/*.c))
 TOOL_BIN := $(patsubst %.c,$(BUILD)/%,$(notdir $(TOOL_SRC)))
 
-.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-rows bench-gptq bench-families bench-tok bench-jinja bench-gram install clean fuzz fuzz-build fuzz-regress \
+.PHONY: FORCE generate all deps test unit check fixtures run bench bench-peer bench-spec bench-rows bench-gptq bench-families bench-tok bench-jinja bench-gram bench-load install clean fuzz fuzz-build fuzz-regress \
         compile_commands.json
 .SECONDARY:
 
@@ -522,6 +523,15 @@ bench-jinja:
 bench-tok: deps
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tok
 	@BUILD=$(BUILD) PYTHON=$(PYTHON) ./scripts/bench-tok
+
+# Load time and peak memory of the TinyLlama-shaped model per format (bf16,
+# --quantization int8 / int4, GPTQ g128, GGUF Q8_0 / Q4_K made once in
+# models/), each a fresh `inferd generate` process; LOAD_ROUNDS (3),
+# LOAD_ARGS (e.g. --no-gguf, --only LABEL).
+bench-load: deps
+	@$(MAKE) --no-print-directory $(BUILD)/inferd
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_load --rounds $(or $(LOAD_ROUNDS),3) \
+	  $(if $(THREADS),--threads $(THREADS)) $(LOAD_ARGS)
 
 # The binary, the man page, the systemd unit (its ExecStart rewritten to
 # $(PREFIX)/bin/inferd) and the sysusers.d entry for its "inferd" user; the
