@@ -17,7 +17,7 @@
 #   make bench-tok        tokenizer speed (tokenizer.json) beside the JavaScript reference
 #   make bench-jinja      chat template render time (Qwen 3, 20 messages) beside the tokenizer's
 #   make bench-gram       grammar masks per token, and constrained vs unconstrained serving
-#   make bench-load [LOAD_ROUNDS=3] [LOAD_ARGS=--no-gguf]  load time and peak memory per weight format
+#   make bench-load [LOAD_ROUNDS=4] [LOAD_ARGS=--no-gguf]  load time and peak memory per weight format
 #   make install [PREFIX=/usr/local] [DESTDIR=]
 #   make compile_commands.json   the compile database (clangd, clang-tidy)
 #   make clean
@@ -526,11 +526,11 @@ bench-tok: deps
 
 # Load time and peak memory of the TinyLlama-shaped model per format (bf16,
 # --quantization int8 / int4, GPTQ g128, GGUF Q8_0 / Q4_K made once in
-# models/), each a fresh `inferd generate` process; LOAD_ROUNDS (3),
+# models/), each a fresh `inferd generate` process; LOAD_ROUNDS (4),
 # LOAD_ARGS (e.g. --no-gguf, --only LABEL).
 bench-load: deps
 	@$(MAKE) --no-print-directory $(BUILD)/inferd
-	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_load --rounds $(or $(LOAD_ROUNDS),3) \
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) $(PYTHON) scripts/bench_load --rounds $(or $(LOAD_ROUNDS),4) \
 	  $(if $(THREADS),--threads $(THREADS)) $(LOAD_ARGS)
 
 # The binary, the man page, the systemd unit (its ExecStart rewritten to
