@@ -82,20 +82,23 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
                                            : HFQ_GPTQ;
         q->fp8_block[0] = block[0];
         q->fp8_block[1] = block[1];
+        char head[120] = "";
         if (block[0])
-            snprintf(q->desc, sizeof q->desc, "fp8 (E4M3 weights, a scale per %dx%d block: "
-                     "dequantized to f32 at load; activations not quantized)", block[0], block[1]);
+            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per %dx%d block: ", block[0],
+                     block[1]);
         else if (fp8m)
-            snprintf(q->desc, sizeof q->desc, "fp8 (E4M3 weights, a scale per tensor: "
-                     "dequantized to f32 at load; activations not quantized)");
+            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per tensor: ");
         else if (bnb && bnb_bits == 8)
-            snprintf(q->desc, sizeof q->desc, "bitsandbytes 8-bit LLM.int8 (int8 rows with a "
-                     "scale each: dequantized to f32 at load; activations not quantized)");
+            snprintf(head, sizeof head, "bitsandbytes 8-bit LLM.int8 (int8 rows with a scale "
+                     "each: ");
         else if (bnb) /* the config's type; each linear's own state says its */
-            snprintf(q->desc, sizeof q->desc, "bitsandbytes 4-bit %s (dequantized to f32 at "
-                     "load; activations not quantized)",
+            snprintf(head, sizeof head, "bitsandbytes 4-bit %s (",
                      hfq__jstr(qc, "bnb_4bit_quant_type") ? hfq__jstr(qc, "bnb_4bit_quant_type")
                                                          : "fp4");
+        else if (q->kind == HFQ_CT_FP8)
+            snprintf(head, sizeof head, "compressed-tensors FP8 (");
+        if (head[0])
+            hfq__describe_as(q, head);
         q->group = group;
         q->bits = bnb ? bnb_bits : bits;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
@@ -157,16 +160,24 @@ static const char *const as_run[][4] = {
                          "f32, then requantized to int8)"},
 };
 
+void hfq__describe_as(hfq *q, const char *head)
+{
+    static const char *const how[3] = {
+        "dequantized to f32 at load; activations not quantized)",
+        "dequantized to f32, then requantized to int8; activations int8 per token)",
+        "dequantized to f32, then requantized to int4; activations int8 per token)"};
+    for (int i = 0; i < 3; i++)
+        snprintf(q->desc[i], sizeof q->desc[i], "%s%s", head, how[i]);
+}
+
 const char *hfq_describe(const hfq *q)
 {
     if (q->kind == HFQ_CT_INT8)
         return "compressed-tensors int8";
     if (q->kind == HFQ_CT_INT8S)
         return "compressed-tensors int8 (static input scales)";
-    if (q->kind == HFQ_CT_FP8)
-        return "compressed-tensors FP8 (dequantized to f32 at load; activations not quantized)";
-    if (q->kind == HFQ_FP8M || q->kind == HFQ_BNB)
-        return q->desc;
+    if (q->kind == HFQ_CT_FP8 || q->kind == HFQ_FP8M || q->kind == HFQ_BNB)
+        return q->desc[q->packed_q4 ? 2 : q->packed_q8 ? 1 : 0];
     if (q->kind == HFQ_GPTQ && q->bits == 8) /* never the int4 codes nor int8 rows */
         return q->packed_q4   ? "gptq 8-bit (dequantized to f32, then requantized to int4)"
                : q->packed_q8 ? "gptq 8-bit (dequantized to f32, then requantized to int8)"

@@ -274,6 +274,8 @@ def compare(build, tmp, out, tag, kernels, tokens, desc, failures):
             qs.append(q)
         else:
             failures.append(f"{tag}: --quantization {q} differs from the dequantized checkpoint's")
+        hq.describes(build, out, f"then requantized to {q}; activations int8 per token", tag,
+                     failures, ["--quantization", q])
     g = hq.greedy(build, out, tokens)
     gd = hq.greedy(build, out + "-f32", tokens)
     hq.describes(build, out, desc, tag, failures)

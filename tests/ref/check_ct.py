@@ -298,6 +298,9 @@ def check_dequant(build, tmp, label, model, kernels, failures, codes=None, rows=
         else:
             failures.append(f"{label}: --quantization {q} logits differ from the dequantized f32 "
                             f"checkpoint's with --quantization {q}")
+        if label.startswith("fp8"):  # the start-up line says what the weights became
+            hq.describes(build, model, f"then requantized to {q}; activations int8 per token",
+                         label, failures, ["--quantization", q])
     out = ce.run([os.path.join(build, "inferd"), "generate", "--model", model, "--prompt-ids", tokens,
                   "--max-tokens", str(GREEDY), "--ignore-eos", "--output-ids", "--quiet"])
     gen = [int(t) for t in out.split()]
