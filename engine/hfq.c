@@ -135,29 +135,35 @@ const char *hfq_method(const hfq *q)
  * dequantized to f32; [1] --quantization int4/int8 on their integers as
  * stored; [2] asked, but they did not fit and were requantized; [3] as
  * stored, some with their inputs sorted by group (desc_act, actorder;
- * absent for the schemes without a g_idx). */
-enum { RUN_F32, RUN_STORED, RUN_REQUANT, RUN_PERM };
+ * absent for the schemes without a g_idx); [4] the other width asked
+ * (int8 of a 4-bit scheme, int4 of W8A16): through f32. */
+enum { RUN_F32, RUN_STORED, RUN_REQUANT, RUN_PERM, RUN_OTHER };
 #define AS_STORED "codes, scales and zeros as stored; activations int8 per token"
 #define AS_SORTED "codes, scales and zeros as stored, inputs sorted by group; activations " \
                   "int8 per token, gathered into that order"
-static const char *const as_run[][4] = {
+static const char *const as_run[][5] = {
     [HFQ_GPTQ] = {"gptq 4-bit (dequantized to f32 at load)", "gptq 4-bit (" AS_STORED ")",
                   "gptq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
                   "requantized to int4)",
-                  "gptq 4-bit (" AS_SORTED ")"},
+                  "gptq 4-bit (" AS_SORTED ")",
+                  "gptq 4-bit (dequantized to f32, then requantized to int8)"},
     [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)", "awq 4-bit (" AS_STORED ")",
                  "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
-                 "requantized to int4)"},
+                 "requantized to int4)",
+                 NULL, "awq 4-bit (dequantized to f32, then requantized to int8)"},
     [HFQ_CT_PACK] = {"compressed-tensors W4A16 (dequantized to f32 at load)",
                      "compressed-tensors W4A16 (" AS_STORED ")",
                      "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
                      "then requantized to int4)",
-                     "compressed-tensors W4A16 (" AS_SORTED ")"},
+                     "compressed-tensors W4A16 (" AS_SORTED ")",
+                     "compressed-tensors W4A16 (dequantized to f32, then requantized to int8)"},
     [HFQ_CT_PACK + 1] = {"compressed-tensors W8A16 (dequantized to f32 at load)",
                          "compressed-tensors W8A16 (int8 weights and scales as stored; "
                          "activations int8 per token)",
                          "compressed-tensors W8A16 (not storable as int8 rows: dequantized to "
-                         "f32, then requantized to int8)"},
+                         "f32, then requantized to int8)",
+                         NULL, "compressed-tensors W8A16 (dequantized to f32, then requantized to "
+                         "int4)"},
 };
 
 void hfq__describe_as(hfq *q, const char *head)
@@ -185,6 +191,8 @@ const char *hfq_describe(const hfq *q)
     int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
     int asked = w8 ? q->packed_q8 : q->packed_q4;
     const char *const *row = as_run[q->kind + w8];
+    if (!asked && (w8 ? q->packed_q4 : q->packed_q8))
+        return row[RUN_OTHER];
     if (!asked || q->n_requant)
         return row[asked ? RUN_REQUANT : RUN_F32];
     return q->n_perm && row[RUN_PERM] ? row[RUN_PERM] : row[RUN_STORED];

@@ -663,6 +663,9 @@ def main():
                      failures)
         stored = ("compressed-tensors W4A16 (codes, scales and zeros as stored" +
                   (", inputs sorted by group" if act else ";"))
+        other = ("int8", "int4")[bits == 8]  # the width the scheme is not: through f32
+        hq.describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32, then "
+                     f"requantized to {other})", label, failures, ["--quantization", other])
         if bits == 4:
             hq.describes(a.build, out, stored if fits else
                          "compressed-tensors W4A16 (not storable as int4 codes", label,

@@ -334,6 +334,8 @@ def main():
                    "as stored, inputs sorted by group" if desc else "as stored; activations")
             describes(a.build, out, f"{method} 4-bit (dequantized to f32 at load)", tag, failures)
             describes(a.build, out, how, tag, failures, ["--quantization", "int4"])
+            describes(a.build, out, f"{method} 4-bit (dequantized to f32, then requantized to int8)",
+                      tag, failures, ["--quantization", "int8"])
             if fits:
                 exact, at, loose, runs, margin = check_codes_int4(a.build, tmp, tag, out, deq, codes,
                                                                   tokens, kernels, failures)
