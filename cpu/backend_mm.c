@@ -287,7 +287,8 @@ int cpu__quantize_layers(cpu_be *be, int quant, const cpu_config *cfg, inf_err *
         int rc = cfg->layer_need ? cfg->layer_need(cfg->layer_ctx, l, err) : INF_OK;
         for (int i = 0; i < QW_N && !rc; i++) {
             const model_tensor *t = layer_matrix(&be->m->layers[l], i);
-            rc = be->q4 ? cpu_q4w_create(t, be->k, be->pool, &be->q4[(size_t)l * QW_N + i], err)
+            rc = be->q4 ? cpu_q4w_create(t, be->k, be->k4, be->pool,
+                                         &be->q4[(size_t)l * QW_N + i], err)
                         : cpu_qw_create(t, be->k, be->pool, &be->qw[(size_t)l * QW_N + i], err);
         }
         if (rc)

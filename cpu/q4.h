@@ -100,11 +100,13 @@ typedef struct cpu_q4w {
                             model_tensor.q4_perm: desc_act codes) */
 } cpu_q4w;
 
-/* Quantizes t (f32, f16 or bf16) as above, converting rows with k->to_f32,
- * on pool's threads when pool is not NULL; a GPTQ / AWQ linear bound as its
+/* Quantizes t (f32, f16 or bf16) as above, converting rows with k->to_f32
+ * and quantizing them with k4->quant (the int4 table that goes with k), on
+ * pool's threads when pool is not NULL; a GPTQ / AWQ linear bound as its
  * codes (t->q4, model.h) is packed as stored, with its zero points unless
  * every one is 8 (a symmetric checkpoint: the symmetric layout). */
-int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_q4w **out,
+int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, const cpu_q4k *k4, cpu_pool *pool,
+                   cpu_q4w **out,
                    inf_err *err);
 
 /* An empty matrix (all q = 0, scales 0; with zp, zeros 8) to fill with

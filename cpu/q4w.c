@@ -125,7 +125,7 @@ void cpu_q4w_get_group(const cpu_q4w *q, int n, int g, uint8_t u[CPU_Q4_GROUP], 
 typedef struct q4_job {
     const model_tensor *t;
     const cpu_kern *k;
-    const cpu_q4k *q4k; /* its quant, the rule at the kernel table's width */
+    const cpu_q4k *q4k; /* its quant: the rule at the kernel table's width */
     cpu_q4w *q;
     float *rows;     /* [threads][K] one row widened to f32 */
     uint8_t *codes;  /* [threads][G * 32] its q + 8         */
@@ -189,7 +189,8 @@ static void q4_run(void *ctx, int t, int nt)
     }
 }
 
-int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu_q4w **out,
+int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, const cpu_q4k *k4, cpu_pool *pool,
+                   cpu_q4w **out,
                    inf_err *err)
 {
     *out = NULL;
@@ -209,12 +210,10 @@ int cpu_q4w_create(const model_tensor *t, const cpu_kern *k, cpu_pool *pool, cpu
     if (rc)
         return rc;
     int nt = pool ? cpu_pool_size(pool) : 1;
-    q4_job j = {.t = t, .k = k, .q4k = cpu_q4k_select(k->name), .q = q,
+    q4_job j = {.t = t, .k = k, .q4k = k4, .q = q,
                 .rows = malloc((size_t)nt * q->K * sizeof(float)),
                 .codes = malloc((size_t)nt * q->G * CPU_Q4_GROUP),
                 .scales = malloc((size_t)nt * q->G * sizeof(uint16_t))};
-    if (!j.q4k)
-        j.q4k = &cpu_q4k_generic;
     if (!j.rows || !j.codes || !j.scales) {
         free(j.rows), free(j.codes), free(j.scales);
         cpu_q4w_destroy(q);

@@ -97,7 +97,7 @@ static void fix_make_zp(fix *f, int M, int N, int K, int zp)
                            .q4 = f->codes, .q4_scale = f->scale, .q4_zero = f->zero};
     }
     inf_err err;
-    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &f->q, &err), 0);
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), &cpu_q4k_generic, NULL, &f->q, &err), 0);
     int G = f->q->G;
     f->qx = malloc((size_t)M * G * 32);
     f->xs8 = malloc(sizeof(int32_t) * (size_t)M * G);
@@ -362,7 +362,7 @@ static void test_q4_zero_points(void **state)
     cpu_q4w_destroy(f.q);
     model_tensor t = {.dtype = INF_DTYPE_NONE, .rows = N, .cols = K, .name = "w",
                       .q4 = f.codes, .q4_scale = f.scale, .q4_zero = f.zero};
-    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &f.q, &err), 0);
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), &cpu_q4k_generic, NULL, &f.q, &err), 0);
     assert_int_equal(f.q->zp, 0);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
@@ -398,7 +398,7 @@ static void test_q4_from_q4_0_is_lossless(void **state)
     model_tensor t = {.dtype = INF_F32, .data = w, .rows = N, .cols = K, .name = "q4_0"};
     cpu_q4w *q;
     inf_err err;
-    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), NULL, &q, &err), 0);
+    assert_int_equal(cpu_q4w_create(&t, cpu_kern_select("generic"), &cpu_q4k_generic, NULL, &q, &err), 0);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
             const uint8_t *blk = blocks + 18 * (n * G + g);
