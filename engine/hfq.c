@@ -23,6 +23,48 @@ int hfq__jint(const cJSON *o, const char *k, int def)
     return cfgj_is_int(v, &i) ? i : -1000; /* never cast a double out of int's range */
 }
 
+/* hfq_describe's lines for linears that go through f32 (q->desc): [0]
+ * nothing asked, [1] requantized to int8, [2] to int4; every scheme but
+ * compressed-tensors int8 has them. */
+static void describe_f32(hfq *q, const char *bnb_type)
+{
+    static const char *const how[3] = {
+        "dequantized to f32 at load; activations not quantized)",
+        "dequantized to f32, then requantized to int8; activations int8 per token)",
+        "dequantized to f32, then requantized to int4; activations int8 per token)"};
+    char head[120];
+    switch (q->kind) {
+    case HFQ_GPTQ:
+    case HFQ_AWQ:
+        snprintf(head, sizeof head, "%s %d-bit (", hfq_method(q), q->bits);
+        break;
+    case HFQ_CT_PACK:
+        snprintf(head, sizeof head, "compressed-tensors W%dA16 (", q->pack.bits);
+        break;
+    case HFQ_CT_FP8:
+        snprintf(head, sizeof head, "compressed-tensors FP8 (");
+        break;
+    case HFQ_FP8M:
+        if (q->fp8_block[0])
+            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per %dx%d block: ",
+                     q->fp8_block[0], q->fp8_block[1]);
+        else
+            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per tensor: ");
+        break;
+    case HFQ_BNB: /* the config's type; each linear's own state says its */
+        if (q->bits == 8)
+            snprintf(head, sizeof head, "bitsandbytes 8-bit LLM.int8 (int8 rows with a scale "
+                     "each: ");
+        else
+            snprintf(head, sizeof head, "bitsandbytes 4-bit %s (", bnb_type ? bnb_type : "fp4");
+        break;
+    default: /* compressed-tensors int8: always as stored */
+        return;
+    }
+    for (int i = 0; i < 3; i++)
+        snprintf(q->desc[i], sizeof q->desc[i], "%s%s", head, how[i]);
+}
+
 int hfq_open(const char *config_path, hfq **out, inf_err *err)
 {
     *out = NULL;
@@ -82,28 +124,12 @@ int hfq_open(const char *config_path, hfq **out, inf_err *err)
                                            : HFQ_GPTQ;
         q->fp8_block[0] = block[0];
         q->fp8_block[1] = block[1];
-        char head[120] = "";
-        if (block[0])
-            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per %dx%d block: ", block[0],
-                     block[1]);
-        else if (fp8m)
-            snprintf(head, sizeof head, "fp8 (E4M3 weights, a scale per tensor: ");
-        else if (bnb && bnb_bits == 8)
-            snprintf(head, sizeof head, "bitsandbytes 8-bit LLM.int8 (int8 rows with a scale "
-                     "each: ");
-        else if (bnb) /* the config's type; each linear's own state says its */
-            snprintf(head, sizeof head, "bitsandbytes 4-bit %s (",
-                     hfq__jstr(qc, "bnb_4bit_quant_type") ? hfq__jstr(qc, "bnb_4bit_quant_type")
-                                                         : "fp4");
-        else if (q->kind == HFQ_CT_FP8)
-            snprintf(head, sizeof head, "compressed-tensors FP8 (");
-        if (head[0])
-            hfq__describe_as(q, head);
         q->group = group;
         q->bits = bnb ? bnb_bits : bits;
         q->zero_plus1 = q->kind == HFQ_GPTQ && !(fmt && !strcmp(fmt, "gptq_v2"));
         q->pack = pack;
         snprintf(q->path, sizeof q->path, "%s", config_path);
+        describe_f32(q, hfq__jstr(qc, "bnb_4bit_quant_type"));
         *out = q;
     }
     cJSON_Delete(root);
@@ -131,50 +157,32 @@ const char *hfq_method(const hfq *q)
                                 : "compressed-tensors";
 }
 
-/* What the linears of each 4- and 8-bit scheme became: [0] nothing asked,
- * dequantized to f32; [1] --quantization int4/int8 on their integers as
- * stored; [2] asked, but they did not fit and were requantized; [3] as
- * stored, some with their inputs sorted by group (desc_act, actorder;
- * absent for the schemes without a g_idx); [4] the other width asked
- * (int8 of a 4-bit scheme, int4 of W8A16): through f32. */
-enum { RUN_F32, RUN_STORED, RUN_REQUANT, RUN_PERM, RUN_OTHER };
+/* What the linears of the schemes whose integers can run as stored became
+ * when asked to (--quantization int4, or int8 for W8A16): [0] as stored;
+ * [1] they did not fit and were requantized; [2] as stored, some with their
+ * inputs sorted by group (desc_act, actorder; absent for the schemes
+ * without a g_idx). */
+enum { RUN_STORED, RUN_REQUANT, RUN_PERM };
 #define AS_STORED "codes, scales and zeros as stored; activations int8 per token"
 #define AS_SORTED "codes, scales and zeros as stored, inputs sorted by group; activations " \
                   "int8 per token, gathered into that order"
-static const char *const as_run[][5] = {
-    [HFQ_GPTQ] = {"gptq 4-bit (dequantized to f32 at load)", "gptq 4-bit (" AS_STORED ")",
+static const char *const as_run[][3] = {
+    [HFQ_GPTQ] = {"gptq 4-bit (" AS_STORED ")",
                   "gptq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
                   "requantized to int4)",
-                  "gptq 4-bit (" AS_SORTED ")",
-                  "gptq 4-bit (dequantized to f32, then requantized to int8)"},
-    [HFQ_AWQ] = {"awq 4-bit (dequantized to f32 at load)", "awq 4-bit (" AS_STORED ")",
+                  "gptq 4-bit (" AS_SORTED ")"},
+    [HFQ_AWQ] = {"awq 4-bit (" AS_STORED ")",
                  "awq 4-bit (groups not whole 32s of inputs: dequantized to f32, then "
-                 "requantized to int4)",
-                 NULL, "awq 4-bit (dequantized to f32, then requantized to int8)"},
-    [HFQ_CT_PACK] = {"compressed-tensors W4A16 (dequantized to f32 at load)",
-                     "compressed-tensors W4A16 (" AS_STORED ")",
+                 "requantized to int4)"},
+    [HFQ_CT_PACK] = {"compressed-tensors W4A16 (" AS_STORED ")",
                      "compressed-tensors W4A16 (not storable as int4 codes: dequantized to f32, "
                      "then requantized to int4)",
-                     "compressed-tensors W4A16 (" AS_SORTED ")",
-                     "compressed-tensors W4A16 (dequantized to f32, then requantized to int8)"},
-    [HFQ_CT_PACK + 1] = {"compressed-tensors W8A16 (dequantized to f32 at load)",
-                         "compressed-tensors W8A16 (int8 weights and scales as stored; "
+                     "compressed-tensors W4A16 (" AS_SORTED ")"},
+    [HFQ_CT_PACK + 1] = {"compressed-tensors W8A16 (int8 weights and scales as stored; "
                          "activations int8 per token)",
                          "compressed-tensors W8A16 (not storable as int8 rows: dequantized to "
-                         "f32, then requantized to int8)",
-                         NULL, "compressed-tensors W8A16 (dequantized to f32, then requantized to "
-                         "int4)"},
+                         "f32, then requantized to int8)"},
 };
-
-void hfq__describe_as(hfq *q, const char *head)
-{
-    static const char *const how[3] = {
-        "dequantized to f32 at load; activations not quantized)",
-        "dequantized to f32, then requantized to int8; activations int8 per token)",
-        "dequantized to f32, then requantized to int4; activations int8 per token)"};
-    for (int i = 0; i < 3; i++)
-        snprintf(q->desc[i], sizeof q->desc[i], "%s%s", head, how[i]);
-}
 
 const char *hfq_describe(const hfq *q)
 {
@@ -182,19 +190,14 @@ const char *hfq_describe(const hfq *q)
         return "compressed-tensors int8";
     if (q->kind == HFQ_CT_INT8S)
         return "compressed-tensors int8 (static input scales)";
-    if (q->kind == HFQ_CT_FP8 || q->kind == HFQ_FP8M || q->kind == HFQ_BNB)
-        return q->desc[q->packed_q4 ? 2 : q->packed_q8 ? 1 : 0];
-    if (q->kind == HFQ_GPTQ && q->bits == 8) /* never the int4 codes nor int8 rows */
-        return q->packed_q4   ? "gptq 8-bit (dequantized to f32, then requantized to int4)"
-               : q->packed_q8 ? "gptq 8-bit (dequantized to f32, then requantized to int8)"
-                              : "gptq 8-bit (dequantized to f32 at load)";
     int w8 = q->kind == HFQ_CT_PACK && q->pack.bits == 8;
-    int asked = w8 ? q->packed_q8 : q->packed_q4;
+    int can = (q->kind == HFQ_GPTQ && q->bits == 4) || q->kind == HFQ_AWQ ||
+              q->kind == HFQ_CT_PACK; /* integers the kernels can take as stored */
+    if (!can || !(w8 ? q->packed_q8 : q->packed_q4)) /* through f32 */
+        return q->desc[q->packed_q4 ? 2 : q->packed_q8 ? 1 : 0];
     const char *const *row = as_run[q->kind + w8];
-    if (!asked && (w8 ? q->packed_q4 : q->packed_q8))
-        return row[RUN_OTHER];
-    if (!asked || q->n_requant)
-        return row[asked ? RUN_REQUANT : RUN_F32];
+    if (q->n_requant)
+        return row[RUN_REQUANT];
     return q->n_perm && row[RUN_PERM] ? row[RUN_PERM] : row[RUN_STORED];
 }
 

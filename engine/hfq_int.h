@@ -43,17 +43,13 @@ struct hfq {
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
     int fp8_block[2]; /* kind HFQ_FP8M: weight_block_size [rows,
                          inputs], or 0s: a scale per tensor      */
-    char desc[3][200]; /* hfq_describe's line where hfq__describe_as builds
-                          it: as f32, requantized to int8, to int4 */
+    char desc[3][200]; /* hfq_describe's lines for linears through f32: as
+                          f32, requantized to int8, to int4 (hfq.c) */
     /* hfq_set_defer: FP8 layer matrices' conversion handed to it */
     int (*defer)(void *ctx, model_tensor *out, int layer, model_convert_fn fn,
                  const void *src, const void *aux, int arg, inf_err *err);
     void *defer_ctx;
 };
-
-/* hfq_describe's three lines for a scheme that always goes through f32:
- * head (up to its opening parenthesis or colon) then how it runs. */
-void hfq__describe_as(hfq *q, const char *head);
 
 /* A string key, or NULL. */
 const char *hfq__jstr(const cJSON *o, const char *k);

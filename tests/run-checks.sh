@@ -21,7 +21,7 @@ else
 "$PYTHON" tests/ref/check_gguf_tok.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # GPTQ / AWQ checkpoints against numpy packings of the formats.
 "$PYTHON" tests/ref/check_hfq.py --build "$BUILD" --fixtures "$BUILD/fixtures"
-# bitsandbytes 4-bit (NF4 / FP4, double quantization) against numpy's serialization.
+# bitsandbytes 4-bit (NF4 / FP4, double quantization) and 8-bit (LLM.int8) against numpy's serialization.
 "$PYTHON" tests/ref/check_bnb.py --build "$BUILD" --fixtures "$BUILD/fixtures"
 # compressed-tensors W8A8 int8 checkpoints against the scheme in numpy (ct_ref.py).
 "$PYTHON" tests/ref/check_ct.py --build "$BUILD" --fixtures "$BUILD/fixtures"

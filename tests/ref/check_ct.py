@@ -659,13 +659,14 @@ def main():
         rows = bits == 8 and group == 0 and sym  # int8 rows and a scale each: the int8 kernels'
         check_dequant(a.build, tmp, label, out, kernels, failures, ints if fits else None,
                       ints if rows else None)
-        hq.describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load)", label,
-                     failures)
+        hq.describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32 at load; "
+                     "activations not quantized)", label, failures)
         stored = ("compressed-tensors W4A16 (codes, scales and zeros as stored" +
                   (", inputs sorted by group" if act else ";"))
         other = ("int8", "int4")[bits == 8]  # the width the scheme is not: through f32
         hq.describes(a.build, out, f"compressed-tensors W{bits}A16 (dequantized to f32, then "
-                     f"requantized to {other})", label, failures, ["--quantization", other])
+                     f"requantized to {other}; activations int8 per token)", label, failures,
+                     ["--quantization", other])
         if bits == 4:
             hq.describes(a.build, out, stored if fits else
                          "compressed-tensors W4A16 (not storable as int4 codes", label,

@@ -332,10 +332,11 @@ def main():
             fits = all(codes_fit(c[3]) for c in codes.values())
             how = ("groups not whole 32s of inputs" if not fits else
                    "as stored, inputs sorted by group" if desc else "as stored; activations")
-            describes(a.build, out, f"{method} 4-bit (dequantized to f32 at load)", tag, failures)
+            describes(a.build, out, f"{method} 4-bit (dequantized to f32 at load; activations not "
+                      "quantized)", tag, failures)
             describes(a.build, out, how, tag, failures, ["--quantization", "int4"])
-            describes(a.build, out, f"{method} 4-bit (dequantized to f32, then requantized to int8)",
-                      tag, failures, ["--quantization", "int8"])
+            describes(a.build, out, f"{method} 4-bit (dequantized to f32, then requantized to int8; "
+                      "activations int8 per token)", tag, failures, ["--quantization", "int8"])
             if fits:
                 exact, at, loose, runs, margin = check_codes_int4(a.build, tmp, tag, out, deq, codes,
                                                                   tokens, kernels, failures)
@@ -365,7 +366,8 @@ def main():
         geq = greedy(a.build, out, tokens) == greedy(a.build, deq, tokens)
         if not same or not geq:
             failures.append(f"{tag}: logits or greedy tokens differ from numpy's unpacked weights'")
-        describes(a.build, out, "gptq 8-bit (dequantized to f32 at load)", tag, failures)
+        describes(a.build, out, "gptq 8-bit (dequantized to f32 at load; activations not quantized)",
+                  tag, failures)
         requant = []
         for qn in ("int8", "int4"):
             z = logits(a.build, out, tokens, os.path.join(tmp, f"{tag}-{qn}.f32"), ["--quantization", qn])
@@ -373,8 +375,8 @@ def main():
                         ["--quantization", qn])
             if not np.array_equal(z.view(np.uint32), zr.view(np.uint32)):
                 failures.append(f"{tag}: {qn} differs from {qn} on the plain checkpoint")
-            describes(a.build, out, f"gptq 8-bit (dequantized to f32, then requantized to {qn})",
-                      tag, failures, ["--quantization", qn])
+            describes(a.build, out, f"gptq 8-bit (dequantized to f32, then requantized to {qn}; "
+                      "activations int8 per token)", tag, failures, ["--quantization", qn])
             requant.append(float((np.abs(z - x).reshape(10, -1).max(1) /
                                   np.abs(x).reshape(10, -1).max(1)).max()))
         print(f"  {tag:28s} logits {'bit-identical' if same else 'DIFFER'} to numpy's unpacked "
