@@ -1,5 +1,8 @@
-"""What the benchmark scripts share: the machine they ran on, its load, and
-the page-cache state of the model files they read."""
+"""What the benchmark scripts share: the machine they ran on, its load, the
+page-cache state of the model files they read, and each other (the scripts
+have no .py to import them by)."""
+import importlib.machinery
+import importlib.util
 import os
 
 FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx_vnni",
@@ -51,3 +54,12 @@ def weight_files(d):
     if os.path.isfile(d):
         return [d]
     return [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.endswith(".safetensors")]
+
+
+def script_module(name):
+    """scripts/NAME (a script without .py) imported as a module."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    loader = importlib.machinery.SourceFileLoader(name.replace("-", "_"), path)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    return mod

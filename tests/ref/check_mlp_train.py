@@ -111,12 +111,9 @@ def main():
 
 
 def trainer_module():
-    import importlib.machinery
-    import importlib.util
-    ldr = importlib.machinery.SourceFileLoader("train_mlp", os.path.join(ROOT, "scripts", "train_mlp_speculator"))
-    tm = importlib.util.module_from_spec(importlib.util.spec_from_loader("train_mlp", ldr))
-    ldr.exec_module(tm)
-    return tm
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from benchlib import script_module
+    return script_module("train_mlp_speculator")
 
 
 def heldout_written(a, spec_dir):
