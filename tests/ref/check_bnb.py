@@ -32,6 +32,7 @@ inferd's code:
     U8 [] = 0 (the row layout).
   dequantize (bitsandbytes' int8_vectorwise_dequant): f32(q * SCB[n]),
     then times f32(1/127), each product rounded to f32.
+  --quantization int8 gives the stored codes back (rows_as_stored).
 
 Checks: logits bit-identical to a plain f32 checkpoint of the numpy-
 dequantized weights on every kernel table, the same greedy tokens, and
@@ -151,6 +152,36 @@ def make8(src, out, skip=()):
           "bnb_4bit_quant_storage": "uint8"}
     ct_ref.write_pair(src, out, t, deq, qc, u8(t))
     return t
+
+
+def rows_as_stored(build, tmp, out, tokens, failures):
+    """--quantization int8 on an LLM.int8 checkpoint requantizes each row of
+    its f32 weights; by qdef_i8's rule (scale = max |row| / 127, q =
+    rint(w * 127 / max |row|)) that gives back the stored codes, with the
+    scale of the dequantized row: bit-identical to a compressed-tensors W8A8
+    twin that stores exactly those codes and scales. Returns whether it is."""
+    t = ct_ref.read_raw(os.path.join(out, "model.safetensors"))
+    for key in [k for k in t if k.endswith(".SCB")]:
+        p = key[:-len("SCB")]
+        q, scb = t.pop(p + "weight"), t.pop(key)
+        t.pop(p + "weight_format", None)
+        deq = (q.astype(np.float32) * scb[:, None]).astype(np.float32) * np.float32(1 / 127)
+        t[p + "weight"] = q
+        t[p + "weight_scale"] = (np.abs(deq).max(1) / np.float32(127)).astype(np.float32)[:, None]
+    twin = out + "-w8a8"
+    shutil.rmtree(twin, ignore_errors=True)
+    ct_ref.copy_beside(out, (twin,))
+    ct_ref.write_st(os.path.join(twin, "model.safetensors"), t)
+    c = json.load(open(os.path.join(twin, "config.json")))
+    c["quantization_config"] = ct_ref.scheme()
+    json.dump(c, open(os.path.join(twin, "config.json"), "w"))
+    x = hq.logits(build, out, tokens, os.path.join(tmp, "rows-int8"), ["--quantization", "int8"])
+    y = hq.logits(build, twin, tokens, os.path.join(tmp, "rows-w8a8"))
+    same = np.array_equal(x.view(np.uint32), y.view(np.uint32))
+    if not same:
+        failures.append(f"{out}: --quantization int8 is not bit-identical to a W8A8 twin of its "
+                        "stored codes (the requantized codes are not the stored ones)")
+    return same
 
 
 def u8(t):
@@ -324,6 +355,9 @@ def main():
         fresh(out)
         make8(os.path.join(a.fixtures, src), out, sk)
         compare(a.build, tmp, out, tag, kernels, tokens, "bitsandbytes 8-bit LLM.int8", failures)
+        if not sk and rows_as_stored(a.build, tmp, out, tokens, failures):
+            print(f"  {tag:36s} --quantization int8 bit-identical to a W8A8 twin of its stored "
+                  "codes")
     refusals8(a.build, tmp, os.path.join(tmp, "tiny-int8"), failures)
     if failures:
         print("FAILED:")
