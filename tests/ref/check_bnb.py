@@ -169,12 +169,7 @@ def rows_as_stored(build, tmp, out, tokens, failures):
         t[p + "weight"] = q
         t[p + "weight_scale"] = (np.abs(deq).max(1) / np.float32(127)).astype(np.float32)[:, None]
     twin = out + "-w8a8"
-    shutil.rmtree(twin, ignore_errors=True)
-    ct_ref.copy_beside(out, (twin,))
-    ct_ref.write_st(os.path.join(twin, "model.safetensors"), t)
-    c = json.load(open(os.path.join(twin, "config.json")))
-    c["quantization_config"] = ct_ref.scheme()
-    json.dump(c, open(os.path.join(twin, "config.json"), "w"))
+    ct_ref.write_beside(out, twin, t, ct_ref.scheme())
     x = hq.logits(build, out, tokens, os.path.join(tmp, "rows-int8"), ["--quantization", "int8"])
     y = hq.logits(build, twin, tokens, os.path.join(tmp, "rows-w8a8"))
     same = np.array_equal(x.view(np.uint32), y.view(np.uint32))

@@ -236,12 +236,7 @@ def check_rows_int8(build, tmp, name, model, rows, kernels, failures):
             t.pop(p + part, None)
         t[lin] = q.astype(np.int8)
         t[p + "weight_scale"] = sc.T.astype(np.float32)  # exact: the stored scales
-    shutil.rmtree(twin, ignore_errors=True)
-    ct_ref.copy_beside(model, (twin,))
-    ct_ref.write_st(os.path.join(twin, "model.safetensors"), t)
-    c = json.load(open(os.path.join(twin, "config.json")))
-    c["quantization_config"] = ct_ref.scheme()
-    json.dump(c, open(os.path.join(twin, "config.json"), "w"))
+    ct_ref.write_beside(model, twin, t, ct_ref.scheme())
     ref = ct_ref.W8A8(twin)
     want, _, _ = llama_ref.generate(ref, TOKENS, 0, False)
     tokens = ",".join(map(str, TOKENS))

@@ -198,6 +198,19 @@ def copy_beside(src, dirs):
                 shutil.copy(os.path.join(src, f), os.path.join(d, f))
 
 
+def write_beside(src, out, t, qc):
+    """out made afresh beside src (its other files copied): tensors t, and
+    src's config.json with quantization_config qc."""
+    shutil.rmtree(out, ignore_errors=True)
+    copy_beside(src, (out,))
+    write_st(os.path.join(out, "model.safetensors"), t)
+    with open(os.path.join(out, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = qc
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(c, f)
+
+
 def begin_pair(src, out, w):
     """out and out + "-f32" made beside src (its other files copied): the
     tensors of each, t and deq, holding w's others (not linears) in f32."""
