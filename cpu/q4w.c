@@ -33,7 +33,8 @@ static void q4_fill(cpu_q4w *q, int t0, int t1)
     }
 }
 
-/* fill 0: the caller fills each tile (q4_fill) before writing it. */
+/* fill 0: the caller writes every byte (q4_run fills a last tile's padding
+ * rows, the rows themselves write the rest). */
 static int q4_alloc(int N, int K, int zp, int fill, const char *name, cpu_q4w **out,
                     inf_err *err)
 {
@@ -183,7 +184,10 @@ static void q4_run(void *ctx, int t, int nt)
         int tile = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (tile >= j->q->tiles)
             break;
-        q4_fill(j->q, tile, tile + 1); /* here: the pool's threads take the page faults */
+        /* the rows below write every byte of their records (codes, scale,
+         * zero); a last tile's padding rows are filled here */
+        if ((tile + 1) * CPU_Q4_ROWS > j->q->N)
+            q4_fill(j->q, tile, tile + 1);
         for (int n = tile * CPU_Q4_ROWS; n < j->q->N && n < (tile + 1) * CPU_Q4_ROWS; n++)
             q4_row(j, t, n);
     }

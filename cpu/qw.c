@@ -28,9 +28,10 @@ static void qw_run(void *ctx, int t, int nt)
         int g = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (g * CPU_QG >= q->N)
             break;
-        /* zeroed here, on the pool's threads, which take the page faults
-         * (most of the load time) side by side: the padding relies on it */
-        memset(q->w + (size_t)g * q->K4 * 64, 0, (size_t)q->K4 * 64);
+        /* the rows below write every byte of their group; a last group's
+         * padding rows are zeroed here (the padding relies on it) */
+        if ((g + 1) * CPU_QG > q->N)
+            memset(q->w + (size_t)g * q->K4 * 64, 0, (size_t)q->K4 * 64);
         for (int r = 0; r < CPU_QG && g * CPU_QG + r < q->N; r++) {
             int n = g * CPU_QG + r;
             memset(qr, 0, (size_t)q->K4 * 4);
