@@ -83,7 +83,7 @@ TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
 # compressed-tensors).
 MODEL_OBJ := engine/model.o engine/model_lazy.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_meta.o \
              engine/gguf_model.o engine/hfq.o engine/hfq_ct.o engine/hfq_fp8.o \
-             engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o
+             engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o engine/bufs.o
 
 # ---- CUDA=1: the CUDA backend (cuda/, docs/cuda.md) ------------------------
 # Off by default: the default build neither compiles nor needs CUDA, and skips
@@ -368,7 +368,7 @@ F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
 F_fuzz_gguf_tok := $(TOK_OBJ)
-F_fuzz_hfq   := engine/hfq.o engine/hfq_ct.o engine/hfq_fp8.o engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o engine/model_lazy.o engine/st.o engine/cfgjson.o
+F_fuzz_hfq   := engine/bufs.o engine/hfq.o engine/hfq_ct.o engine/hfq_fp8.o engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o engine/model_lazy.o engine/st.o engine/cfgjson.o
 F_fuzz_gram  := $(GRAM_OBJ)
 F_fuzz_gram_src := $(GRAM_OBJ)
 F_fuzz_tcall := server/tcall.o server/reason.o

@@ -140,11 +140,7 @@ void hfq_free(hfq *q)
 {
     if (!q)
         return;
-    for (int i = 0; i < q->n_bufs; i++)
-        free(q->bufs[i]);
-    free(q->bufs);
-    free(q->sizes);
-    free(q->is_code);
+    bufs_free(&q->bufs);
     free(q);
 }
 
@@ -206,50 +202,15 @@ int hfq_is_int8(const hfq *q)
     return q && (q->kind == HFQ_CT_INT8 || q->kind == HFQ_CT_INT8S);
 }
 
-/* n bytes owned by q; is_code: 4-bit codes' parts, for hfq_drop_codes_at. */
-static void *keep(hfq *q, size_t n, int is_code)
-{
-    if (q->n_bufs == q->cap) {
-        int cap = q->cap ? 2 * q->cap : 64;
-        void **b = realloc(q->bufs, sizeof *b * (size_t)cap);
-        if (!b)
-            return NULL;
-        q->bufs = b;
-        unsigned char *c = realloc(q->is_code, (size_t)cap);
-        if (!c)
-            return NULL;
-        q->is_code = c;
-        size_t *z = realloc(q->sizes, sizeof *z * (size_t)cap);
-        if (!z)
-            return NULL;
-        q->sizes = z;
-        q->cap = cap;
-    }
-    void *p = inf_alloc_big(n);
-    if (p) {
-        q->is_code[q->n_bufs] = (unsigned char)is_code;
-        q->sizes[q->n_bufs] = n;
-        q->bufs[q->n_bufs++] = p;
-    }
-    return p;
-}
-
 void *hfq__keep_bytes(hfq *q, size_t n)
 {
-    return keep(q, n, 0);
+    return bufs_keep(&q->bufs, n, 0);
 }
 
 void hfq_drop_codes_at(hfq *q, const void *const *at, int n)
 {
-    for (int i = 0; q && i < q->n_bufs; i++)
-        for (int j = 0; q->is_code[i] && j < n; j++) {
-            uintptr_t b = (uintptr_t)q->bufs[i], p = (uintptr_t)at[j];
-            if (at[j] && p >= b && p - b < (q->sizes[i] ? q->sizes[i] : 1)) {
-                free(q->bufs[i]);
-                q->bufs[i] = NULL;
-                q->is_code[i] = 0;
-            }
-        }
+    if (q)
+        bufs_drop_at(&q->bufs, at, n);
 }
 
 float *hfq__keep(hfq *q, size_t n)
@@ -381,8 +342,9 @@ int hfq__bind_codes(hfq *q, int64_t N, int64_t K, int64_t G, const int32_t *grp,
     if (rc || !fits)
         return rc;
     const int64_t B = (K + 31) / 32, H = K / 2;
-    uint8_t *u = keep(q, (size_t)N * (size_t)H, 1), *z = keep(q, (size_t)(N * B), 1);
-    uint16_t *d = keep(q, (size_t)(N * B) * sizeof *d, 1);
+    uint8_t *u = bufs_keep(&q->bufs, (size_t)N * (size_t)H, 1);
+    uint8_t *z = bufs_keep(&q->bufs, (size_t)(N * B), 1);
+    uint16_t *d = bufs_keep(&q->bufs, (size_t)(N * B) * sizeof *d, 1);
     uint8_t *tile = perm ? malloc((size_t)H * HFQ_CODE_ROWS) : NULL;
     if (!u || !d || !z || (perm && !tile)) {
         free(tile);

@@ -8,6 +8,8 @@
 
 #include <cJSON.h>
 
+#include "bufs.h"
+
 /* HFQ_CT_INT8S: W8A8 int8 with a static input_scale per linear. HFQ_FP8M:
  * quant_method fp8 (vLLM's own FP8 format); HFQ_BNB: bitsandbytes 4-bit.
  * HFQ_CT_PACK stays last (hfq.c's as_run table has a row past it for 8 bits). */
@@ -34,12 +36,9 @@ struct hfq {
     const int32_t *last_perm; /* the last order kept (hfq__bind_codes) */
     int64_t last_perm_k;
     char path[512];  /* config.json, for messages              */
-    void **bufs;     /* what bound tensors point into           */
-    size_t *sizes;   /* [cap] their bytes                       */
-    unsigned char *is_code; /* [cap] 1: 4-bit codes, scales or zeros
-                               (hfq__bind_codes), which hfq_drop_codes_at
-                               frees */
-    int n_bufs, cap;
+    bufs bufs;       /* what bound tensors point into; 4-bit codes,
+                        scales and zeros (hfq__bind_codes) marked for
+                        hfq_drop_codes_at */
     hfq_pack pack;   /* kind HFQ_CT_PACK                       */
     int fp8_block[2]; /* kind HFQ_FP8M: weight_block_size [rows,
                          inputs], or 0s: a scale per tensor      */
