@@ -309,6 +309,12 @@ $(FIXTURES)/tiny-q8_0.gguf: tests/ref/gguf_ref.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests/ref'); import gguf_ref; \
 	  gguf_ref.from_hf('$(FIXTURES)/tiny', '$@', tname='Q8_0', \
 	                   override={'blk.0.attn_k.weight': 'Q4_0', 'blk.1.ffn_down.weight': 'Q4_0'})"
+# and all Q4_0, whose layer matrices --quantization int4 binds as their
+# codes (test_invariance's gptq_codes)
+FIXTURE_MODELS += $(FIXTURES)/tiny-q4_0.gguf
+$(FIXTURES)/tiny-q4_0.gguf: tests/ref/gguf_ref.py $(FIXTURES)/tiny/config.json
+	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests/ref'); import gguf_ref; \
+	  gguf_ref.from_hf('$(FIXTURES)/tiny', '$@', tname='Q4_0')"
 FIXTURE_MODELS += $(FIXTURES)/tiny-gptq/config.json
 $(FIXTURES)/tiny-gptq/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq

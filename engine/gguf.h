@@ -109,4 +109,11 @@ const char *gguf_type_name(uint32_t type); /* ggml's name, or NULL if unknown */
  * arithmetic in the order ggml's reference dequantizers use). */
 void gguf_dequant(uint32_t type, const void *src, float *dst, int64_t n);
 
+/* n elements (a whole number of blocks) of a Q4_0 tensor at src as the
+ * int4 kernels' codes (model_tensor.q4): u [n / 2], byte j holding value
+ * 2j's code in its low nibble and 2j + 1's in its high one, and the f16
+ * scale of each 32, d [n / 32]; value i = f16(d) * (code - 8), the block's
+ * own numbers (no rounding). */
+void gguf_q4_0_codes(const void *src, int64_t n, uint8_t *u, uint16_t *d);
+
 #endif

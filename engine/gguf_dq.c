@@ -41,6 +41,8 @@
  *         2b..2b+1 of scales_h above it;           x = (d * (sc - 32)) * NL[q] */
 #include "gguf.h"
 
+#include <string.h>
+
 static float h2f(const uint8_t *p)
 {
     return inf_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
@@ -266,5 +268,32 @@ void gguf_dequant(uint32_t type, const void *src, float *dst, int64_t n)
         break;
     default:
         break;
+    }
+}
+
+/* Eight nibbles (one per byte of x, < 16) as four bytes, two a byte, the
+ * first low: bytes 2j and 2j + 1 of x into byte j. */
+static uint32_t pair_nibbles(uint64_t x)
+{
+    x = (x | x >> 4) & 0x00ff00ff00ff00ffu;
+    x = (x | x >> 8) & 0x0000ffff0000ffffu;
+    return (uint32_t)(x | x >> 16);
+}
+
+void gguf_q4_0_codes(const void *src, int64_t n, uint8_t *u, uint16_t *d)
+{
+    const uint8_t *b = src;
+    const uint64_t m = 0x0f0f0f0f0f0f0f0fu;
+    for (int64_t i = 0; i < n / 32; i++, b += 18, u += 16) {
+        d[i] = (uint16_t)(b[0] | b[1] << 8);
+        /* the block holds code j low and j + 16 high in byte j (bytes
+         * loaded little-endian: byte j of the word is qs[j]) */
+        uint64_t q[2];
+        memcpy(q, b + 2, 16);
+        for (int h = 0; h < 2; h++) {
+            uint32_t lo = pair_nibbles(q[h] & m), hi = pair_nibbles(q[h] >> 4 & m);
+            memcpy(u + 4 * h, &lo, 4);     /* codes 8h .. 8h + 7 */
+            memcpy(u + 8 + 4 * h, &hi, 4); /* codes 16 + 8h .. 16 + 8h + 7 */
+        }
     }
 }

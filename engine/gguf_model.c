@@ -9,32 +9,30 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bufs.h"
 #include "gguf_meta.h"
 #include "model_int.h"
 
 struct gguf_weights {
     gguf_file *f;
-    void **bufs;   /* converted tensors */
-    int n_bufs, cap;
+    bufs bufs;     /* converted tensors, and Q4_0 codes (is_code) */
     int lazy_on;   /* model_load_opts.lazy_layers: layer matrices deferred */
+    int codes_on;  /* model_load_opts.packed_q4: Q4_0 layer matrices as codes */
+    int n_codes;   /* those bound so */
+    char desc[160]; /* model_source.describe's line */
 };
 
 /* ---- tensors ------------------------------------------------------------ */
 
-static void *keep(gguf_weights *w, size_t bytes)
+/* The file's row of HF's row r of a projection whose rows llama.cpp
+ * interleaved per head of hd rows (hd 0: not interleaved): HF row (head h,
+ * half, i) is llama.cpp's row (h, 2i + half). */
+static int64_t file_row(int64_t r, int64_t hd)
 {
-    if (w->n_bufs == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 64;
-        void **b = realloc(w->bufs, sizeof *b * (size_t)cap);
-        if (!b)
-            return NULL;
-        w->bufs = b;
-        w->cap = cap;
-    }
-    void *p = inf_alloc_big(bytes);
-    if (p)
-        w->bufs[w->n_bufs++] = p;
-    return p;
+    if (!hd)
+        return r;
+    int64_t h = r / hd, in = r % hd, half = in / (hd / 2), i = in % (hd / 2);
+    return h * hd + 2 * i + half;
 }
 
 /* t's R x cols values into dst as dtype dt (INF_DTYPE_NONE: a block type,
@@ -49,17 +47,65 @@ static void convert(const gguf_tensor *t, int64_t R, int64_t cols, int heads, in
     size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : inf_dtype_size(dt);
     int64_t hd = heads ? R / heads : 0;
     for (int64_t r = 0; r < R; r++) {
-        int64_t s = r;
-        if (heads) { /* HF row (head h, half, i) is llama.cpp's row (h, 2i + half) */
-            int64_t h = r / hd, in = r % hd, half = in / (hd / 2), i = in % (hd / 2);
-            s = h * hd + 2 * i + half;
-        }
-        const char *src = (const char *)t->data + (size_t)s * src_row;
+        const char *src = (const char *)t->data + (size_t)file_row(r, hd) * src_row;
         if (dt != INF_DTYPE_NONE)
             memcpy(dst + (size_t)r * cols * dst_es, src, (size_t)cols * dst_es);
         else
             gguf_dequant(t->type, src, (float *)dst + (size_t)r * cols, cols);
     }
+}
+
+/* A Q4_0 matrix's R x cols values as the int4 kernels' codes u, f16 scales
+ * d and zeros z (8: Q4_0 is w = d * (q - 8)), rows put back in HF's order
+ * (heads > 0, as convert()). */
+static void q4_0_fill(const gguf_tensor *t, int64_t R, int64_t cols, int heads, uint8_t *u,
+                      uint16_t *d, uint8_t *z)
+{
+    const int64_t B = cols / 32, hd = heads ? R / heads : 0;
+    memset(z, 8, (size_t)(R * B));
+    for (int64_t r = 0; r < R; r++)
+        gguf_q4_0_codes((const char *)t->data + (size_t)(file_row(r, hd) * B) * 18, cols,
+                        u + r * (cols / 2), d + r * B);
+}
+
+/* q4_0_fill as model_defer calls it (arg: heads), into model_q4_parts. */
+static void codes_deferred(const void *t, const void *aux, int heads, const model_tensor *o,
+                           void *dst)
+{
+    (void)aux;
+    uint8_t *u, *z;
+    uint16_t *d;
+    model_q4_parts(o, dst, &u, &d, &z);
+    q4_0_fill(t, o->rows, o->cols, heads, u, d, z);
+}
+
+/* A Q4_0 layer matrix as its own codes, scales and zero 8 (model_tensor.q4)
+ * for the CPU's int4 kernels, which take Q4_0's numbers as they are: no f32
+ * step, nothing rounded again. layer >= 0 with lazy layers: made when the
+ * backend needs the layer, in a buffer reused from layer to layer. */
+static int bind_codes(model *m, const gguf_tensor *t, int64_t R, int64_t cols, int heads,
+                      int layer, model_tensor *out, inf_err *err)
+{
+    gguf_weights *w = m->src.self;
+    const int64_t B = cols / 32;
+    out->dtype = INF_DTYPE_NONE;
+    out->data = NULL;
+    w->n_codes++;
+    if (w->lazy_on && layer >= 0) {
+        out->q4_lazy = 1;
+        return model_defer(m, out, layer, codes_deferred, t, NULL, heads, err);
+    }
+    uint8_t *u = bufs_keep(&w->bufs, (size_t)(R * cols / 2), 1);
+    uint16_t *d = bufs_keep(&w->bufs, (size_t)(R * B) * sizeof *d, 1);
+    uint8_t *z = bufs_keep(&w->bufs, (size_t)(R * B), 1);
+    if (!u || !d || !z)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the codes of '%s'",
+                        gguf_path(w->f), t->name);
+    q4_0_fill(t, R, cols, heads, u, d, z);
+    out->q4 = u;
+    out->q4_scale = d;
+    out->q4_zero = z;
+    return INF_OK;
 }
 
 static inf_dtype plain_dtype(const gguf_tensor *t)
@@ -78,10 +124,11 @@ static void convert_deferred(const void *t, const void *aux, int heads, const mo
 
 /* name, which must be [rows, cols] (rows 0: a 1-D [cols]); heads > 0: a
  * projection whose rows are per head interleaved by llama.cpp (undone).
- * layer >= 0: a layer matrix, whose conversion (if it needs one) waits for
- * model_layer_need when the model is loaded with lazy layers. */
-static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads, int layer,
-                model_tensor *out, inf_err *err)
+ * matrix: a layer matrix (Q4_0 ones bound as codes when the model is
+ * loaded for them); layer >= 0: one whose conversion (if it needs one)
+ * waits for model_layer_need when the model is loaded with lazy layers. */
+static int bind(model *m, const char *name, int64_t rows, int64_t cols, int heads, int matrix,
+                int layer, model_tensor *out, inf_err *err)
 {
     gguf_weights *w = m->src.self;
     const char *path = gguf_path(w->f);
@@ -110,12 +157,14 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
         out->data = t->data;
         return INF_OK;
     }
+    if (w->codes_on && matrix && t->type == GGUF_Q4_0)
+        return bind_codes(m, t, R, cols, heads, layer, out, err);
     if (w->lazy_on && layer >= 0) {
         out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
         return model_defer(m, out, layer, convert_deferred, t, NULL, heads, err);
     }
     size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : es;
-    char *dst = keep(w, (size_t)R * (size_t)cols * dst_es);
+    char *dst = bufs_keep(&w->bufs, (size_t)R * (size_t)cols * dst_es, 0);
     if (!dst)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", path, name);
     convert(t, R, cols, heads, dt, dst);
@@ -186,25 +235,17 @@ static const struct gslot {
 };
 #undef L_
 
-static model_tensor rows_of(const model_tensor *t, int64_t r0, int64_t n)
-{
-    model_tensor v = *t;
-    v.data = (const char *)t->data + (size_t)(r0 * t->cols) * inf_dtype_size(t->dtype);
-    v.rows = n;
-    return v;
-}
-
 static int bind_all(model *m, int permuted, inf_err *err)
 {
     const model_config *c = &m->cfg;
     int64_t D = c->hidden_size, V = c->vocab_size;
     int rc;
-    if ((rc = bind(m, "token_embd.weight", V, D, 0, -1, &m->embed, err)) ||
-        (rc = bind(m, "output_norm.weight", 0, D, 0, -1, &m->norm, err)))
+    if ((rc = bind(m, "token_embd.weight", V, D, 0, 0, -1, &m->embed, err)) ||
+        (rc = bind(m, "output_norm.weight", 0, D, 0, 0, -1, &m->norm, err)))
         return rc;
     if (c->tie_word_embeddings)
         m->lm_head = m->embed;
-    else if ((rc = bind(m, "output.weight", V, D, 0, -1, &m->lm_head, err)))
+    else if ((rc = bind(m, "output.weight", V, D, 0, 0, -1, &m->lm_head, err)))
         return rc;
     for (int l = 0; l < c->n_layers; l++) {
         model_layer *ly = &m->layers[l];
@@ -218,18 +259,18 @@ static int bind_all(model *m, int permuted, inf_err *err)
             /* matrices only (norms and biases are small); not fused ones,
              * whose row views below need their data now */
             int lazy = s->rows != S_1 && !c->desc.fused_qkv ? l : -1;
-            if ((rc = bind(m, name, dim(c, s->rows), dim(c, s->cols), heads, lazy,
+            if ((rc = bind(m, name, dim(c, s->rows), dim(c, s->cols), heads, s->rows != S_1, lazy,
                            (model_tensor *)((char *)ly + s->off), err)))
                 return rc;
         }
         if (c->desc.fused_qkv) { /* [q | k | v] and [gate | up] by rows, as HF's */
             int64_t q = dim(c, S_Q), kv = dim(c, S_KV), F = c->intermediate_size;
             model_tensor qkv = ly->wq, gu = ly->w_gate;
-            ly->wq = rows_of(&qkv, 0, q);
-            ly->wk = rows_of(&qkv, q, kv);
-            ly->wv = rows_of(&qkv, q + kv, kv);
-            ly->w_gate = rows_of(&gu, 0, F);
-            ly->w_up = rows_of(&gu, F, F);
+            ly->wq = model__rows(&qkv, 0, q);
+            ly->wk = model__rows(&qkv, q, kv);
+            ly->wv = model__rows(&qkv, q + kv, kv);
+            ly->w_gate = model__rows(&gu, 0, F);
+            ly->w_up = model__rows(&gu, F, F);
         }
     }
     return INF_OK;
@@ -280,6 +321,21 @@ static void weights_free(void *w)
     gguf_weights_free(w);
 }
 
+static void weights_drop_codes(void *w, const void *const *at, int n)
+{
+    bufs_drop_at(&((gguf_weights *)w)->bufs, at, n);
+}
+
+static const char *weights_describe(const void *wv)
+{
+    gguf_weights *w = (gguf_weights *)wv;
+    if (!w->n_codes)
+        return NULL;
+    snprintf(w->desc, sizeof w->desc, "GGUF Q4_0 (%d layer matrices' codes run as stored by "
+             "the int4 kernels; activations int8 per token)", w->n_codes);
+    return w->desc;
+}
+
 static void weights_prefetch(const void *w, void (*progress)(void *user, size_t done, size_t total),
                              void *user)
 {
@@ -297,8 +353,10 @@ int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf
         rc = inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch};
+    m->src = (model_source){.self = w, .free = weights_free, .prefetch = weights_prefetch,
+                            .drop_codes = weights_drop_codes, .describe = weights_describe};
     w->lazy_on = o && o->lazy_layers;
+    w->codes_on = o && o->packed_q4;
     const gguf_arch *arch = NULL;
     if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
@@ -327,9 +385,7 @@ void gguf_weights_free(gguf_weights *w)
 {
     if (!w)
         return;
-    for (int i = 0; i < w->n_bufs; i++)
-        free(w->bufs[i]);
-    free(w->bufs);
+    bufs_free(&w->bufs);
     gguf_close(w->f);
     free(w);
 }

@@ -314,8 +314,7 @@ done:
     return rc;
 }
 
-/* Rows r0.. r0+n of a bound [rows, cols] tensor, as a tensor of its own. */
-static model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n)
+model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n)
 {
     model_tensor v = *t;
     if (t->data)
@@ -540,7 +539,7 @@ size_t model_tensor_bytes(const model_tensor *t)
 {
     if (t->q8_scale) /* int8 rows, held or waiting for model_layer_need */
         return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
-    if (t->q4) /* codes, and an f16 scale and a zero per 32 */
+    if (t->q4 || t->q4_lazy) /* codes, and an f16 scale and a zero per 32 */
         return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32)) +
                (t->q4_perm ? (size_t)t->cols * sizeof *t->q4_perm : 0);
     return (size_t)t->rows * (size_t)t->cols * inf_dtype_size(t->dtype);
@@ -599,7 +598,9 @@ int model_context(const model_config *cfg)
 
 const char *model_quant_desc(const model *m)
 {
-    return m && m->hfq ? hfq_describe(m->hfq) : NULL;
+    if (m && m->hfq)
+        return hfq_describe(m->hfq);
+    return m && m->src.describe ? m->src.describe(m->src.self) : NULL;
 }
 
 int model_has_q4(const model *m)
@@ -611,7 +612,7 @@ int model_has_q4(const model *m)
         const model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up,
                                     &l->w_down};
         for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++)
-            if (ts[j]->q4)
+            if (ts[j]->q4 || ts[j]->q4_lazy)
                 return 1;
     }
     return 0;
@@ -624,16 +625,24 @@ void model_drop_layer_codes(model *m, int layer)
     model_layer *l = &m->layers[layer];
     model_tensor *ts[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
     enum { NT = sizeof ts / sizeof ts[0] };
-    const void *at[3 * NT];
+    const void *at[3 * NT] = {0};
+    int dropped = 0;
     for (int j = 0; j < NT; j++) {
+        if (ts[j]->q4_lazy) /* the lazy list's: converted again when needed */
+            continue;
+        dropped |= ts[j]->q4 != NULL;
         at[3 * j] = ts[j]->q4;
         at[3 * j + 1] = ts[j]->q4_zero;
         at[3 * j + 2] = ts[j]->q4_scale;
         ts[j]->q4 = ts[j]->q4_zero = NULL;
         ts[j]->q4_scale = NULL;
     }
+    if (!dropped)
+        return;
     m->codes_dropped = 1; /* from the first layer on, no backend can pack them */
     hfq_drop_codes_at(m->hfq, at, 3 * NT);
+    if (m->src.drop_codes)
+        m->src.drop_codes(m->src.self, at, 3 * NT);
 }
 
 

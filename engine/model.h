@@ -72,6 +72,10 @@ typedef struct model_tensor {
     const uint8_t *q4_zero;    /* [rows, ceil(cols / 32)] in [0, 16]       */
     const int32_t *q4_perm;    /* [cols] or NULL; shared by the linears of
                                   one input when equal                    */
+    int q4_lazy;               /* codes deferred to model_layer_need (a
+                                  GGUF Q4_0 matrix): q4, q4_scale and
+                                  q4_zero NULL until then, one buffer of
+                                  model_convert_bytes after              */
 } model_tensor;
 
 typedef struct model_layer {
@@ -101,6 +105,11 @@ typedef struct model_source {
     void (*free)(void *self);
     void (*prefetch)(const void *self, void (*progress)(void *user, size_t done, size_t total),
                      void *user);
+    /* Frees the 4-bit codes buffers at[0..n) point into (or NULL: it
+     * binds none); model_drop_layer_codes. */
+    void (*drop_codes)(void *self, const void *const *at, int n);
+    /* What its quantized tensors became, for model_quant_desc, or NULL. */
+    const char *(*describe)(const void *self);
 } model_source;
 
 typedef struct model {
@@ -203,6 +212,10 @@ typedef void (*model_convert_fn)(const void *src, const void *aux, int arg,
 size_t model_convert_bytes(const model_tensor *t);
 void model_convert_into(model_tensor *t, void *dst);
 
+/* Where q4_lazy codes go in such a buffer: codes [rows, cols / 2], then
+ * the f16 scales [rows, ceil(cols / 32)], then the zeros (the same). */
+void model_q4_parts(const model_tensor *t, void *dst, uint8_t **u, uint16_t **d, uint8_t **z);
+
 /* Lazy layers: a loader asked for them (model_load_opts.lazy_layers) binds
  * a layer matrix it would convert with out's shape and dtype set and defers
  * the conversion (m a model; out->data NULL until model_layer_need).
@@ -233,8 +246,9 @@ int model_is_w8a8(const model *m);
 
 /* The pre-quantized checkpoint's scheme as inferd runs it, for start-up
  * messages (hfq_describe: "compressed-tensors FP8 (dequantized to f32 at
- * load; activations not quantized)", ...), or NULL for a plain checkpoint
- * or a GGUF file. */
+ * load; activations not quantized)", ...; a GGUF file's Q4_0 codes run by
+ * the int4 kernels), or NULL for a plain checkpoint or a GGUF file whose
+ * tensors are used in place or converted. */
 const char *model_quant_desc(const model *m);
 
 #endif

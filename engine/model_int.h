@@ -24,6 +24,10 @@ int mdesc__family(const cJSON *root, model_config *c, int *default_head_dim, con
 int mdesc__rope(const cJSON *root, const cJSON *rs, md_rope *r, int rot, const model_config *c,
                 const char *path, inf_err *err);
 
+/* Rows r0.. r0+n of a bound [rows, cols] tensor (data, int8 rows or 4-bit
+ * codes), as a tensor of its own: the parts of a fused linear. */
+model_tensor model__rows(const model_tensor *t, int64_t r0, int64_t n);
+
 /* Frees the conversions of layer `layer` that model_layer_need made
  * (model_layer_packed); model__lazy_free the list and all of them
  * (model_destroy). engine/model_lazy.c. */

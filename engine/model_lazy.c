@@ -46,15 +46,42 @@ static void *take(model *m, size_t bytes, size_t *cap)
 
 size_t model_convert_bytes(const model_tensor *t)
 {
+    size_t B = ((size_t)t->cols + 31) / 32;
+    if (t->q4_lazy) /* model_q4_parts */
+        return ((size_t)t->rows * ((size_t)t->cols / 2) + 1) / 2 * 2 + 3 * (size_t)t->rows * B;
     return (size_t)t->rows * (size_t)t->cols * (t->q8_scale ? 1 : inf_dtype_size(t->dtype));
+}
+
+void model_q4_parts(const model_tensor *t, void *dst, uint8_t **u, uint16_t **d, uint8_t **z)
+{
+    size_t B = ((size_t)t->cols + 31) / 32, codes = (size_t)t->rows * ((size_t)t->cols / 2);
+    *u = dst;
+    *d = (uint16_t *)((char *)dst + (codes + 1) / 2 * 2); /* aligned for the f16s */
+    *z = (uint8_t *)(*d + (size_t)t->rows * B);
 }
 
 void model_convert_into(model_tensor *t, void *dst)
 {
-    if (t->q8_scale)
+    if (t->q4_lazy) {
+        uint8_t *u, *z;
+        uint16_t *d;
+        model_q4_parts(t, dst, &u, &d, &z);
+        t->q4 = u, t->q4_scale = d, t->q4_zero = z;
+    } else if (t->q8_scale)
         t->q8 = dst;
     else
         t->data = dst;
+}
+
+/* t's conversion let go, or not made yet. */
+static void unbound(model_tensor *t)
+{
+    t->data = NULL;
+    t->q8 = NULL;
+    if (t->q4_lazy) {
+        t->q4 = t->q4_zero = NULL;
+        t->q4_scale = NULL;
+    }
 }
 
 int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, const void *src,
@@ -71,8 +98,7 @@ int model_defer(void *mv, model_tensor *out, int layer, model_convert_fn fn, con
     }
     m->lazy[m->n_lazy++] = (struct model_lazy){.out = out, .layer = layer, .fn = fn, .src = src,
                                                .aux = aux, .arg = arg};
-    out->data = NULL;
-    out->q8 = NULL;
+    unbound(out);
     return INF_OK;
 }
 
@@ -120,8 +146,7 @@ void model__lazy_release(model *m, int layer)
         last &= z->layer <= layer;
         if (z->layer == layer) {
             z->in_use = 0;
-            z->out->data = NULL;
-            z->out->q8 = NULL;
+            unbound(z->out);
         }
     }
     for (int i = 0; last && i < m->n_lazy; i++)

@@ -1,13 +1,34 @@
 /* A GGUF file through the container reader and every block dequantizer
  * (from memory), then through the whole model loader (metadata mapping,
  * shapes, conversion) from a memfd. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "engine/gguf.h"
 #include "engine/gguf_model.h"
+
+/* Q4_0's codes as the int4 kernels take them (gguf_q4_0_codes) hold the
+ * values the dequantizer gives, bit for bit (NaN as NaN). */
+static void q4_0_codes_agree(const void *src, int64_t n, const float *v)
+{
+    uint8_t *u = malloc((size_t)n / 2);
+    uint16_t *d = malloc(sizeof *d * (size_t)(n / 32));
+    if (u && d) {
+        gguf_q4_0_codes(src, n, u, d);
+        for (int64_t i = 0; i < n; i++) {
+            int q = i % 2 ? u[i / 2] >> 4 : u[i / 2] & 0xF;
+            float w = (float)(q - 8) * inf_f16_to_f32(d[i / 32]);
+            if (memcmp(&w, &v[i], sizeof w) && !(w != w && v[i] != v[i]))
+                abort();
+        }
+    }
+    free(u);
+    free(d);
+}
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
@@ -26,6 +47,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
             float *v = malloc(sizeof(float) * (size_t)n);
             if (v)
                 gguf_dequant(t->type, t->data, v, n);
+            if (v && t->type == GGUF_Q4_0)
+                q4_0_codes_agree(t->data, n, v);
             free(v);
         }
         gguf_close(g);
@@ -39,7 +62,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         model *m = NULL;
         if (gguf_model_load(path, NULL, &m, &err) == INF_OK)
             model_destroy(m);
-        /* with lazy layers: every layer converted, let go, converted again */
+        /* with lazy layers: every layer converted, let go, converted
+         * again; then as the CPU's int4 loads it (Q4_0 as codes, let go) */
         const model_load_opts lazy = {.lazy_layers = 1};
         if (gguf_model_load(path, &lazy, &m, &err) == INF_OK) {
             for (int l = 0; l < m->cfg.n_layers; l++)
@@ -47,6 +71,16 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
                     model_layer_packed(m, l);
                     if (model_layer_need(m, l, &err) != INF_OK)
                         abort(); /* converted once, it converts again */
+                }
+            model_destroy(m);
+        }
+        const model_load_opts codes = {.lazy_layers = 1, .packed_q4 = 1};
+        if (gguf_model_load(path, &codes, &m, &err) == INF_OK) {
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                if (model_layer_need(m, l, &err) == INF_OK) {
+                    model_layer_packed(m, l);
+                    if (m->layers[l].wq.q4 || m->layers[l].w_down.q4_scale)
+                        abort(); /* a packed layer's codes are let go */
                 }
             model_destroy(m);
         }

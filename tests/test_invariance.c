@@ -291,10 +291,11 @@ static void check_model(const char *dir)
     check_model_groups(dir, 3);
 }
 
-static int have_dir(const char *d)
+/* A model: a checkpoint directory or a GGUF file. */
+static int have_model(const char *d)
 {
     struct stat st;
-    return stat(d, &st) == 0 && S_ISDIR(st.st_mode);
+    return stat(d, &st) == 0 && (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode));
 }
 
 static void fixture_model(const char *name)
@@ -302,7 +303,7 @@ static void fixture_model(const char *name)
     const char *fx = getenv("INFERD_TEST_FIXTURES");
     char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", name);
-    assert_true(have_dir(dir));
+    assert_true(have_model(dir));
     check_model(dir);
 }
 
@@ -348,7 +349,7 @@ static void test_invariance_w8a8(void **state)
         const char *fx = getenv("INFERD_TEST_FIXTURES");
         char dir[512];
         snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", names[i]);
-        assert_true(have_dir(dir));
+        assert_true(have_model(dir));
         check_model_groups(dir, 2);
     }
 }
@@ -369,7 +370,9 @@ static void drop_logged(void *ctx, int layer)
 
 /* GPTQ checkpoints of tiny bound as their 4-bit codes (tests/ref/check_hfq.py
  * --write-gptq): in order, and desc_act (each token's activations gathered
- * into each linear's order of inputs, cpu/q4.h); every int4 variant alike.
+ * into each linear's order of inputs, cpu/q4.h); and a GGUF Q4_0 file's
+ * (engine/gguf_model.c; q/k rows put back in HF's order); every int4
+ * variant alike.
  * Then the model lets its codes go under a backend already made
  * (model_drop_codes): that backend's results are unchanged (under ASan: it
  * reads nothing freed), and a backend made after refuses. Last, as serve
@@ -378,13 +381,13 @@ static void drop_logged(void *ctx, int layer)
 static void test_invariance_gptq_codes(void **state)
 {
     (void)state;
-    static const char *const names[] = {"tiny-gptq", "tiny-gptq-desc"};
+    static const char *const names[] = {"tiny-gptq", "tiny-gptq-desc", "tiny-q4_0.gguf"};
     const model_load_opts lo = {.packed_q4 = 1};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *fx = getenv("INFERD_TEST_FIXTURES");
         char dir[512];
         snprintf(dir, sizeof dir, "%s/%s", fx ? fx : "build/fixtures", names[i]);
-        assert_true(have_dir(dir));
+        assert_true(have_model(dir));
         check_model_with(dir, "auto", 0, 3, &lo);
 
         model *m = NULL;
@@ -569,7 +572,7 @@ static void test_invariance_fixture_bf16_model(void **state)
     const char *fx = getenv("INFERD_TEST_FIXTURES");
     char dir[512];
     snprintf(dir, sizeof dir, "%s/wide-bf16", fx ? fx : "build/fixtures");
-    assert_true(have_dir(dir));
+    assert_true(have_model(dir));
     check_bf16_model(dir);
 }
 
@@ -595,7 +598,7 @@ static void test_invariance_families(void **state)
 
 static void real_model(const char *dir)
 {
-    if (!have_dir(dir)) {
+    if (!have_model(dir)) {
         printf("skipped: %s not present\n", dir);
         skip();
     }

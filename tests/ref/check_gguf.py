@@ -141,9 +141,10 @@ def unpermute(w, heads):
     return w.reshape(heads, r // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_dequantized(src, held, out):
+def write_dequantized(src, held, out, names=None):
     """A safetensors directory of numpy's dequantized weights (f32), with
-    src's config and tokenizer: the function the GGUF file defines."""
+    src's config and tokenizer: the function the GGUF file defines (names:
+    {gguf name: HF name}, for families other than llama)."""
     sys.path.insert(0, os.path.join(ROOT, "scripts"))
     import make_model  # noqa: E402
     os.makedirs(out, exist_ok=True)
@@ -160,7 +161,9 @@ def write_dequantized(src, held, out):
            "ffn_down": "mlp.down_proj"}
     tensors = []
     for g, (_, v, _) in held.items():
-        if g in back:
+        if names:
+            name = names[g]
+        elif g in back:
             name = back[g]
         else:
             _, n, sub, _ = g.split(".")
@@ -224,6 +227,59 @@ def check_quantized(build, tmp, label, model, tname, failures, override=None):
     print(f"  {label + ' as GGUF ' + tname:36s} logits {'bit-identical' if same else 'DIFFER'} to "
           f"numpy's dequantized weights; requantized: weights int8 {e8 / tot:.1e}, int4 "
           f"{e4 / tot:.1e} (squared error / energy); logits with W8A8 / W4A8: {', '.join(errs)}")
+
+def q4_0_seven(tname, v):
+    """Q4_0 blocks as a quantizer other than llama.cpp's may write them:
+    d = f16(a / -7) for the value a of largest |a|, codes 1 to 15 (ggml's
+    puts that value at code 0). Requantizing such a block changes it, so
+    only the codes themselves give the file's function under int4."""
+    if tname != "Q4_0":
+        return G.quantize(tname, v)
+    g = np.asarray(v, np.float32).reshape(-1, 32)
+    n = len(g)
+    d = G._h(g[np.arange(n), np.abs(g).argmax(1)] / -7)
+    df = d.astype(np.float32)
+    q = np.clip(np.rint(g / np.where(df == 0, 1, df)[:, None]) + 8, 0, 15).astype(np.uint8)
+    return np.concatenate([d.view(np.uint8).reshape(n, 2), q[:, :16] | (q[:, 16:] << 4)], 1).tobytes()
+
+
+def check_q4_0_codes(build, tmp, label, model, kernels, failures, override=None):
+    """--quantization int4 on a Q4_0 file runs its codes and scales as
+    stored (no f32 step): llama_ref's W4A8 of the file's integers, within
+    check_engine's int8 bounds, every kernel table and a chunked prefill
+    bit-identical, the same greedy tokens (check_hfq.check_codes_int4)."""
+    import check_hfq  # noqa: E402
+    path = os.path.join(tmp, f"{label}-q4_0-7.gguf")
+    raws = {}
+    held = G.from_hf(model, path, "Q4_0", "F32", override, quant=q4_0_seven, raws=raws)
+    deq = os.path.join(tmp, f"{label}-q4_0-7-dequantized")
+    write_dequantized(model, held, deq, {g: hf for g, (hf, _) in raws.items()})
+    c = json.load(open(os.path.join(model, "config.json")))
+    H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
+    codes = {}
+    for g, (hf, raw) in raws.items():
+        t, _, shape = held[g]
+        if t != "Q4_0" or not g.startswith("blk.") or len(shape) != 2:
+            continue
+        N, K = shape
+        u, d = G.q4_0_codes(raw, N * K)
+        u, d = u.reshape(N, K).astype(np.int64), d.reshape(N, K // 32)
+        if g.endswith("attn_q.weight") or g.endswith("attn_k.weight"):  # llama.cpp's row order
+            heads = H if g.endswith("attn_q.weight") else KV
+            u, d = unpermute(u, heads), unpermute(d, heads)
+        codes[hf] = (u, np.full((K // 32, N), 8), d.T, np.arange(K) // 32)
+    tokens = "1,7,3,12,9,4,30,2,11,5"
+    before = len(failures)
+    exact, at, loose, runs, margin = check_hfq.check_codes_int4(
+        build, tmp, label + "-q4_0-7", path, deq, codes, tokens, kernels, failures,
+        ["--tokenizer", model])
+    check_hfq.describes(build, path, f"checkpoint GGUF Q4_0 ({len(codes)} layer matrices' codes run "
+                        "as stored by the int4 kernels", label + " as GGUF Q4_0", failures,
+                        ["--tokenizer", model, "--quantization", "int4"])
+    print(f"  {label + ' as GGUF Q4_0 (d = a / -7)':36s} int4 runs its {len(codes)} Q4_0 matrices' "
+          f"codes: {exact:.1e} from W4A8 of them (to position {at}; {loose:.1e} after), {runs} "
+          f"runs, {'bit-identical, greedy tokens equal' if len(failures) == before else 'FAILED'}")
+
 
 # What GGUF cannot say, set in a copy of the family's checkpoint to what the
 # GGUF loader assumes (llama.cpp's choices): Mistral's and Qwen 2's sliding
@@ -372,6 +428,13 @@ def main():
     check_quantized(a.build, tmp, "k256", k256, "mix3", failures, mix3)
     for fam in ("llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"):
         check_family(a.build, tmp, fam, os.path.join(fx, f"fam-{fam}"), failures)
+    import check_engine as ce  # noqa: E402
+    kernels = ce.supported_kernels(a.build, os.path.join(fx, "tiny"))
+    # Q4_0 layer matrices as codes: a llama (q/k rows permuted in the file)
+    # with two matrices of other types beside them, and Phi-3's fused linears
+    check_q4_0_codes(a.build, tmp, "k256", k256, kernels, failures,
+                     {"blk.0.attn_v.weight": "Q6_K", "blk.1.ffn_down.weight": "Q8_0"})
+    check_q4_0_codes(a.build, tmp, "fam-phi3", os.path.join(fx, "fam-phi3"), kernels, failures)
     check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)
     if failures:
         print("FAILED:")

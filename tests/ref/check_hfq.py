@@ -222,9 +222,10 @@ def split_fused(qw, c):
     return out
 
 
-def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failures):
+def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failures, extra=()):
     """--quantization int4 on a checkpoint whose codes run as stored,
-    against llama_ref's W4A8 of those integers."""
+    against llama_ref's W4A8 of those integers (extra: generate's further
+    flags, e.g. --tokenizer)."""
     ids = [int(t) for t in tokens.split(",")]
     ref = llama_ref.Llama(deq, "int4")
     ref.qw.update(split_fused(w4a8_codes(codes), ref.c))
@@ -239,7 +240,7 @@ def check_codes_int4(build, tmp, tag, model, deq, codes, tokens, kernels, failur
     at, exact, loose = ce.tie_bounds(rel, tie, f"{tag}: int4 logits",
                                      "W4A8 of the checkpoint's codes", failures)
     ce.check_identical(dumps, tag, "int4 logits", failures)
-    got = greedy(build, model, tokens, ["--quantization", "int4"])
+    got = greedy(build, model, tokens, ["--quantization", "int4"] + list(extra))
     if got != [str(i) for i in gen_ids]:
         failures.append(f"{tag}: int4 greedy tokens differ from W4A8 of the checkpoint's codes")
     return exact, at, loose, len(dumps), margin

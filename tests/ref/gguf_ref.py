@@ -225,6 +225,14 @@ def dequant(tname, raw, n):
 
 # ---------------------------------------------------------------- quantization
 
+def q4_0_codes(raw, n):
+    """Q4_0 bytes of n values as their codes [n / 32, 32] in [0, 15] and
+    scales (float16) [n / 32]: value = d * (code - 8)."""
+    b = np.frombuffer(raw, np.uint8)[:n // 32 * 18].reshape(-1, 18)
+    qs = b[:, 2:]
+    return np.concatenate([qs & 15, qs >> 4], 1), b[:, :2].copy().view("<f2")[:, 0]
+
+
 def _h(x):
     return np.asarray(x, np.float32).astype("<f2")
 
@@ -500,14 +508,17 @@ def arch_kvs(c, arch, hd):
     return k, extra
 
 
-def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_kvs=()):
+def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_kvs=(), quant=None,
+            raws=None):
     """model_dir's model as a GGUF at out, as llama.cpp's converter lays it
     out: {arch}.* metadata, token_embd / blk.N.* names, attn_q / attn_k rows
     permuted for llama, Gemma's norm gains stored as 1 + w (f32), Llama
     3.1's rope_freqs and Phi-3's rope_factors tensors; matrices in tname
     (norms in norm_type; override maps a GGUF tensor name to another type).
-    Returns {gguf name: (type, float32 values as the file holds them, HF
-    shape)}."""
+    quant(type, values) -> bytes replaces quantize (another quantizer's
+    blocks of the same format); raws, a dict, receives {gguf name: (HF name,
+    the tensor's bytes)}. Returns {gguf name: (type, float32 values as the
+    file holds them, HF shape)}."""
     c, w = load_hf(model_dir)
     arch = ARCH[c["architectures"][0]]
     H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
@@ -537,7 +548,9 @@ def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_k
         if arch.startswith("gemma") and g.endswith("norm.weight"):
             v = (v.astype(np.float32) + np.float32(1)).astype(np.float32)
         t = (override or {}).get(g, norm_type if v.ndim == 1 else tname)
-        raw = quantize(t, v)
+        raw = (quant or quantize)(t, v)
+        if raws is not None:
+            raws[g] = (hf, raw)
         tensors.append((g, t, list(v.shape[::-1]), raw))
         held[g] = (t, dequant(t, raw, v.size).reshape(v.shape), v.shape)
     for g, v in extra:
