@@ -104,12 +104,21 @@ int cpu_q4w_zero(const cpu_q4w *q, int n, int g)
 
 void cpu_q4w_set_group(cpu_q4w *q, int n, int g, const uint8_t u[CPU_Q4_GROUP], uint16_t d)
 {
-    /* both nibbles of a byte are this row's: no other row's bits to keep */
+    /* both nibbles of a byte are this row's: no other row's bits to keep.
+     * Byte p * 64 + i holds k = 4p + i low and 4p + 16 + i high: eight k
+     * at a time, their four bytes of p and of p + 1 */
     int sh;
     uint8_t *b = q4_at(q, n, g, 0, &sh);
-    for (int p = 0; p < 4; p++)
-        for (int i = 0; i < 4; i++)
-            b[p * 64 + i] = (uint8_t)((u[4 * p + i] & 0x0f) | (u[4 * (p + 4) + i] & 0x0f) << 4);
+    const uint64_t m = 0x0f0f0f0f0f0f0f0fu;
+    for (int h = 0; h < 2; h++) {
+        uint64_t lo, hi;
+        memcpy(&lo, u + 8 * h, 8);
+        memcpy(&hi, u + 16 + 8 * h, 8);
+        uint64_t v = (lo & m) | (hi & m) << 4;
+        uint32_t w0 = (uint32_t)v, w1 = (uint32_t)(v >> 32); /* little-endian: k first */
+        memcpy(b + 128 * h, &w0, 4);
+        memcpy(b + 128 * h + 64, &w1, 4);
+    }
     *q4_scale(q, n, g) = d;
 }
 
