@@ -81,7 +81,7 @@ TOK_OBJ := engine/tok.o engine/tok_stream.o engine/tok_spm.o engine/tok_hf.o \
            engine/tok_hf_model.o engine/tok_gguf.o engine/gguf.o
 # The model loader and every format it reads (safetensors, GGUF, GPTQ/AWQ,
 # compressed-tensors).
-MODEL_OBJ := engine/model.o engine/model_lazy.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_dq.o engine/gguf_meta.o \
+MODEL_OBJ := engine/model.o engine/model_lazy.o engine/model_open.o engine/cfgjson.o engine/mdesc.o engine/mdesc_rope.o engine/st.o engine/gguf.o engine/gguf_split.o engine/gguf_dq.o engine/gguf_meta.o \
              engine/gguf_model.o engine/hfq.o engine/hfq_ct.o engine/hfq_fp8.o \
              engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o engine/bufs.o
 
@@ -373,6 +373,7 @@ F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)
 F_fuzz_gguf  := $(MODEL_OBJ)
+F_fuzz_gguf_split := $(MODEL_OBJ)
 F_fuzz_gguf_tok := $(TOK_OBJ)
 F_fuzz_hfq   := engine/bufs.o engine/hfq.o engine/hfq_ct.o engine/hfq_fp8.o engine/hfq_pack.o engine/hfq_gptq.o engine/hfq_bnb.o engine/model_lazy.o engine/st.o engine/cfgjson.o
 F_fuzz_gram  := $(GRAM_OBJ)

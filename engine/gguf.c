@@ -23,6 +23,8 @@ struct gguf_file {
     gguf_kv *kv;
     gguf_tensor *tensors;
     size_t data_bytes;
+    gguf_file **shards;         /* a split model's other files (gguf_adopt)   */
+    int n_shards;
 };
 
 /* A cursor over the file; every read checks the bytes are there. */
@@ -468,10 +470,48 @@ int gguf_open(const char *path, gguf_file **out, inf_err *err)
     return open_common(g, out, err);
 }
 
+int gguf_adopt(gguf_file *g, gguf_file *shard, inf_err *err)
+{
+    gguf_file **sh = realloc(g->shards, sizeof *sh * (size_t)(g->n_shards + 1));
+    if (!sh)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", g->path);
+    g->shards = sh;
+    if ((uint64_t)g->n_tensors + (uint64_t)shard->n_tensors > GGUF_MAX_COUNT)
+        return inf_fail(err, INF_ERR_FORMAT, "%s: too many tensors with %s", g->path, shard->path);
+    gguf_tensor *t = realloc(g->tensors, sizeof *t * (size_t)(g->n_tensors + shard->n_tensors + 1));
+    if (!t)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", g->path);
+    g->tensors = t;
+    for (int i = 0; i < shard->n_tensors; i++) { /* names and data stay the shard's */
+        gguf_tensor *d = &g->tensors[g->n_tensors + i];
+        *d = shard->tensors[i];
+        if (d->type_name == shard->tensors[i].type_buf) /* the buffer moved with it */
+            d->type_name = d->type_buf;
+    }
+    int n0 = g->n_tensors;
+    g->n_tensors += shard->n_tensors;
+    g->shards[g->n_shards++] = shard;
+    /* the names now g's to free, and to check: a tensor in two files is
+     * as ambiguous as one named twice in one */
+    shard->n_tensors = 0;
+    g->data_bytes += shard->data_bytes;
+    rd r = {.label = g->path, .err = err};
+    int rc = check_unique(g, &r);
+    if (rc) { /* give the shard back its names so that closing frees them once */
+        shard->n_tensors = g->n_tensors - n0;
+        g->n_tensors = n0;
+        g->n_shards--;
+    }
+    return rc;
+}
+
 void gguf_close(gguf_file *g)
 {
     if (!g)
         return;
+    for (int i = 0; i < g->n_shards; i++)
+        gguf_close(g->shards[i]);
+    free(g->shards);
     if (g->mapped)
         munmap((void *)g->base, g->len);
     for (int i = 0; g->kv && i < g->n_kv; i++)

@@ -85,6 +85,22 @@ int gguf_open_mem(const void *buf, size_t len, const char *label, gguf_file **ou
 
 void gguf_close(gguf_file *g); /* NULL-safe */
 
+/* A split model (llama.cpp's gguf-split: NAME-00001-of-0000N.gguf, ...): the
+ * first file opened with gguf_open, then the others by gguf_open_model.
+ * gguf_adopt moves shard's tensors into g's list (their data stays in the
+ * shard's mapping, which g now owns and closes); a tensor name in both is an
+ * error, and then shard stays the caller's. */
+int gguf_adopt(gguf_file *g, gguf_file *shard, inf_err *err);
+
+/* A model's GGUF: path, and when its metadata says it is split
+ * (split.count > 1), the other files beside it, named as llama.cpp names
+ * them, their tensors adopted: one gguf_file with every tensor. Refused:
+ * loading a split by another than its first file, a name not ending in
+ * -00001-of-NNNNN.gguf, a missing file, a file whose split.no or
+ * split.count is not its place, a tensor in two files, and a total other
+ * than split.tensors.count (engine/gguf_split.c). */
+int gguf_open_model(const char *path, gguf_file **out, inf_err *err);
+
 const char *gguf_path(const gguf_file *g);
 uint32_t gguf_version(const gguf_file *g);
 

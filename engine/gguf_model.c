@@ -358,7 +358,7 @@ int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf
     w->lazy_on = o && o->lazy_layers;
     w->codes_on = o && o->packed_q4;
     const gguf_arch *arch = NULL;
-    if ((rc = gguf_open(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
+    if ((rc = gguf_open_model(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))
         goto fail;
     if (arch->norm_plus_one) /* the file's gains are 1 + w already */

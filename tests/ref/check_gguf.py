@@ -378,6 +378,81 @@ def check_corrupt(build, tmp, model, failures):
     print(f"  corrupt files: {len(cases) - bad} of {len(cases)} refused with the expected message")
 
 
+def check_split(build, tmp, model, failures):
+    """A model split as llama.cpp's gguf-split writes it (3 files; and with
+    no tensor in the first) gives the one file's logits bit for bit and its
+    greedy tokens, as f32 and with its Q4_0 codes under int4; broken splits
+    are refused with a message naming the problem."""
+    d = os.path.join(tmp, "split")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    tokens = "1,7,3,12,9,4,30,2,11,5"
+    one, parts = os.path.join(d, "one.gguf"), {}
+    G.from_hf(model, one, "Q4_0", "F32", {"token_embd.weight": "Q8_0"}, contents=parts)
+    kvs, tensors = parts["kvs"], parts["tensors"]
+    want = {q: logits(build, tmp, one, tokens, f"split-one-{q}", ["--quantization", q])
+            for q in ("none", "int4")}
+    want_ids = greedy(build, one, tokens, model, ["--quantization", "int4"])
+    n_ok = 0
+    for label, first_empty in (("3 files", False), ("3 files, none in the first", True)):
+        first = G.write_gguf_split(os.path.join(d, "e" if first_empty else "m"), kvs, tensors, 3,
+                                   first_empty)[0]
+        ok = True
+        for q, a in want.items():
+            b = logits(build, tmp, first, tokens, f"split-{q}", ["--quantization", q])
+            if not (a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))):
+                ok = False
+                failures.append(f"split GGUF ({label}): {q} logits differ from the one file's")
+        if greedy(build, first, tokens, model, ["--quantization", "int4"]) != want_ids:
+            ok = False
+            failures.append(f"split GGUF ({label}): int4 greedy tokens differ from the one file's")
+        n_ok += ok
+    print(f"  split GGUF: {n_ok} of 2 splits (3 files; none in the first) give the one file's "
+          f"logits (f32 and int4 codes) bit for bit and its greedy tokens")
+
+    # broken splits: the 3 files' bytes, arranged or rewritten per case
+    paths = G.split_paths(os.path.join(d, "m"), 3)
+    names = [os.path.basename(p) for p in paths]
+    raw = [open(p, "rb").read() for p in paths]
+
+    def written(kv, ts):
+        t = os.path.join(d, "piece.gguf")
+        G.write_gguf(t, kv, ts)
+        return open(t, "rb").read()
+    per = -(-len(tensors) // 3)
+    dup = written(G.split_keys(2, 3, len(tensors)), tensors)  # every tensor again
+    miscount = written(list(kvs) + G.split_keys(0, 3, 5), tensors[:per])
+
+    def case(label, files, load, want):
+        b = os.path.join(d, "bad")
+        shutil.rmtree(b, ignore_errors=True)
+        os.makedirs(b)
+        for name, data in files.items():
+            open(os.path.join(b, name), "wb").write(data)
+        r = run([os.path.join(build, "inferd"), "generate", "--model", os.path.join(b, load),
+                 "--tokenizer", model, "--prompt-ids", "1,2", "--max-tokens", "2", "--quiet"], ok=False)
+        if r.returncode != 1 or want not in r.stderr:
+            failures.append(f"split GGUF ({label}): exit {r.returncode}, {r.stderr.strip()!r} "
+                            f"(expected exit 1 and {want!r})")
+            return 0
+        return 1
+    cases = [
+        ("a file missing", {names[0]: raw[0], names[2]: raw[2]}, names[0], "split 2 of 3 is missing"),
+        ("loaded from its second file", dict(zip(names, raw)), names[1],
+         "load the model from its first file"),
+        ("the first file renamed", {"model.gguf": raw[0], names[1]: raw[1], names[2]: raw[2]},
+         "model.gguf", "does not end in -00001-of-00003.gguf"),
+        ("two files swapped", {names[0]: raw[0], names[1]: raw[2], names[2]: raw[1]}, names[0],
+         "where the file of split 2 of 3 has 1 and 3"),
+        ("a tensor in two files", {names[0]: raw[0], names[1]: raw[1], names[2]: dup}, names[0],
+         "appears twice"),
+        ("split.tensors.count wrong", {names[0]: miscount, names[1]: raw[1], names[2]: raw[2]},
+         names[0], "split.tensors.count says 5 tensors"),
+    ]
+    good = sum(case(*c) for c in cases)
+    print(f"  broken split GGUF: {good} of {len(cases)} refused with the expected message")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -436,6 +511,7 @@ def main():
                      {"blk.0.attn_v.weight": "Q6_K", "blk.1.ffn_down.weight": "Q8_0"})
     check_q4_0_codes(a.build, tmp, "fam-phi3", os.path.join(fx, "fam-phi3"), kernels, failures)
     check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)
+    check_split(a.build, tmp, os.path.join(fx, "tiny"), failures)
     if failures:
         print("FAILED:")
         for f in failures:

@@ -66,7 +66,7 @@ BLOCK = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "Q8_0": (32, 34), "Q4_0":
          "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24), "Q2_K": (256, 84),
          "Q3_K": (256, 110), "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210),
          "IQ4_NL": (32, 18), "IQ4_XS": (256, 136)}
-V_U32, V_I32, V_F32, V_BOOL, V_STRING, V_ARRAY = 4, 5, 6, 7, 8, 9
+V_U16, V_U32, V_I32, V_F32, V_BOOL, V_STRING, V_ARRAY = 2, 4, 5, 6, 7, 8, 9
 
 
 # ---------------------------------------------------------------- container
@@ -77,6 +77,8 @@ def _str(s):
 
 
 def _value(vtype, v):
+    if vtype == V_U16:
+        return struct.pack("<H", v)
     if vtype == V_U32:
         return struct.pack("<I", v)
     if vtype == V_I32:
@@ -112,6 +114,32 @@ def write_gguf(path, kvs, tensors, version=3):
         for chunk in data:
             f.write(chunk)
     return len(head)
+
+
+def split_paths(prefix, n):
+    """llama.cpp's names of a model split in n files."""
+    return [f"{prefix}-{i + 1:05d}-of-{n:05d}.gguf" for i in range(n)]
+
+
+def split_keys(no, n, n_tensors):
+    """The keys gguf-split writes in file no (from 0) of n."""
+    return [("split.no", V_U16, no), ("split.count", V_U16, n), ("split.tensors.count", V_I32, n_tensors)]
+
+
+def write_gguf_split(prefix, kvs, tensors, n, first_empty=False):
+    """The model as llama.cpp's gguf-split writes it in n files: the
+    tensors in order, about as many in each (first_empty: none in the
+    first, its --no-tensor-in-metadata); every file has split.no (u16),
+    split.count (u16) and split.tensors.count (i32), the first also every
+    other key. Returns the paths."""
+    paths = split_paths(prefix, n)
+    holders = n - 1 if first_empty else n
+    per = -(-len(tensors) // holders)
+    for i, path in enumerate(paths):
+        j = i - 1 if first_empty else i
+        part = [] if j < 0 else tensors[j * per:(j + 1) * per]
+        write_gguf(path, (list(kvs) if i == 0 else []) + split_keys(i, n, len(tensors)), part)
+    return paths
 
 
 # ---------------------------------------------------------------- dequantization
@@ -509,7 +537,7 @@ def arch_kvs(c, arch, hd):
 
 
 def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_kvs=(), quant=None,
-            raws=None):
+            raws=None, split=0, contents=None):
     """model_dir's model as a GGUF at out, as llama.cpp's converter lays it
     out: {arch}.* metadata, token_embd / blk.N.* names, attn_q / attn_k rows
     permuted for llama, Gemma's norm gains stored as 1 + w (f32), Llama
@@ -517,8 +545,10 @@ def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_k
     (norms in norm_type; override maps a GGUF tensor name to another type).
     quant(type, values) -> bytes replaces quantize (another quantizer's
     blocks of the same format); raws, a dict, receives {gguf name: (HF name,
-    the tensor's bytes)}. Returns {gguf name: (type, float32 values as the
-    file holds them, HF shape)}."""
+    the tensor's bytes)}; split > 1: written in that many files as
+    write_gguf_split does, out their prefix; contents, a dict, receives the
+    file's "kvs" and "tensors" as write_gguf takes them. Returns {gguf name: (type,
+    float32 values as the file holds them, HF shape)}."""
     c, w = load_hf(model_dir)
     arch = ARCH[c["architectures"][0]]
     H, KV = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
@@ -555,5 +585,10 @@ def from_hf(model_dir, out, tname="F32", norm_type="F32", override=None, extra_k
         held[g] = (t, dequant(t, raw, v.size).reshape(v.shape), v.shape)
     for g, v in extra:
         tensors.append((g, "F32", [v.size], v.astype("<f4").tobytes()))
-    write_gguf(out, kvs, tensors)
+    if contents is not None:
+        contents.update(kvs=kvs, tensors=tensors)
+    if split > 1:
+        write_gguf_split(out, kvs, tensors, split)
+    else:
+        write_gguf(out, kvs, tensors)
     return held

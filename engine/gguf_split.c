@@ -1,0 +1,93 @@
+/* gguf_open_model: a GGUF model in one file or split in several (gguf.h). */
+#include "gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* More would be a file per few tensors of the largest models; a hostile
+ * count fails at its first missing file anyway. */
+#define GGUF_MAX_SPLITS 9999
+
+/* A split key as a non-negative integer, or -1 when absent or not one. */
+static long long split_key(const gguf_file *g, const char *key)
+{
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv || kv->type == GGUF_V_STRING || kv->type == GGUF_V_ARRAY ||
+        kv->type == GGUF_V_F32 || kv->type == GGUF_V_F64 || kv->type == GGUF_V_BOOL)
+        return -1;
+    return kv->inum >= 0 ? (long long)kv->inum : -1;
+}
+
+/* File i (from 0) of n beside the first, whose path's first prefix bytes
+ * are the name before -00001-of-NNNNN.gguf. */
+static int open_shard(const gguf_file *g, size_t prefix, int i, int n, gguf_file **out,
+                      inf_err *err)
+{
+    const char *path = gguf_path(g);
+    size_t len = prefix + 32;
+    char *p = malloc(len);
+    if (!p)
+        return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(p, len, "%.*s-%05d-of-%05d.gguf", (int)prefix, path, i + 1, n);
+    int rc = gguf_open(p, out, err);
+    if (rc == INF_ERR_IO)
+        rc = inf_fail(err, INF_ERR_IO, "%s: split %d of %d is missing: cannot open %s", path,
+                      i + 1, n, p);
+    if (!rc) {
+        long long no = split_key(*out, "split.no"), cnt = split_key(*out, "split.count");
+        if (no != i || (cnt != -1 && cnt != n)) {
+            rc = inf_fail(err, INF_ERR_FORMAT, "%s: split.no %lld and split.count %lld, where "
+                          "the file of split %d of %d has %d and %d (-1: absent)", p, no, cnt,
+                          i + 1, n, i, n);
+            gguf_close(*out);
+            *out = NULL;
+        }
+    }
+    free(p);
+    return rc;
+}
+
+int gguf_open_model(const char *path, gguf_file **out, inf_err *err)
+{
+    gguf_file *g = NULL;
+    int rc = gguf_open(path, &g, err);
+    if (rc)
+        return rc;
+    *out = NULL;
+    long long n = split_key(g, "split.count");
+    if (!gguf_find_kv(g, "split.count") || n == 1) { /* one file */
+        *out = g;
+        return INF_OK;
+    }
+    long long no = split_key(g, "split.no");
+    char tail[32];
+    snprintf(tail, sizeof tail, "-00001-of-%05lld.gguf", n);
+    size_t plen = strlen(path), tlen = strlen(tail);
+    if (n < 1 || n > GGUF_MAX_SPLITS)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: split.count is not a number of files from 1 to "
+                      "%d", path, GGUF_MAX_SPLITS);
+    else if (no != 0)
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: is split %lld of %lld (split.no %lld); load the "
+                      "model from its first file, NAME-00001-of-%05lld.gguf", path, no + 1, n, no,
+                      n);
+    else if (plen <= tlen || strcmp(path + plen - tlen, tail))
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: is the first of %lld split files, but its name "
+                      "does not end in %s, so the others cannot be found (llama.cpp's names: "
+                      "NAME-00001-of-%05lld.gguf, ...)", path, n, tail, n);
+    for (int i = 1; !rc && i < n; i++) {
+        gguf_file *s = NULL;
+        if (!(rc = open_shard(g, plen - tlen, i, (int)n, &s, err)) && (rc = gguf_adopt(g, s, err)))
+            gguf_close(s);
+    }
+    long long want = split_key(g, "split.tensors.count");
+    if (!rc && gguf_find_kv(g, "split.tensors.count") && want != gguf_tensor_count(g))
+        rc = inf_fail(err, INF_ERR_FORMAT, "%s: split.tensors.count says %lld tensors, the %lld "
+                      "files hold %d", path, want, n, gguf_tensor_count(g));
+    if (rc) {
+        gguf_close(g);
+        return rc;
+    }
+    *out = g;
+    return INF_OK;
+}
