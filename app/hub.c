@@ -1,5 +1,6 @@
 #include "app/hub.h"
 
+
 #include <cJSON.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "app/hub_gguf.h"
 
 enum { HUB_RETRIES = 3 };
 
@@ -24,7 +27,8 @@ static int wanted(const char *f)
         if (!strcmp(f, names[i]))
             return 1;
     size_t n = strlen(f);
-    return !strchr(f, '/') && n > 12 && !strcmp(f + n - 12, ".safetensors");
+    return (!strchr(f, '/') && n > 12 && !strcmp(f + n - 12, ".safetensors")) ||
+           hub_gguf_name(f); /* one model of them is fetched (hub_gguf_pick) */
 }
 
 /* The files a tokenizer given by id (--tokenizer ORG/NAME) needs. */
@@ -96,21 +100,31 @@ void hub_config_from_env(hub_config *c)
     }
 }
 
+static int id_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '_' || c == '.';
+}
+
 int hub_is_repo_id(const char *s)
 {
     struct stat st;
     if (!s || !*s || stat(s, &st) == 0 || s[0] == '.' || s[0] == '/' || strstr(s, ".."))
         return 0;
+    size_t n;
+    const char *tag = hub_gguf_tag(s, &n); /* ORG/NAME:TAG names GGUF files */
     int slashes = 0;
-    for (const char *p = s; *p; p++) {
+    for (const char *p = s; p < s + n; p++) {
         if (*p == '/')
             slashes++;
-        else if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                   (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' || *p == '.'))
+        else if (!id_char(*p))
             return 0;
     }
-    size_t n = strlen(s);
-    return slashes == 1 && s[n - 1] != '/' && strchr(s, '/')[1] != '.';
+    for (const char *p = tag; p && *p; p++)
+        if (!id_char(*p))
+            return 0;
+    return slashes == 1 && n > 0 && s[n - 1] != '/' && strchr(s, '/')[1] != '.' &&
+           (!tag || *tag);
 }
 
 static int is_commit(const char *s)
@@ -511,12 +525,33 @@ static int write_ref(const char *rdir, const char *rev, const char *commit)
     return bad ? -1 : rename(tmp, path);
 }
 
-int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
+/* The cached snapshot's model for tag: its safetensors when it has them and
+ * no tag is given, else its GGUF files' model (hub_gguf_pick), or NULL.
+ * Without a tag only Q4_K_M's files answer, since what else the repository
+ * has is not known here; offline, any one model cached does. */
+static char *cached_model(const char *snap, const char *tag, const hub_config *c)
+{
+    if (!tag && snapshot_complete(snap, c->tokenizer_only))
+        return strdup(snap);
+    if (c->tokenizer_only)
+        return NULL;
+    char *p = hub_gguf_cached(snap, tag ? tag : "Q4_K_M");
+    return p || tag || !c->offline ? p : hub_gguf_cached(snap, NULL);
+}
+
+int hub_resolve(const hub_config *c, const char *id, char **dir, inf_err *err)
 {
     *dir = NULL;
-    if (!hub_is_repo_id(repo))
+    if (!hub_is_repo_id(id))
         return inf_fail(err, INF_ERR_INVALID, "'%s' is neither a directory nor a Hub id "
-                        "(ORG/NAME)", repo);
+                        "(ORG/NAME, or ORG/NAME:TAG for GGUF files)", id);
+    size_t rlen;
+    const char *tag = hub_gguf_tag(id, &rlen);
+    char repo[512];
+    snprintf(repo, sizeof repo, "%.*s", (int)rlen, id);
+    if (tag && c->tokenizer_only)
+        return inf_fail(err, INF_ERR_INVALID, "%s: a tag names GGUF weights; a tokenizer is "
+                        "given as ORG/NAME (a GGUF file carries its own)", id);
     const char *rev = c->revision && *c->revision ? c->revision : "main";
     if (strstr(rev, "..") || rev[0] == '/')
         return inf_fail(err, INF_ERR_INVALID, "--revision '%s' is not a revision", rev);
@@ -538,12 +573,12 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
     }
     if (*commit) {
         snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, commit);
-        if (snapshot_complete(snap, c->tokenizer_only))
-            return (*dir = strdup(snap)) ? INF_OK : inf_fail(err, INF_ERR_NOMEM, "out of memory");
+        if ((*dir = cached_model(snap, tag, c)))
+            return INF_OK;
     }
     if (c->offline)
         return inf_fail(err, INF_ERR_IO, "%s (revision %s) is not in the Hub cache %s and "
-                        "HF_HUB_OFFLINE is set", repo, rev, c->cache);
+                        "HF_HUB_OFFLINE is set", id, rev, c->cache);
 
     /* the revision's commit and files */
     char url[8192], cerr[CURL_ERROR_SIZE];
@@ -563,25 +598,55 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
         snprintf(why, sizeof why, "%s", err->msg);
         return inf_fail(err, status, "%s: revision %s: %s", repo, rev, why);
     }
-    if (c->tokenizer_only) { /* the tokenizer's files, not the weights */
-        int k = 0;
+    int safetensors = 0, k = 0, np = 0;
+    for (int i = 0; i < n; i++)
+        safetensors |= !hub_gguf_name(files[i]) && strstr(files[i], ".safetensors") != NULL;
+    int gguf = !c->tokenizer_only && (tag || !safetensors);
+    int *pick = gguf ? malloc(sizeof *pick * (size_t)(n ? n : 1)) : NULL;
+    if (gguf && !pick)
+        status = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    else if (gguf && (status = hub_gguf_pick(files, n, tag, pick, &np, err))) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        status = inf_fail(err, status, "%s: revision %s: %s", repo, rev, why);
+    }
+    if (gguf && !status) { /* the model's files alone, the one to load first */
+        char **keep = calloc((size_t)np + 1, sizeof *keep);
+        for (int i = 0; keep && i < np; i++) {
+            keep[i] = files[pick[i]];
+            files[pick[i]] = NULL;
+        }
+        hub_files_free(files, n);
+        files = keep;
+        n = keep ? np : 0;
+        if (!keep)
+            status = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    } else if (!gguf) { /* safetensors (or a tokenizer): the GGUF files are not these */
         for (int i = 0; i < n; i++)
-            if (wanted_tokenizer(files[i]))
+            if (!hub_gguf_name(files[i]) && (!c->tokenizer_only || wanted_tokenizer(files[i])))
                 files[k++] = files[i];
             else
                 free(files[i]);
         n = k;
     }
+    free(pick);
     snprintf(snap, sizeof snap, "%s/snapshots/%s", rdir, commit);
-    if (mkdirs(snap, 1))
+    if (!status && mkdirs(snap, 1))
         status = inf_fail(err, INF_ERR_IO, "%s: cannot make %s: %s", repo, snap, strerror(errno));
     for (int i = 0; i < n && !status; i++) {
         snprintf(path, sizeof path, "%s/%s", snap, files[i]);
         if (!exists(path))
             status = fetch_file(c, repo, commit, files[i], rdir, snap, err);
     }
+    if (!status && gguf) {
+        size_t len = strlen(snap) + strlen(files[0]) + 2;
+        if ((*dir = malloc(len)))
+            snprintf(*dir, len, "%s/%s", snap, files[0]);
+        else
+            status = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    }
     hub_files_free(files, n);
-    if (!status && !snapshot_complete(snap, c->tokenizer_only))
+    if (!status && !gguf && !snapshot_complete(snap, c->tokenizer_only))
         status = c->tokenizer_only
                      ? inf_fail(err, INF_ERR_UNSUPPORTED, "%s: revision %s has no "
                                 "tokenizer.json or tokenizer.model (%d files fetched)", repo,
@@ -590,8 +655,12 @@ int hub_resolve(const hub_config *c, const char *repo, char **dir, inf_err *err)
                                 "and safetensors weights (%d files fetched)", repo, rev, n);
     if (!status && !is_commit(rev) && write_ref(rdir, rev, commit))
         status = inf_fail(err, INF_ERR_IO, "%s: cannot write %s/refs/%s", repo, rdir, rev);
-    if (!status && !(*dir = strdup(snap)))
+    if (!status && !gguf && !(*dir = strdup(snap)))
         status = inf_fail(err, INF_ERR_NOMEM, "out of memory");
+    if (status) {
+        free(*dir);
+        *dir = NULL;
+    }
     return status;
 }
 

@@ -5,7 +5,8 @@
  * transformers and vLLM: a model one of them fetched is found without a
  * request, and the other way round. Missing files are fetched with libcurl:
  * only what serving needs (config, generation config, tokenizer files, chat
- * template, safetensors index and shards), each resumed with a range request
+ * template, safetensors index and shards; or, for ORG/NAME:TAG, the one GGUF
+ * model the tag names: app/hub_gguf.h), each resumed with a range request
  * after a cut, an LFS file checked against the sha256 the Hub names in its
  * ETag, and every file written under a temporary name and renamed when whole,
  * so a killed download never leaves a file that looks complete. */
@@ -47,10 +48,12 @@ void hub_config_from_env(hub_config *c);
 
 /* Whether s names a Hub repository rather than a local directory: it does
  * not exist on disk and reads ORG/NAME (one '/', letters, digits, '-',
- * '_', '.'; no "..", no leading '/' or '.'). */
+ * '_', '.'; no "..", no leading '/' or '.'), or ORG/NAME:TAG (a tag of
+ * those characters but '/'). */
 int hub_is_repo_id(const char *s);
 
-/* The snapshot directory of repo_id at c->revision (malloc'd, *dir), from
+/* The snapshot directory of repo_id at c->revision (malloc'd, *dir; for a
+ * GGUF model, the path of its first file in it), from
  * the cache when it holds the model (no request), else downloaded; with
  * c->tokenizer_only, a snapshot holding a tokenizer is enough and only the
  * tokenizer's files are fetched. Errors

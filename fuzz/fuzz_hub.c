@@ -1,9 +1,11 @@
 /* What the Hub sends the hub client: the first byte picks a response header
  * line (hub_header_line) or the API's JSON answer about a revision
- * (hub_revision_parse). */
+ * (hub_revision_parse, and the GGUF model a tag picks from its files). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "app/hub.h"
+#include "app/hub_gguf.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
 {
@@ -25,8 +27,18 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         inf_err err;
         if (hub_revision_parse(s, n, commit, &files, &nf, &err) == 0) {
             for (int i = 0; i < nf; i++)
-                if (strchr(files[i], '/') && strcmp(files[i], "model.safetensors.index.json"))
-                    __builtin_trap(); /* no file outside the snapshot's top level */
+                if ((strchr(files[i], '/') && !hub_gguf_name(files[i])) ||
+                    strstr(files[i], "..") || files[i][0] == '/')
+                    __builtin_trap(); /* no file outside the snapshot (GGUFs: in folders) */
+            /* whatever it picks is one model: its files, the first to load */
+            int *pick = malloc(sizeof *pick * (size_t)(nf ? nf : 1)), np = 0;
+            const char *tags[] = {NULL, "Q4_K_M", "q8_0", "model.gguf"};
+            for (int t = 0; pick && t < 4; t++)
+                if (hub_gguf_pick(files, nf, tags[t], pick, &np, &err) == 0)
+                    for (int i = 0; i < np; i++)
+                        if (pick[i] < 0 || pick[i] >= nf || !hub_gguf_name(files[pick[i]]))
+                            __builtin_trap();
+            free(pick);
             hub_files_free(files, nf);
         }
     }

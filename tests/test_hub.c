@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "app/hub.h"
+#include "app/hub_gguf.h"
 #include "tests/tdir.h"
 
 /* ORG/NAME is an id; paths, "..", extra slashes and odd bytes are not. */
@@ -33,6 +34,14 @@ static void test_hub_repo_ids(void **state)
     assert_false(hub_is_repo_id("org/a b"));
     assert_false(hub_is_repo_id("org/"));
     assert_false(hub_is_repo_id("tests/hub")); /* exists here: a directory wins */
+    /* ORG/NAME:TAG, llama.cpp's -hf form, for GGUF files */
+    assert_true(hub_is_repo_id("bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"));
+    assert_true(hub_is_repo_id("org/repo:model-q8_0.gguf"));
+    assert_false(hub_is_repo_id("org/repo:"));
+    assert_false(hub_is_repo_id("org/repo:a/b"));
+    assert_false(hub_is_repo_id("org/repo:x y"));
+    assert_false(hub_is_repo_id("org:tag/x"));
+    assert_false(hub_is_repo_id("org/repo:..x"));
 }
 
 /* Header lines: ETags lose W/ and quotes; a new status line resets them. */
@@ -78,6 +87,55 @@ static void test_hub_revision_parse(void **state)
     const char *bad = "{\"sha\":\"main\",\"siblings\":[]}";
     assert_int_not_equal(hub_revision_parse(bad, strlen(bad), commit, &files, &n, &err), INF_OK);
     assert_null(files);
+}
+
+/* pick's files by name, joined with '|', for one assertion. */
+static const char *picked(char *const *files, int n, const char *tag, char *buf, size_t cap,
+                          inf_err *err)
+{
+    int pick[16], np = -1;
+    buf[0] = '\0';
+    if (hub_gguf_pick(files, n, tag, pick, &np, err))
+        return NULL;
+    for (int i = 0; i < np; i++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? "|" : "", files[pick[i]]);
+    return buf;
+}
+
+/* Which GGUF files a tag picks from a repository's list: a whole file or
+ * every part of one split, in order; Q4_K_M without a tag; the tag as a
+ * word of the base name, any case; an exact file name; vision projectors
+ * never; and an error naming what there is when nothing, or more than one
+ * model, matches, or a split is missing a part. */
+static void test_hub_gguf_pick(void **state)
+{
+    (void)state;
+    char *files[] = {"README.md", "m-Q4_0.gguf", "m-Q8_0.gguf", "m-Q4_K_M-00002-of-00002.gguf",
+                     "m-Q4_K_M-00001-of-00002.gguf", "mmproj-m-f16.gguf",
+                     "Q5_K_M/m-Q5_K_M-00001-of-00002.gguf", "m-Q4_K_M_L.gguf", "m.safetensors"};
+    const int n = sizeof files / sizeof *files;
+    char buf[512];
+    inf_err err = {0};
+    assert_string_equal(picked(files, n, NULL, buf, sizeof buf, &err),
+                        "m-Q4_K_M-00001-of-00002.gguf|m-Q4_K_M-00002-of-00002.gguf");
+    assert_string_equal(picked(files, n, "q8_0", buf, sizeof buf, &err), "m-Q8_0.gguf");
+    assert_string_equal(picked(files, n, "m-Q4_0.gguf", buf, sizeof buf, &err), "m-Q4_0.gguf");
+    assert_string_equal(picked(files, n, "Q4_K_M_L", buf, sizeof buf, &err), "m-Q4_K_M_L.gguf");
+    assert_null(picked(files, n, "Q4_K", buf, sizeof buf, &err));
+    assert_non_null(strstr(err.msg, "no GGUF file matches the tag 'Q4_K'"));
+    assert_non_null(strstr(err.msg, "m-Q4_0.gguf"));
+    assert_null(strstr(err.msg, "mmproj"));
+    assert_null(picked(files, n, "Q5_K_M", buf, sizeof buf, &err));
+    assert_non_null(strstr(err.msg, "split in 2 files but part 2 is not there"));
+    assert_null(picked(files, n, "mmproj-m-f16.gguf", buf, sizeof buf, &err));
+    char *two[] = {"a-Q4_0.gguf", "b/a-Q4_0.gguf", "x-F16.gguf"};
+    assert_null(picked(two, 3, "Q4_0", buf, sizeof buf, &err));
+    assert_non_null(strstr(err.msg, "more than one GGUF model"));
+    assert_string_equal(picked(two + 2, 1, NULL, buf, sizeof buf, &err), "x-F16.gguf");
+    assert_null(picked(two, 3, NULL, buf, sizeof buf, &err));
+    char *none[] = {"config.json", "model.safetensors"};
+    assert_null(picked(none, 2, NULL, buf, sizeof buf, &err));
+    assert_non_null(strstr(err.msg, "no GGUF file"));
 }
 
 static void put(const char *dir, const char *name, const char *text)
@@ -164,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_hub_repo_ids),
         cmocka_unit_test(test_hub_header_lines),
         cmocka_unit_test(test_hub_revision_parse),
+        cmocka_unit_test(test_hub_gguf_pick),
         cmocka_unit_test_setup_teardown(test_hub_cache_lookup, tdir_setup, tdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

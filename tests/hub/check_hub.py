@@ -5,7 +5,7 @@ same text as the directory it came from, the second makes no request, a
 cache laid out as huggingface_hub lays it out is found, a cut download
 resumes with a range, a corrupt blob is refused, offline mode, token passing
 (variable and file), and bad ids; --tokenizer ORG/NAME fetches and uses the
-tokenizer's files alone. Exits 1 on the first failure."""
+tokenizer's files alone; ORG/NAME:TAG fetches one GGUF model of a repository. Exits 1 on the first failure."""
 import argparse
 import hashlib
 import json
@@ -117,6 +117,66 @@ def check_tokenizer_by_id(inferd, tmp, model, gen, want):
     if r.returncode or r.stdout != want:
         fail(f"--tokenizer org/tok as a directory: exit {r.returncode}: {r.stderr.strip()}")
     ok("--tokenizer org/tok where a directory org/tok exists: the directory, no Hub")
+
+
+def check_gguf_by_id(inferd, tmp, model, gen):
+    """ORG/NAME:TAG (llama.cpp's -hf form) on a repository of GGUF files:
+    only the tagged model's files are fetched (every part of a split), the
+    text is that of the same file on disk, the cache serves it again with no
+    request and offline, no tag picks Q4_K_M, and a tag that matches nothing
+    or a file missing a part is one line naming what the repository has."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "ref"))
+    import gguf_ref as G  # noqa: E402
+    repo = os.path.join(tmp, "gguf-repo")
+    os.makedirs(os.path.join(repo, "Q5_K_M"))
+    open(os.path.join(repo, "README.md"), "w").write("GGUF files of a tiny model\n")
+    G.from_hf(model, os.path.join(repo, "tiny-Q8_0.gguf"), "Q8_0")
+    G.from_hf(model, os.path.join(repo, "tiny-Q4_K_M"), "Q4_0", split=2)  # a split model
+    G.from_hf(model, os.path.join(repo, "mmproj-tiny-f16.gguf"), "F32")
+    G.from_hf(model, os.path.join(repo, "Q5_K_M", "tiny-Q5_K_M"), "Q8_0", split=2)
+    os.remove(os.path.join(repo, "Q5_K_M", "tiny-Q5_K_M-00002-of-00002.gguf"))  # a part missing
+    g = gen + ["--tokenizer", model]
+    home = os.path.join(tmp, "hf-gguf")
+    with Mock(tmp, {"org/tiny-GGUF": repo}) as m:
+        want = run(inferd, ["generate", "--model", os.path.join(repo, "tiny-Q8_0.gguf")] + g,
+                   home, m.url).stdout
+        r = run(inferd, ["generate", "--model", "org/tiny-GGUF:q8_0"] + g, home, m.url)
+        fetched = sorted(q.split()[1] for q in m.requests() if q.startswith("GET /cdn/"))
+        if r.returncode or r.stdout != want or fetched != ["/cdn/org/tiny-GGUF/tiny-Q8_0.gguf"]:
+            fail(f"generate org/tiny-GGUF:q8_0: exit {r.returncode} {r.stdout!r}, fetched "
+                 f"{fetched}: {r.stderr.strip()}")
+        ok("org/tiny-GGUF:q8_0 fetches tiny-Q8_0.gguf alone and writes its text")
+        n = len(m.requests())
+        r = run(inferd, ["generate", "--model", "org/tiny-GGUF:Q8_0"] + g, home, m.url)
+        if r.returncode or r.stdout != want or len(m.requests()) != n:
+            fail(f"org/tiny-GGUF:Q8_0 again: exit {r.returncode}, requests {m.requests()[n:]}")
+        r = run(inferd, ["download", "org/tiny-GGUF", "--quiet"], home, m.url)
+        snap = os.path.join(home, "hub", "models--org--tiny-GGUF", "snapshots",
+                            hashlib.sha1(b"org/tiny-GGUF").hexdigest())
+        parts = [f"tiny-Q4_K_M-0000{i}-of-00002.gguf" for i in (1, 2)]
+        if r.returncode or r.stdout.strip() != os.path.join(snap, parts[0]) or \
+                not all(os.path.exists(os.path.join(snap, p)) for p in parts):
+            fail(f"download org/tiny-GGUF (no tag: Q4_K_M): exit {r.returncode} "
+                 f"{r.stdout.strip()}: {r.stderr.strip()}")
+        want4 = run(inferd, ["generate", "--model", os.path.join(repo, parts[0])] + g, home,
+                    m.url).stdout
+        r = run(inferd, ["generate", "--model", "org/tiny-GGUF"] + g, home, m.url)
+        if r.returncode or r.stdout != want4:
+            fail(f"generate org/tiny-GGUF: exit {r.returncode}: {r.stderr.strip()}")
+        ok("no tag: Q4_K_M, both files of its split, the split's text")
+        r = run(inferd, ["download", "org/tiny-GGUF:Q4_K"], home, m.url)
+        if r.returncode != 2 or "no GGUF file matches the tag 'Q4_K'" not in r.stderr or \
+                "tiny-Q8_0.gguf" not in r.stderr or "mmproj" in r.stderr:
+            fail(f"a tag that matches nothing: exit {r.returncode}: {r.stderr.strip()}")
+        r = run(inferd, ["download", "org/tiny-GGUF:Q5_K_M"], home, m.url)
+        if r.returncode != 2 or "part 2 is not there" not in r.stderr:
+            fail(f"a split missing a part: exit {r.returncode}: {r.stderr.strip()}")
+        ok("a tag that matches nothing, a split missing a part: one line each, exit 2")
+    r = run(inferd, ["generate", "--model", "org/tiny-GGUF:Q8_0"] + g, home, "http://127.0.0.1:9",
+            HF_HUB_OFFLINE="1")
+    if r.returncode or r.stdout != want:
+        fail(f"org/tiny-GGUF:Q8_0 offline, cached: exit {r.returncode}: {r.stderr.strip()}")
+    ok("org/tiny-GGUF:Q8_0 offline: from the cache")
 
 
 def check_tokenizer_json_by_id(inferd, tmp, model):
@@ -273,6 +333,7 @@ def main():
         ok("an unknown repo, a bad id and no network: one line each, exit 2")
         check_tokenizer_by_id(inferd, tmp, model, gen, want)
         check_tokenizer_json_by_id(inferd, tmp, model)
+        check_gguf_by_id(inferd, tmp, model, gen)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("check_hub: ok")

@@ -4,7 +4,7 @@
 It serves model directories under Hub ids with the Hub's URL layout:
   GET  /api/models/ORG/NAME/revision/REV   {"sha": COMMIT, "siblings": [...]}
   HEAD/GET /ORG/NAME/resolve/REV/FILE      small files: 200 with a git ETag;
-       *.safetensors (LFS): 302 to /cdn/..., X-Linked-Etag = sha256, X-Linked-Size
+       *.safetensors, *.gguf (LFS): 302 to /cdn/..., X-Linked-Etag = sha256, X-Linked-Size
   GET  /cdn/ORG/NAME/FILE                   the bytes, with Range (206)
 A gated repo answers 401 without "Authorization: Bearer TOKEN". --cut FILE
 closes the connection half-way through FILE's first download; --corrupt FILE
@@ -97,7 +97,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.send(404, b'{"error":"Entry not found"}', head=head)
             data = open(path, "rb").read()
             common = {"X-Repo-Commit": commit_of(repo)}
-            if name.endswith(".safetensors"):  # LFS: the Hub redirects to its CDN
+            if name.endswith((".safetensors", ".gguf")):  # LFS: the Hub redirects to its CDN
                 common.update({"X-Linked-Etag": '"%s"' % hashlib.sha256(data).hexdigest(),
                                "X-Linked-Size": str(len(data)),
                                "ETag": '"%s"' % hashlib.sha256(data).hexdigest(),
