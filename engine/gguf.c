@@ -482,12 +482,12 @@ int gguf_adopt(gguf_file *g, gguf_file *shard, inf_err *err)
     if (!t)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory", g->path);
     g->tensors = t;
-    for (int i = 0; i < shard->n_tensors; i++) { /* names and data stay the shard's */
-        gguf_tensor *d = &g->tensors[g->n_tensors + i];
-        *d = shard->tensors[i];
-        if (d->type_name == shard->tensors[i].type_buf) /* the buffer moved with it */
-            d->type_name = d->type_buf;
-    }
+    for (int i = 0; i < shard->n_tensors; i++) /* names and data stay the shard's */
+        g->tensors[g->n_tensors + i] = shard->tensors[i];
+    /* an unknown type's name is in its own record, which moved */
+    for (int i = 0; i < g->n_tensors + shard->n_tensors; i++)
+        if (!gguf_type_name(g->tensors[i].type))
+            g->tensors[i].type_name = g->tensors[i].type_buf;
     int n0 = g->n_tensors;
     g->n_tensors += shard->n_tensors;
     g->shards[g->n_shards++] = shard;
