@@ -39,7 +39,8 @@ model_load_opts app_backend_load_opts(const app_backend_config *c)
      * (the backends' layer hooks) */
     return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4,
                              .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8,
-                             .lazy_layers = !c->is_draft && (!cpu || c->quant != CPU_QUANT_NONE)};
+                             .lazy_layers = !c->is_draft && (!cpu || c->quant != CPU_QUANT_NONE),
+                             .threads = c->threads};
 }
 
 /* The context c's model is opened for: a draft's own is shorter at times. */

@@ -3,11 +3,13 @@
 #include "gguf_model.h"
 
 #include <cJSON.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "bufs.h"
 #include "gguf_meta.h"
@@ -19,7 +21,9 @@ struct gguf_weights {
     int lazy_on;   /* model_load_opts.lazy_layers: layer matrices deferred */
     int codes_on;  /* model_load_opts.packed_q4: Q4_0 layer matrices as codes */
     int n_codes;   /* those bound so */
-    char desc[160]; /* model_source.describe's line */
+    int threads;   /* model_load_opts.threads, resolved: at least 1 */
+    char types[64];  /* the block types of layer matrices made f32, "Q4_K, Q6_K" */
+    char desc[256]; /* model_source.describe's line */
 };
 
 /* ---- tensors ------------------------------------------------------------ */
@@ -35,48 +39,111 @@ static int64_t file_row(int64_t r, int64_t hd)
     return h * hd + 2 * i + half;
 }
 
+/* One conversion of a tensor's rows (convert(), q4_0_fill()). */
+typedef struct conv {
+    const gguf_tensor *t;
+    int64_t R, cols, hd;      /* hd: rows per head when interleaved, else 0 */
+    inf_dtype dt;             /* INF_DTYPE_NONE: blocks dequantized to f32   */
+    char *dst;                /* or the codes: */
+    uint8_t *u, *z;
+    uint16_t *d;
+} conv;
+
+typedef struct conv_part {
+    const conv *c;
+    void (*rows)(const conv *c, int64_t r0, int64_t r1);
+    int64_t r0, r1;
+} conv_part;
+
+static void *conv_run(void *arg)
+{
+    const conv_part *p = arg;
+    p->rows(p->c, p->r0, p->r1);
+    return NULL;
+}
+
+/* rows(c, ...) over c->R rows, on up to `threads` threads when the tensor
+ * is large: dequantizing a layer's blocks (and touching its fresh memory)
+ * takes longer than reading them, and the backend waits for each layer. */
+#define CONV_THREADS 16
+static void conv_rows(const conv *c, void (*rows)(const conv *c, int64_t r0, int64_t r1),
+                      int threads)
+{
+    /* a small tensor is not worth a thread (check_gguf's 256-wide ones are not small) */
+    int nt = c->R * c->cols < ((int64_t)1 << 16) ? 1 : threads;
+    nt = nt > CONV_THREADS ? CONV_THREADS : nt < 1 ? 1 : nt;
+    if (nt > c->R)
+        nt = (int)c->R;
+    pthread_t th[CONV_THREADS];
+    conv_part part[CONV_THREADS];
+    int up[CONV_THREADS] = {0};
+    for (int i = 0; i < nt; i++) {
+        part[i] = (conv_part){.c = c, .rows = rows, .r0 = c->R * i / nt,
+                              .r1 = c->R * (i + 1) / nt};
+        up[i] = i > 0 && pthread_create(&th[i], NULL, conv_run, &part[i]) == 0;
+    }
+    conv_run(&part[0]);
+    for (int i = 1; i < nt; i++) /* a thread that did not start: its rows here */
+        if (up[i])
+            pthread_join(th[i], NULL);
+        else
+            conv_run(&part[i]);
+}
+
+static void convert_rows(const conv *c, int64_t r0, int64_t r1)
+{
+    size_t bb;
+    int block = gguf_type_block(c->t->type, &bb);
+    size_t src_row = (size_t)(c->cols / block) * bb;
+    size_t dst_es = c->dt == INF_DTYPE_NONE ? sizeof(float) : inf_dtype_size(c->dt);
+    for (int64_t r = r0; r < r1; r++) {
+        const char *src = (const char *)c->t->data + (size_t)file_row(r, c->hd) * src_row;
+        if (c->dt != INF_DTYPE_NONE)
+            memcpy(c->dst + (size_t)r * c->cols * dst_es, src, (size_t)c->cols * dst_es);
+        else
+            gguf_dequant(c->t->type, src, (float *)c->dst + (size_t)r * c->cols, c->cols);
+    }
+}
+
 /* t's R x cols values into dst as dtype dt (INF_DTYPE_NONE: a block type,
  * dequantized to f32); heads > 0: rows interleaved per head by llama.cpp,
  * put back in HF's order. */
 static void convert(const gguf_tensor *t, int64_t R, int64_t cols, int heads, inf_dtype dt,
-                    char *dst)
+                    char *dst, int threads)
 {
-    size_t bb;
-    int block = gguf_type_block(t->type, &bb);
-    size_t src_row = (size_t)(cols / block) * bb;
-    size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : inf_dtype_size(dt);
-    int64_t hd = heads ? R / heads : 0;
-    for (int64_t r = 0; r < R; r++) {
-        const char *src = (const char *)t->data + (size_t)file_row(r, hd) * src_row;
-        if (dt != INF_DTYPE_NONE)
-            memcpy(dst + (size_t)r * cols * dst_es, src, (size_t)cols * dst_es);
-        else
-            gguf_dequant(t->type, src, (float *)dst + (size_t)r * cols, cols);
-    }
+    const conv c = {.t = t, .R = R, .cols = cols, .hd = heads ? R / heads : 0, .dt = dt,
+                    .dst = dst};
+    conv_rows(&c, convert_rows, dt == INF_DTYPE_NONE ? threads : 1); /* copies: one */
+}
+
+static void q4_0_rows(const conv *c, int64_t r0, int64_t r1)
+{
+    const int64_t B = c->cols / 32;
+    memset(c->z + r0 * B, 8, (size_t)((r1 - r0) * B));
+    for (int64_t r = r0; r < r1; r++)
+        gguf_q4_0_codes((const char *)c->t->data + (size_t)(file_row(r, c->hd) * B) * 18,
+                        c->cols, c->u + r * (c->cols / 2), c->d + r * B);
 }
 
 /* A Q4_0 matrix's R x cols values as the int4 kernels' codes u, f16 scales
  * d and zeros z (8: Q4_0 is w = d * (q - 8)), rows put back in HF's order
  * (heads > 0, as convert()). */
 static void q4_0_fill(const gguf_tensor *t, int64_t R, int64_t cols, int heads, uint8_t *u,
-                      uint16_t *d, uint8_t *z)
+                      uint16_t *d, uint8_t *z, int threads)
 {
-    const int64_t B = cols / 32, hd = heads ? R / heads : 0;
-    memset(z, 8, (size_t)(R * B));
-    for (int64_t r = 0; r < R; r++)
-        gguf_q4_0_codes((const char *)t->data + (size_t)(file_row(r, hd) * B) * 18, cols,
-                        u + r * (cols / 2), d + r * B);
+    const conv c = {.t = t, .R = R, .cols = cols, .hd = heads ? R / heads : 0, .u = u, .z = z,
+                    .d = d};
+    conv_rows(&c, q4_0_rows, threads);
 }
 
 /* q4_0_fill as model_defer calls it (arg: heads), into model_q4_parts. */
 static void codes_deferred(const void *t, const void *aux, int heads, const model_tensor *o,
                            void *dst)
 {
-    (void)aux;
     uint8_t *u, *z;
     uint16_t *d;
     model_q4_parts(o, dst, &u, &d, &z);
-    q4_0_fill(t, o->rows, o->cols, heads, u, d, z);
+    q4_0_fill(t, o->rows, o->cols, heads, u, d, z, ((const gguf_weights *)aux)->threads);
 }
 
 /* A Q4_0 layer matrix as its own codes, scales and zero 8 (model_tensor.q4)
@@ -93,7 +160,7 @@ static int bind_codes(model *m, const gguf_tensor *t, int64_t R, int64_t cols, i
     w->n_codes++;
     if (w->lazy_on && layer >= 0) {
         out->q4_lazy = 1;
-        return model_defer(m, out, layer, codes_deferred, t, NULL, heads, err);
+        return model_defer(m, out, layer, codes_deferred, t, w, heads, err);
     }
     uint8_t *u = bufs_keep(&w->bufs, (size_t)(R * cols / 2), 1);
     uint16_t *d = bufs_keep(&w->bufs, (size_t)(R * B) * sizeof *d, 1);
@@ -101,11 +168,23 @@ static int bind_codes(model *m, const gguf_tensor *t, int64_t R, int64_t cols, i
     if (!u || !d || !z)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the codes of '%s'",
                         gguf_path(w->f), t->name);
-    q4_0_fill(t, R, cols, heads, u, d, z);
+    q4_0_fill(t, R, cols, heads, u, d, z, w->threads);
     out->q4 = u;
     out->q4_scale = d;
     out->q4_zero = z;
     return INF_OK;
+}
+
+/* A block type whose layer matrices are dequantized to f32, listed once
+ * for the start-up line. */
+static void note_type(gguf_weights *w, const char *name)
+{
+    size_t n = strlen(name), have = strlen(w->types);
+    for (const char *p = w->types; (p = strstr(p, name)); p += n)
+        if ((p == w->types || p[-1] == ' ') && (p[n] == ',' || !p[n]))
+            return;
+    if (have + n + 3 < sizeof w->types)
+        snprintf(w->types + have, sizeof w->types - have, "%s%s", have ? ", " : "", name);
 }
 
 static inf_dtype plain_dtype(const gguf_tensor *t)
@@ -114,12 +193,11 @@ static inf_dtype plain_dtype(const gguf_tensor *t)
          : t->type == GGUF_BF16 ? INF_BF16 : INF_DTYPE_NONE;
 }
 
-/* convert() as model_defer calls it (arg: heads). */
+/* convert() as model_defer calls it (aux: the weights, arg: heads). */
 static void convert_deferred(const void *t, const void *aux, int heads, const model_tensor *o,
                              void *dst)
 {
-    (void)aux;
-    convert(t, o->rows, o->cols, heads, plain_dtype(t), dst);
+    convert(t, o->rows, o->cols, heads, plain_dtype(t), dst, ((const gguf_weights *)aux)->threads);
 }
 
 /* name, which must be [rows, cols] (rows 0: a 1-D [cols]); heads > 0: a
@@ -159,15 +237,17 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
     }
     if (w->codes_on && matrix && t->type == GGUF_Q4_0)
         return bind_codes(m, t, R, cols, heads, layer, out, err);
+    if (matrix && dt == INF_DTYPE_NONE)
+        note_type(w, t->type_name);
     if (w->lazy_on && layer >= 0) {
         out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
-        return model_defer(m, out, layer, convert_deferred, t, NULL, heads, err);
+        return model_defer(m, out, layer, convert_deferred, t, w, heads, err);
     }
     size_t dst_es = dt == INF_DTYPE_NONE ? sizeof(float) : es;
     char *dst = bufs_keep(&w->bufs, (size_t)R * (size_t)cols * dst_es, 0);
     if (!dst)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory converting '%s'", path, name);
-    convert(t, R, cols, heads, dt, dst);
+    convert(t, R, cols, heads, dt, dst, w->threads);
     out->dtype = dt != INF_DTYPE_NONE ? dt : INF_F32;
     out->data = dst;
     return INF_OK;
@@ -329,10 +409,14 @@ static void weights_drop_codes(void *w, const void *const *at, int n)
 static const char *weights_describe(const void *wv)
 {
     gguf_weights *w = (gguf_weights *)wv;
-    if (!w->n_codes)
-        return NULL;
-    snprintf(w->desc, sizeof w->desc, "GGUF Q4_0 (%d layer matrices' codes run as stored by "
-             "the int4 kernels; activations int8 per token)", w->n_codes);
+    if (w->n_codes)
+        snprintf(w->desc, sizeof w->desc, "GGUF Q4_0 (%d layer matrices' codes run as stored by "
+                 "the int4 kernels; activations int8 per token)%s%s%s", w->n_codes,
+                 *w->types ? "; " : "", w->types, *w->types ? " dequantized to f32 at load" : "");
+    else if (*w->types)
+        snprintf(w->desc, sizeof w->desc, "GGUF %s (dequantized to f32 at load)", w->types);
+    else
+        return NULL; /* F32 / F16 / BF16: used as stored */
     return w->desc;
 }
 
@@ -357,6 +441,8 @@ int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf
                             .drop_codes = weights_drop_codes, .describe = weights_describe};
     w->lazy_on = o && o->lazy_layers;
     w->codes_on = o && o->packed_q4;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    w->threads = o && o->threads > 0 ? o->threads : cores > 0 ? (int)cores : 1;
     const gguf_arch *arch = NULL;
     if ((rc = gguf_open_model(path, &w->f, err)) || (rc = gguf__config(w->f, &cfg, &arch, err)) ||
         (rc = model__config_parse(cfg, path, &m->cfg, err)))

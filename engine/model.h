@@ -167,6 +167,8 @@ typedef struct model_load_opts {
                         own copy (model_layer_packed): for a backend that
                         packs every layer matrix (the CPU's int8 / int4),
                         so a 4-bit file never becomes f32 all at once */
+    int threads;     /* threads a loader may convert a tensor's rows on (a
+                        GGUF file's blocks); <= 0: one per online CPU */
 } model_load_opts;
 
 /* model_load / model_load_dir with o (NULL: all 0). */
@@ -246,9 +248,10 @@ int model_is_w8a8(const model *m);
 
 /* The pre-quantized checkpoint's scheme as inferd runs it, for start-up
  * messages (hfq_describe: "compressed-tensors FP8 (dequantized to f32 at
- * load; activations not quantized)", ...; a GGUF file's Q4_0 codes run by
- * the int4 kernels), or NULL for a plain checkpoint or a GGUF file whose
- * tensors are used in place or converted. */
+ * load; activations not quantized)", ...; a GGUF file's: "GGUF Q4_K, Q6_K
+ * (dequantized to f32 at load)", or its Q4_0 codes run by the int4
+ * kernels), or NULL for a plain checkpoint or a GGUF file of F32 / F16 /
+ * BF16 layer matrices. */
 const char *model_quant_desc(const model *m);
 
 #endif

@@ -176,6 +176,19 @@ def write_dequantized(src, held, out, names=None):
     make_model.write_safetensors(os.path.join(out, "model.safetensors"), tensors, "F32")
 
 
+def said_types(build, path, tok_dir, types, label, failures):
+    """generate's summary names the block types of the layer matrices made
+    f32 (each once): "checkpoint GGUF Q4_K, Q6_K (dequantized to f32 at load)"."""
+    import re
+    r = run([os.path.join(build, "inferd"), "generate", "--model", path, "--tokenizer", tok_dir,
+             "--prompt-ids", "1,2", "--max-tokens", "1"], ok=False)
+    m = re.search(r"checkpoint GGUF ([A-Z0-9_, ]+) \(dequantized to f32 at load\)", r.stderr)
+    got = m.group(1).split(", ") if m else []
+    if r.returncode or sorted(got) != sorted(types):
+        failures.append(f"{label}: generate's summary names {got} as dequantized, not "
+                        f"{sorted(types)}: {r.stderr.strip()[-300:]!r}")
+
+
 def check_lossless(build, tmp, label, model, tname, failures):
     path = os.path.join(tmp, f"{label}-{tname}.gguf")
     G.from_hf(model, path, tname, tname)
@@ -218,6 +231,8 @@ def check_quantized(build, tmp, label, model, tname, failures, override=None):
         tot += float((v.astype(np.float64) ** 2).sum())
     if tname == "Q4_0" and e4 != 0.0:
         failures.append(f"{label} as GGUF Q4_0: int4 should hold its values exactly (error {e4 / tot:.1e})")
+    said_types(build, path, model, {t for g, (t, v, _) in held.items()
+                                     if v.ndim == 2 and g.startswith("blk.")}, label, failures)
     b2 = b.reshape(len(tokens.split(",")), -1).astype(np.float64)
     errs = []
     for q in ("int8", "int4"):
