@@ -365,6 +365,13 @@ static void *load(void *arg)
             : strcmp(o->quantization, "int4") ? " (layers quantized to int8)"
                                               : " (layers quantized to int4)", max_len,
             tb.num_blocks - 1, o->bc.block_size, o->bc.device, tb.kernels);
+    if (o->bc.quant == APP_QUANT_NONE && !strcmp(o->bc.device, "cpu") && model_quant_desc(a->m) &&
+        a->m->layers[0].wq.dtype == INF_F32) /* a 4-bit file at 4 bytes a weight: say so */
+        log_msg(a->log, LOG_WARN, "loader", NULL,
+                "the checkpoint's quantized weights are held as f32 (%.2f GiB, 4 bytes a "
+                "weight) to compute its exact function; --quantization int8 holds about 1 "
+                "byte a weight, int4 about 0.56 (docs/quantization.md)",
+                (double)model_weight_bytes(a->m) / (1 << 30));
     if (a->spec.proposer)
         log_msg(a->log, LOG_INFO, "loader", NULL,
                 "speculative decoding: %s%s, %d tokens per step, off at %d or more running, "

@@ -189,6 +189,44 @@ def said_types(build, path, tok_dir, types, label, failures):
                         f"{sorted(types)}: {r.stderr.strip()[-300:]!r}")
 
 
+def serve_log(build, path, tok_dir, extra=()):
+    """inferd serve's log up to its being ready (then stopped)."""
+    import socket
+    import time
+    import urllib.request
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    p = subprocess.Popen([os.path.join(build, "inferd"), "serve", "--model", path, "--tokenizer",
+                          tok_dir, "--port", str(port)] + list(extra),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+    finally:
+        p.terminate()
+        err = p.communicate(timeout=30)[1]
+    return err
+
+
+def check_f32_warning(build, tmp, path, tok_dir, failures):
+    """serve warns when a quantized file's layer matrices are held as f32
+    (no --quantization on the CPU), and not when they are packed."""
+    plain, packed = serve_log(build, path, tok_dir), serve_log(build, path, tok_dir,
+                                                               ["--quantization", "int4"])
+    said = "quantized weights are held as f32"
+    if said not in plain or said in packed or " loaded " not in packed:
+        failures.append(f"serve's f32 warning: without --quantization {said in plain}, with int4 "
+                        f"{said in packed} (want True, False)")
+    else:
+        print("  serve warns that a Q4_0 file's weights are held as f32 without --quantization, "
+              "not with int4")
+
+
 def check_lossless(build, tmp, label, model, tname, failures):
     path = os.path.join(tmp, f"{label}-{tname}.gguf")
     G.from_hf(model, path, tname, tname)
@@ -527,6 +565,8 @@ def main():
     check_q4_0_codes(a.build, tmp, "fam-phi3", os.path.join(fx, "fam-phi3"), kernels, failures)
     check_corrupt(a.build, tmp, os.path.join(fx, "tiny"), failures)
     check_split(a.build, tmp, os.path.join(fx, "tiny"), failures)
+    check_f32_warning(a.build, tmp, os.path.join(tmp, "split", "one.gguf"), os.path.join(fx, "tiny"),
+                      failures)
     if failures:
         print("FAILED:")
         for f in failures:
