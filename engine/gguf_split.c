@@ -37,9 +37,14 @@ static int open_shard(const gguf_file *g, size_t prefix, int i, int n, gguf_file
     if (!rc) {
         long long no = split_key(*out, "split.no"), cnt = split_key(*out, "split.count");
         if (no != i || (cnt != -1 && cnt != n)) {
-            rc = inf_fail(err, INF_ERR_FORMAT, "%s: split.no %lld and split.count %lld, where "
-                          "the file of split %d of %d has %d and %d (-1: absent)", p, no, cnt,
-                          i + 1, n, i, n);
+            char says[64];
+            if (no < 0)
+                snprintf(says, sizeof says, "has no split.no");
+            else
+                snprintf(says, sizeof says, "says it is split %lld of %lld", no + 1,
+                         cnt < 0 ? (long long)n : cnt);
+            rc = inf_fail(err, INF_ERR_FORMAT, "%s: %s, but is named as split %d of %d", p, says,
+                          i + 1, n);
             gguf_close(*out);
             *out = NULL;
         }
@@ -56,7 +61,7 @@ int gguf_open_model(const char *path, gguf_file **out, inf_err *err)
         return rc;
     *out = NULL;
     long long n = split_key(g, "split.count");
-    if (!gguf_find_kv(g, "split.count") || n == 1) { /* one file */
+    if (!gguf_find_kv(g, "split.count") || n == 0 || n == 1) { /* one file, as llama.cpp */
         *out = g;
         return INF_OK;
     }

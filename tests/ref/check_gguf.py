@@ -496,7 +496,7 @@ def check_split(build, tmp, model, failures):
         ("the first file renamed", {"model.gguf": raw[0], names[1]: raw[1], names[2]: raw[2]},
          "model.gguf", "does not end in -00001-of-00003.gguf"),
         ("two files swapped", {names[0]: raw[0], names[1]: raw[2], names[2]: raw[1]}, names[0],
-         "where the file of split 2 of 3 has 1 and 3"),
+         "says it is split 3 of 3, but is named as split 2 of 3"),
         ("a tensor in two files", {names[0]: raw[0], names[1]: raw[1], names[2]: dup}, names[0],
          "appears twice"),
         ("split.tensors.count wrong", {names[0]: miscount, names[1]: raw[1], names[2]: raw[2]},
