@@ -224,6 +224,27 @@ describe('a GPTQ checkpoint with --quantization int4 on the CPU', () => {
   }
 });
 
+// A GGUF Q4_0 file under --quantization int4: its layer matrices' codes and
+// scales run as stored (engine/gguf_model.c; tests/ref/check_gguf.py checks
+// the numbers), the tokenizer given beside it (the test file has none).
+describe('a GGUF Q4_0 file with --quantization int4 on the CPU', () => {
+  test('serve runs its codes as stored and answers as generate does, alone and at once',
+    async () => {
+      const gguf = `${FIXTURES}/tiny-q4_0.gguf`;
+      const args = ['--quantization', 'int4', '--device', 'cpu', '--tokenizer', `${FIXTURES}/tiny`];
+      const work = workload(8).map((w) => ({ ...w, cancel: false }));
+      const d = await startDaemon(gguf, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
+      try {
+        assert.match(d.log(), /GGUF Q4_0 \(14 layer matrices' codes run as stored by the int4 kernels/);
+        const single = [];
+        for (const w of work) single.push(await alone(d.base, w));
+        const together = await Promise.all(work.map((w) => alone(d.base, w)));
+        assert.deepEqual(together, single);
+        assert.equal(single[0], offline(gguf, work[0].prompt, work[0].max_tokens, args));
+      } finally { await d.stop(); }
+    });
+});
+
 describe('--quantization usage errors', () => {
   test('an unknown scheme, or int8 over several GPUs, is a usage error', () => {
     for (const extra of [['--quantization', 'fp4'],
