@@ -106,10 +106,23 @@ static int id_char(char c)
            c == '-' || c == '_' || c == '.';
 }
 
+/* id past an "hf.co/" or "huggingface.co/" in front (Ollama's form). */
+static const char *id_body(const char *id)
+{
+    static const char *const hosts[] = {"hf.co/", "huggingface.co/"};
+    for (size_t i = 0; id && i < sizeof hosts / sizeof *hosts; i++)
+        if (!strncmp(id, hosts[i], strlen(hosts[i])))
+            return id + strlen(hosts[i]);
+    return id;
+}
+
 int hub_is_repo_id(const char *s)
 {
     struct stat st;
-    if (!s || !*s || stat(s, &st) == 0 || s[0] == '.' || s[0] == '/' || strstr(s, ".."))
+    if (!s || !*s || stat(s, &st) == 0)
+        return 0;
+    s = id_body(s);
+    if (!*s || s[0] == '.' || s[0] == '/' || strstr(s, ".."))
         return 0;
     size_t n;
     const char *tag = hub_gguf_tag(s, &n); /* ORG/NAME:TAG names GGUF files */
@@ -545,6 +558,7 @@ int hub_resolve(const hub_config *c, const char *id, char **dir, inf_err *err)
     if (!hub_is_repo_id(id))
         return inf_fail(err, INF_ERR_INVALID, "'%s' is neither a directory nor a Hub id "
                         "(ORG/NAME, or ORG/NAME:TAG for GGUF files)", id);
+    id = id_body(id);
     size_t rlen;
     const char *tag = hub_gguf_tag(id, &rlen);
     char repo[512];

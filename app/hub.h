@@ -49,7 +49,8 @@ void hub_config_from_env(hub_config *c);
 /* Whether s names a Hub repository rather than a local directory: it does
  * not exist on disk and reads ORG/NAME (one '/', letters, digits, '-',
  * '_', '.'; no "..", no leading '/' or '.'), or ORG/NAME:TAG (a tag of
- * those characters but '/'). */
+ * those characters but '/'), either after "hf.co/" or "huggingface.co/"
+ * (Ollama's hf.co/ORG/NAME:TAG). */
 int hub_is_repo_id(const char *s);
 
 /* The snapshot directory of repo_id at c->revision (malloc'd, *dir; for a

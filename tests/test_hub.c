@@ -42,6 +42,10 @@ static void test_hub_repo_ids(void **state)
     assert_false(hub_is_repo_id("org/repo:x y"));
     assert_false(hub_is_repo_id("org:tag/x"));
     assert_false(hub_is_repo_id("org/repo:..x"));
+    assert_true(hub_is_repo_id("hf.co/bartowski/Llama-3.2-1B-Instruct-GGUF:Q4_K_M"));
+    assert_true(hub_is_repo_id("huggingface.co/Qwen/Qwen2.5-0.5B-Instruct"));
+    assert_false(hub_is_repo_id("hf.co/a/b/c"));
+    assert_false(hub_is_repo_id("hf.co/"));
 }
 
 /* Header lines: ETags lose W/ and quotes; a new status line resets them. */

@@ -150,6 +150,11 @@ def check_gguf_by_id(inferd, tmp, model, gen):
         r = run(inferd, ["generate", "--model", "org/tiny-GGUF:Q8_0"] + g, home, m.url)
         if r.returncode or r.stdout != want or len(m.requests()) != n:
             fail(f"org/tiny-GGUF:Q8_0 again: exit {r.returncode}, requests {m.requests()[n:]}")
+        r = run(inferd, ["generate", "--model", "hf.co/org/tiny-GGUF:Q8_0"] + g, home, m.url)
+        if r.returncode or r.stdout != want or len(m.requests()) != n:
+            fail(f"hf.co/org/tiny-GGUF:Q8_0 (Ollama's form): exit {r.returncode}, requests "
+                 f"{m.requests()[n:]}: {r.stderr.strip()}")
+        ok("the same again, and as hf.co/org/tiny-GGUF:Q8_0: from the cache, no request")
         r = run(inferd, ["download", "org/tiny-GGUF", "--quiet"], home, m.url)
         snap = os.path.join(home, "hub", "models--org--tiny-GGUF", "snapshots",
                             hashlib.sha1(b"org/tiny-GGUF").hexdigest())
