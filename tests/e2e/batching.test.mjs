@@ -199,50 +199,34 @@ describe(`int8 weights (--quantization int8) on ${model}`, () => {
 
 // A GPTQ checkpoint under --quantization int4 runs its own codes, scales and
 // zeros on the CPU (engine/hfq_gptq.c, cpu/q4.h), a desc_act one with each
-// token's activations gathered into each linear's order of inputs; the
-// server must load it so, as `inferd generate` does (tests/ref/check_hfq.py
-// checks the numbers).
-describe('a GPTQ checkpoint with --quantization int4 on the CPU', () => {
-  const args = ['--quantization', 'int4', '--device', 'cpu'];
-  for (const [fixture, how] of [
-    ['tiny-gptq', /gptq 4-bit \(codes, scales and zeros as stored; activations int8 per token\)/],
-    ['tiny-gptq-desc', /gptq 4-bit \(codes, scales and zeros as stored, inputs sorted by group;/]]) {
+// token's activations gathered into each linear's order of inputs, and a
+// GGUF Q4_0 file its blocks' codes and scales (engine/gguf_model.c, the
+// tokenizer given beside it: the test file has none); the server must load
+// them so, as `inferd generate` does (tests/ref/check_hfq.py and
+// check_gguf.py check the numbers).
+describe('4-bit codes as stored with --quantization int4 on the CPU', () => {
+  const int4 = ['--quantization', 'int4', '--device', 'cpu'];
+  for (const [fixture, how, extra] of [
+    ['tiny-gptq', /gptq 4-bit \(codes, scales and zeros as stored; activations int8 per token\)/, []],
+    ['tiny-gptq-desc', /gptq 4-bit \(codes, scales and zeros as stored, inputs sorted by group;/, []],
+    ['tiny-q4_0.gguf', /GGUF Q4_0 \(14 layer matrices' codes run as stored by the int4 kernels/,
+      ['--tokenizer', `${FIXTURES}/tiny`]]]) {
     test(`serve runs ${fixture}'s codes as stored and answers as generate does, alone and at once`,
       async () => {
-        const gptq = `${FIXTURES}/${fixture}`;
+        const path = `${FIXTURES}/${fixture}`;
+        const args = [...int4, ...extra];
         const work = workload(8).map((w) => ({ ...w, cancel: false }));
-        const d = await startDaemon(gptq, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
+        const d = await startDaemon(path, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
         try {
           assert.match(d.log(), how);
           const single = [];
           for (const w of work) single.push(await alone(d.base, w));
           const together = await Promise.all(work.map((w) => alone(d.base, w)));
           assert.deepEqual(together, single);
-          assert.equal(single[0], offline(gptq, work[0].prompt, work[0].max_tokens, args));
+          assert.equal(single[0], offline(path, work[0].prompt, work[0].max_tokens, args));
         } finally { await d.stop(); }
       });
   }
-});
-
-// A GGUF Q4_0 file under --quantization int4: its layer matrices' codes and
-// scales run as stored (engine/gguf_model.c; tests/ref/check_gguf.py checks
-// the numbers), the tokenizer given beside it (the test file has none).
-describe('a GGUF Q4_0 file with --quantization int4 on the CPU', () => {
-  test('serve runs its codes as stored and answers as generate does, alone and at once',
-    async () => {
-      const gguf = `${FIXTURES}/tiny-q4_0.gguf`;
-      const args = ['--quantization', 'int4', '--device', 'cpu', '--tokenizer', `${FIXTURES}/tiny`];
-      const work = workload(8).map((w) => ({ ...w, cancel: false }));
-      const d = await startDaemon(gguf, [...args, '--max-num-seqs', '8', '--no-enable-prefix-caching']);
-      try {
-        assert.match(d.log(), /GGUF Q4_0 \(14 layer matrices' codes run as stored by the int4 kernels/);
-        const single = [];
-        for (const w of work) single.push(await alone(d.base, w));
-        const together = await Promise.all(work.map((w) => alone(d.base, w)));
-        assert.deepEqual(together, single);
-        assert.equal(single[0], offline(gguf, work[0].prompt, work[0].max_tokens, args));
-      } finally { await d.stop(); }
-    });
 });
 
 describe('--quantization usage errors', () => {
