@@ -229,7 +229,7 @@ T_test_args   := app/args.o
 T_test_keys   := server/keys.o
 T_test_cors   := server/cors.o
 T_test_vargs  := app/vargs.o
-T_test_hub    := app/hub.o app/hub_gguf.o
+T_test_hub    := app/hub.o app/hub_gguf.o engine/gguf_split.o engine/gguf.o
 JINJA_OBJ     := engine/jinja_lex.o engine/jinja_parse.o engine/jinja_val.o engine/jinja_eval.o \
                  engine/jinja_access.o engine/jinja_ops.o engine/jinja_test.o \
                  engine/jinja_str.o engine/jinja_lib.o engine/jinja_json.o engine/jinja_vars.o \
@@ -368,7 +368,7 @@ FUZZ_BIN     := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 F_fuzz_oai   := $(OAI_OBJ)
 F_fuzz_resp  := $(OAI_OBJ)
 F_fuzz_st    := engine/st.o
-F_fuzz_hub   := app/hub.o app/hub_gguf.o
+F_fuzz_hub   := app/hub.o app/hub_gguf.o engine/gguf_split.o engine/gguf.o
 F_fuzz_jinja := $(JINJA_OBJ)
 F_fuzz_jinja_json := $(JINJA_OBJ)
 F_fuzz_config := $(MODEL_OBJ)

@@ -2,12 +2,14 @@
 #include "app/hub_gguf.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <dirent.h>
 #include <sys/stat.h>
+
+#include "engine/gguf.h"
 
 const char *hub_gguf_tag(const char *id, size_t *repo_len)
 {
@@ -43,33 +45,12 @@ static int has_word(const char *b, const char *tag)
     return 0;
 }
 
-/* A split part's place: "P-IIIII-of-NNNNN.gguf" gives *i, *cnt and the
- * length of the path before "-IIIII"; 0 for a whole file. */
-static int split_part(const char *f, int *i, int *cnt, size_t *plen)
-{
-    size_t n = strlen(f);
-    const size_t tail = strlen("-00001-of-00002.gguf");
-    if (n <= tail)
-        return 0;
-    const char *s = f + n - tail;
-    for (int k = 0; k < 20; k++) {
-        char c = s[k];
-        int digit = (k >= 1 && k <= 5) || (k >= 10 && k <= 14);
-        if (digit ? !isdigit((unsigned char)c) : k < 15 ? c != "-00000-of-00000"[k] : 0)
-            return 0;
-    }
-    *i = atoi(s + 1);
-    *cnt = atoi(s + 10);
-    *plen = n - tail;
-    return *i >= 1 && *cnt >= 1 && *i <= *cnt;
-}
-
 /* Whether files a and b are parts of one split (or the same whole file). */
 static int same_model(const char *a, const char *b)
 {
     int ia, ca, ib, cb;
     size_t la, lb;
-    int sa = split_part(a, &ia, &ca, &la), sb = split_part(b, &ib, &cb, &lb);
+    int sa = gguf_split_name(a, &ia, &ca, &la), sb = gguf_split_name(b, &ib, &cb, &lb);
     if (!sa || !sb)
         return !sa && !sb && !strcmp(a, b);
     return ca == cb && la == lb && !strncmp(a, b, la);
@@ -138,11 +119,11 @@ int hub_gguf_pick(char *const *files, int n, const char *tag, int *pick, int *n_
         }
     int i0, cnt;
     size_t plen;
-    if (!rc && split_part(files[m[0]], &i0, &cnt, &plen)) { /* every part, in order */
+    if (!rc && gguf_split_name(files[m[0]], &i0, &cnt, &plen)) { /* every part, in order */
         for (int want_i = 1; want_i <= cnt && !rc; want_i++) {
             int at = -1, ii, cc;
             for (int k = 0; k < nm && at < 0; k++)
-                if (split_part(files[m[k]], &ii, &cc, &plen) && ii == want_i)
+                if (gguf_split_name(files[m[k]], &ii, &cc, &plen) && ii == want_i)
                     at = m[k];
             if (at < 0)
                 rc = inf_fail(err, INF_ERR_UNSUPPORTED, "%s is split in %d files but part %d "

@@ -101,6 +101,11 @@ int gguf_adopt(gguf_file *g, gguf_file *shard, inf_err *err);
  * than split.tensors.count (engine/gguf_split.c). */
 int gguf_open_model(const char *path, gguf_file **out, inf_err *err);
 
+/* A split file's place by llama.cpp's naming, "P-IIIII-of-NNNNN.gguf":
+ * *no = IIIII (from 1), *count = NNNNN and *prefix = the length of P; 0
+ * when path is not so named (or IIIII is 0 or past NNNNN). */
+int gguf_split_name(const char *path, int *no, int *count, size_t *prefix);
+
 const char *gguf_path(const gguf_file *g);
 uint32_t gguf_version(const gguf_file *g);
 

@@ -1,9 +1,11 @@
 /* gguf_open_model: a GGUF model in one file or split in several (gguf.h). */
 #include "gguf.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* More would be a file per few tensors of the largest models; a hostile
  * count fails at its first missing file anyway. */
@@ -53,6 +55,24 @@ static int open_shard(const gguf_file *g, size_t prefix, int i, int n, gguf_file
     return rc;
 }
 
+int gguf_split_name(const char *path, int *no, int *count, size_t *prefix)
+{
+    const size_t tail = strlen("-00001-of-00002.gguf");
+    size_t n = strlen(path);
+    if (n <= tail)
+        return 0;
+    const char *s = path + n - tail;
+    if (s[0] != '-' || memcmp(s + 6, "-of-", 4) || strcasecmp(s + 15, ".gguf"))
+        return 0;
+    for (int k = 0; k < 5; k++)
+        if (!isdigit((unsigned char)s[1 + k]) || !isdigit((unsigned char)s[10 + k]))
+            return 0;
+    *no = atoi(s + 1);
+    *count = atoi(s + 10);
+    *prefix = n - tail;
+    return *no >= 1 && *no <= *count;
+}
+
 int gguf_open_model(const char *path, gguf_file **out, inf_err *err)
 {
     gguf_file *g = NULL;
@@ -66,9 +86,9 @@ int gguf_open_model(const char *path, gguf_file **out, inf_err *err)
         return INF_OK;
     }
     long long no = split_key(g, "split.no");
-    char tail[32];
-    snprintf(tail, sizeof tail, "-00001-of-%05lld.gguf", n);
-    size_t plen = strlen(path), tlen = strlen(tail);
+    int first, count;
+    size_t prefix = 0;
+    int named = gguf_split_name(path, &first, &count, &prefix) && first == 1 && count == n;
     if (n < 1 || n > GGUF_MAX_SPLITS)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: split.count is not a number of files from 1 to "
                       "%d", path, GGUF_MAX_SPLITS);
@@ -76,13 +96,13 @@ int gguf_open_model(const char *path, gguf_file **out, inf_err *err)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: is split %lld of %lld (split.no %lld); load the "
                       "model from its first file, NAME-00001-of-%05lld.gguf", path, no + 1, n, no,
                       n);
-    else if (plen <= tlen || strcmp(path + plen - tlen, tail))
+    else if (!named)
         rc = inf_fail(err, INF_ERR_FORMAT, "%s: is the first of %lld split files, but its name "
-                      "does not end in %s, so the others cannot be found (llama.cpp's names: "
-                      "NAME-00001-of-%05lld.gguf, ...)", path, n, tail, n);
+                      "does not end in -00001-of-%05lld.gguf, so the others cannot be found "
+                      "(llama.cpp's names: NAME-00001-of-%05lld.gguf, ...)", path, n, n, n);
     for (int i = 1; !rc && i < n; i++) {
         gguf_file *s = NULL;
-        if (!(rc = open_shard(g, plen - tlen, i, (int)n, &s, err)) && (rc = gguf_adopt(g, s, err)))
+        if (!(rc = open_shard(g, prefix, i, (int)n, &s, err)) && (rc = gguf_adopt(g, s, err)))
             gguf_close(s);
     }
     long long want = split_key(g, "split.tensors.count");
