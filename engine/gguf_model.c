@@ -150,11 +150,10 @@ static void codes_deferred(const void *t, const void *aux, int heads, const mode
  * for the CPU's int4 kernels, which take Q4_0's numbers as they are: no f32
  * step, nothing rounded again. layer >= 0 with lazy layers: made when the
  * backend needs the layer, in a buffer reused from layer to layer. */
-static int bind_codes(model *m, const gguf_tensor *t, int64_t R, int64_t cols, int heads,
-                      int layer, model_tensor *out, inf_err *err)
+static int bind_codes(model *m, const gguf_tensor *t, int heads, int layer, model_tensor *out,
+                      inf_err *err)
 {
     gguf_weights *w = m->src.self;
-    const int64_t B = cols / 32;
     out->dtype = INF_DTYPE_NONE;
     out->data = NULL;
     w->n_codes++;
@@ -162,16 +161,15 @@ static int bind_codes(model *m, const gguf_tensor *t, int64_t R, int64_t cols, i
         out->q4_lazy = 1;
         return model_defer(m, out, layer, codes_deferred, t, w, heads, err);
     }
-    uint8_t *u = bufs_keep(&w->bufs, (size_t)(R * cols / 2), 1);
-    uint16_t *d = bufs_keep(&w->bufs, (size_t)(R * B) * sizeof *d, 1);
-    uint8_t *z = bufs_keep(&w->bufs, (size_t)(R * B), 1);
-    if (!u || !d || !z)
+    void *buf = bufs_keep(&w->bufs, model_q4_bytes(out), 1); /* as a deferred one's */
+    if (!buf)
         return inf_fail(err, INF_ERR_NOMEM, "%s: out of memory for the codes of '%s'",
                         gguf_path(w->f), t->name);
-    q4_0_fill(t, R, cols, heads, u, d, z, w->threads);
-    out->q4 = u;
-    out->q4_scale = d;
-    out->q4_zero = z;
+    uint8_t *u, *z;
+    uint16_t *d;
+    model_q4_parts(out, buf, &u, &d, &z);
+    q4_0_fill(t, out->rows, out->cols, heads, u, d, z, w->threads);
+    out->q4 = u, out->q4_scale = d, out->q4_zero = z;
     return INF_OK;
 }
 
@@ -236,7 +234,7 @@ static int bind(model *m, const char *name, int64_t rows, int64_t cols, int head
         return INF_OK;
     }
     if (w->codes_on && matrix && t->type == GGUF_Q4_0)
-        return bind_codes(m, t, R, cols, heads, layer, out, err);
+        return bind_codes(m, t, heads, layer, out, err); /* out's shape set above */
     if (matrix && dt == INF_DTYPE_NONE)
         note_type(w, t->type_name);
     if (w->lazy_on && layer >= 0) {

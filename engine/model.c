@@ -540,8 +540,7 @@ size_t model_tensor_bytes(const model_tensor *t)
     if (t->q8_scale) /* int8 rows, held or waiting for model_layer_need */
         return (size_t)t->rows * (size_t)t->cols + (size_t)t->rows * sizeof(float);
     if (t->q4 || t->q4_lazy) /* codes, and an f16 scale and a zero per 32 */
-        return (size_t)t->rows * ((size_t)t->cols / 2 + 3 * (((size_t)t->cols + 31) / 32)) +
-               (t->q4_perm ? (size_t)t->cols * sizeof *t->q4_perm : 0);
+        return model_q4_bytes(t) + (t->q4_perm ? (size_t)t->cols * sizeof *t->q4_perm : 0);
     return (size_t)t->rows * (size_t)t->cols * inf_dtype_size(t->dtype);
 }
 

@@ -214,8 +214,10 @@ typedef void (*model_convert_fn)(const void *src, const void *aux, int arg,
 size_t model_convert_bytes(const model_tensor *t);
 void model_convert_into(model_tensor *t, void *dst);
 
-/* Where q4_lazy codes go in such a buffer: codes [rows, cols / 2], then
- * the f16 scales [rows, ceil(cols / 32)], then the zeros (the same). */
+/* One buffer of t's 4-bit codes (a loader's, deferred or not): its bytes,
+ * and where the parts go in it: codes [rows, cols / 2], then the f16
+ * scales [rows, ceil(cols / 32)], then the zeros (the same). */
+size_t model_q4_bytes(const model_tensor *t);
 void model_q4_parts(const model_tensor *t, void *dst, uint8_t **u, uint16_t **d, uint8_t **z);
 
 /* Lazy layers: a loader asked for them (model_load_opts.lazy_layers) binds

@@ -46,10 +46,15 @@ static void *take(model *m, size_t bytes, size_t *cap)
 
 size_t model_convert_bytes(const model_tensor *t)
 {
-    size_t B = ((size_t)t->cols + 31) / 32;
-    if (t->q4_lazy) /* model_q4_parts */
-        return ((size_t)t->rows * ((size_t)t->cols / 2) + 1) / 2 * 2 + 3 * (size_t)t->rows * B;
+    if (t->q4_lazy)
+        return model_q4_bytes(t);
     return (size_t)t->rows * (size_t)t->cols * (t->q8_scale ? 1 : inf_dtype_size(t->dtype));
+}
+
+size_t model_q4_bytes(const model_tensor *t)
+{
+    size_t B = ((size_t)t->cols + 31) / 32, codes = (size_t)t->rows * ((size_t)t->cols / 2);
+    return (codes + 1) / 2 * 2 + 3 * (size_t)t->rows * B; /* model_q4_parts */
 }
 
 void model_q4_parts(const model_tensor *t, void *dst, uint8_t **u, uint16_t **d, uint8_t **z)
