@@ -404,18 +404,21 @@ static void weights_drop_codes(void *w, const void *const *at, int n)
     bufs_drop_at(&((gguf_weights *)w)->bufs, at, n);
 }
 
-static const char *weights_describe(const void *wv)
+static const char *weights_describe(const void *w)
 {
-    gguf_weights *w = (gguf_weights *)wv;
+    const char *d = ((const gguf_weights *)w)->desc;
+    return *d ? d : NULL; /* none: F32 / F16 / BF16, used as stored */
+}
+
+/* The start-up line of what the file's layer matrices became, once bound. */
+static void describe(gguf_weights *w)
+{
     if (w->n_codes)
         snprintf(w->desc, sizeof w->desc, "GGUF Q4_0 (%d layer matrices' codes run as stored by "
                  "the int4 kernels; activations int8 per token)%s%s%s", w->n_codes,
                  *w->types ? "; " : "", w->types, *w->types ? " dequantized to f32 at load" : "");
     else if (*w->types)
         snprintf(w->desc, sizeof w->desc, "GGUF %s (dequantized to f32 at load)", w->types);
-    else
-        return NULL; /* F32 / F16 / BF16: used as stored */
-    return w->desc;
 }
 
 static void weights_prefetch(const void *w, void (*progress)(void *user, size_t done, size_t total),
@@ -456,6 +459,7 @@ int gguf_model_load(const char *path, const model_load_opts *o, model **out, inf
     }
     if ((rc = bind_all(m, arch->permuted_qk, err)))
         goto fail;
+    describe(w);
     cJSON_Delete(cfg);
     *out = m;
     return INF_OK;
