@@ -134,12 +134,13 @@ static __global__ void __launch_bounds__(DEC_THREADS)
 
 // Merges the splits of decode token a.dec[blockIdx.x], query head
 // blockIdx.y (local), in split order, and writes the bf16 output row. Each
-// split's scale exp(m_s - M) is computed once (s_w, a.max_splits floats of
-// dynamic shared memory), not once per output element: the same expf of the
-// same argument, so the same bits.
+// split's scale exp(m_s - M) is computed once (s_w: a.max_splits <=
+// CUDA_SPLIT_MAX, cuda_plan_splitk), not once per output element: the same
+// expf of the same argument, so the same bits. The array is static: sized by
+// the launch, compute-sanitizer saw reads past it on an H200.
 static __global__ void k_attn_combine(cuda_attn_args a)
 {
-    extern __shared__ float s_w[];
+    __shared__ float s_w[CUDA_SPLIT_MAX];
     int di = blockIdx.x, hh = blockIdx.y, g = hh / a.G, j = hh % a.G, hd = a.hd;
     int t = a.dec[di], n = a.positions[t] + 1;
     int ns = (n + a.chunk - 1) / a.chunk;
@@ -170,7 +171,9 @@ static cudaError_t combine_after(cudaError_t e, const cuda_attn_args *a, int n,
     if (e != cudaSuccess)
         return e;
     dim3 grid((unsigned)n, (unsigned)(a->KVl * a->G));
-    k_attn_combine<<<grid, 64, (size_t)a->max_splits * sizeof(float), st>>>(*a);
+    if (a->max_splits > CUDA_SPLIT_MAX)
+        return cudaErrorInvalidValue;
+    k_attn_combine<<<grid, 64, 0, st>>>(*a);
     return cudaGetLastError();
 }
 

@@ -35,12 +35,12 @@ namespace {
 constexpr int WARP_ROWS = 8;   // warp kernels: weight rows per block, a warp each
 constexpr int WARP_MR = 8;     // warp kernels: activation rows per pass, in registers
 // Which kernel runs for M rows, from bench_cuda's sweep on an H200
-// (bench-results/cuda-h200-20261126T2329Z.json, the four Mistral-7B-shaped
-// GEMMs summed): int8 rows up to 32 (at 32 rows and tiles are 772 and 801
-// us a layer), int4 rows up to 4, warp up to 32 (at 8, 16 and 32 the warp
-// kernel is 11-15% faster than rows; at 4, 13% slower), tiles beyond (at
-// 64 they take 830-834 us a layer, the others 1,448-1,724).
-constexpr int I8_ROWS_MAX_M = 32, I4_ROWS_MAX_M = 4, I4_WARP_MAX_M = 32;
+// (bench-results/cuda-h200-20261127T1616Z.json, the four Mistral-7B-shaped
+// GEMMs summed, us a layer): int8 rows up to 16 (at 16: rows 334, mma 441),
+// the tensor cores beyond (at 32: rows 773, mma 490; at 64: tiles 838, mma
+// 412); int4 rows up to 4, warp up to 16 (at 16: warp 380, mma 444), the
+// tensor cores beyond (at 32: warp 735, mma 464; at 64: tiles 832, mma 469).
+constexpr int I8_ROWS_MAX_M = 16, I4_ROWS_MAX_M = 4, I4_WARP_MAX_M = 16;
 constexpr int TB = 64;         // tiled: TB rows of M x TB rows of N per block
 constexpr int TK = 64;         // tiled: K bytes per stage (two int4 groups)
 constexpr int TKI = TK / 4 + 1; // ints per shared row, padded: see tile_dot
@@ -371,10 +371,10 @@ bool grid_fits(long long gx, long long gy)
 extern "C" int cuda_k_qgemm_kernel(int bits, int M)
 {
     if (bits == 8)
-        return M <= I8_ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_TILED;
+        return M <= I8_ROWS_MAX_M ? CUDA_QK_ROWS : CUDA_QK_MMA;
     return M <= I4_ROWS_MAX_M   ? CUDA_QK_ROWS
            : M <= I4_WARP_MAX_M ? CUDA_QK_WARP
-                                : CUDA_QK_TILED;
+                                : CUDA_QK_MMA;
 }
 
 // The grid of kernel `kernel` for M x N; false when it would not fit.

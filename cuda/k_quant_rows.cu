@@ -185,5 +185,5 @@ extern "C" cudaError_t cuda_k_quant_rows_with(int kernel, const uint16_t *x, int
 extern "C" cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *q,
                                          int ldq, float *sx, cudaStream_t st)
 {
-    return cuda_k_quant_rows_with(CUDA_QR_BLOCK, x, ldx, K, T, q, ldq, sx, st);
+    return cuda_k_quant_rows_with(CUDA_QR_VEC, x, ldx, K, T, q, ldq, sx, st);
 }
