@@ -37,9 +37,9 @@ constexpr int WARP_MR = 8;     // warp kernels: activation rows per pass, in reg
 // Which kernel runs for M rows, from bench_cuda's sweep on an H200
 // (bench-results/cuda-h200-20261127T1616Z.json, the four Mistral-7B-shaped
 // GEMMs summed, us a layer): int8 rows up to 16 (at 16: rows 334, mma 441),
-// the tensor cores beyond (at 32: rows 773, mma 490; at 64: tiles 838, mma
-// 412); int4 rows up to 4, warp up to 16 (at 16: warp 380, mma 444), the
-// tensor cores beyond (at 32: warp 735, mma 464; at 64: tiles 832, mma 469).
+// the tensor cores beyond (at 32: rows 773, mma 490; at 64: tiles 839, mma
+// 513); int4 rows up to 4, warp up to 16 (at 16: warp 380, mma 444), the
+// tensor cores beyond (at 32: warp 735, mma 464; at 64: tiles 832, mma 470).
 constexpr int I8_ROWS_MAX_M = 16, I4_ROWS_MAX_M = 4, I4_WARP_MAX_M = 16;
 constexpr int TB = 64;         // tiled: TB rows of M x TB rows of N per block
 constexpr int TK = 64;         // tiled: K bytes per stage (two int4 groups)
