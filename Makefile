@@ -315,6 +315,12 @@ FIXTURE_MODELS += $(FIXTURES)/tiny-q4_0.gguf
 $(FIXTURES)/tiny-q4_0.gguf: tests/ref/gguf_ref.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests/ref'); import gguf_ref; \
 	  gguf_ref.from_hf('$(FIXTURES)/tiny', '$@', tname='Q4_0')"
+# and Q4_0 as another quantizer writes it (d = a / -7): codes that
+# requantizing changes, which the GPU's int4 takes as stored (test_cuda)
+FIXTURE_MODELS += $(FIXTURES)/tiny-q4_0-seven.gguf
+$(FIXTURES)/tiny-q4_0-seven.gguf: tests/ref/gguf_ref.py tests/ref/check_gguf.py $(FIXTURES)/tiny/config.json
+	$(PYTHON) -c "import sys; sys.path.insert(0, 'tests/ref'); import gguf_ref, check_gguf; \
+	  gguf_ref.from_hf('$(FIXTURES)/tiny', '$@', tname='Q4_0', quant=check_gguf.q4_0_seven)"
 FIXTURE_MODELS += $(FIXTURES)/tiny-gptq/config.json
 $(FIXTURES)/tiny-gptq/config.json: tests/ref/check_hfq.py $(FIXTURES)/tiny/config.json
 	$(PYTHON) tests/ref/check_hfq.py --write-gptq $(FIXTURES)/tiny $(FIXTURES)/tiny-gptq

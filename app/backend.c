@@ -37,7 +37,9 @@ model_load_opts app_backend_load_opts(const app_backend_config *c)
     /* the CPU packs every layer matrix for int8 / int4, and CUDA uploads
      * each: a GGUF file's are converted one layer at a time as they do
      * (the backends' layer hooks) */
-    return (model_load_opts){.packed_q4 = cpu && !c->is_draft && c->quant == CPU_QUANT_INT4,
+    /* 4-bit codes go to either device's int4 (CUDA's upload takes the
+     * symmetric ones as stored, cuda/upload.c) */
+    return (model_load_opts){.packed_q4 = !c->is_draft && c->quant == CPU_QUANT_INT4,
                              .packed_q8 = !c->is_draft && c->quant == CPU_QUANT_INT8,
                              .lazy_layers = !c->is_draft && (!cpu || c->quant != CPU_QUANT_NONE),
                              .threads = c->threads};
@@ -144,10 +146,15 @@ static int open_cuda(const model *m, const app_backend_config *c, app_backend *o
         cuda_backend_info(out->be, &ci);
         out->num_blocks = ci.num_blocks;
         snprintf(out->kernels, sizeof out->kernels, "cuda");
-        snprintf(out->note, sizeof out->note,
-                 "cuda: %.80s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB per GPU",
-                 ci.device, ci.tp, ci.weights / 1073741824.0, ci.acts / 1073741824.0,
-                 ci.kv / 1073741824.0);
+        int at = snprintf(out->note, sizeof out->note,
+                          "cuda: %.80s x%d, weights %.1f GiB, activations %.1f GiB, KV %.1f GiB "
+                          "per GPU", ci.device, ci.tp, ci.weights / 1073741824.0,
+                          ci.acts / 1073741824.0, ci.kv / 1073741824.0);
+        if (ci.q4_requant > 0 && at > 0 && (size_t)at < sizeof out->note)
+            snprintf(out->note + at, sizeof out->note - (size_t)at,
+                     "; %d layer matrices' 4-bit codes requantized from their values (zero "
+                     "points or sorted inputs, which the GPU's int4 does not hold)",
+                     ci.q4_requant);
     }
     return rc;
 }

@@ -50,6 +50,7 @@ typedef struct cuda_rank {
     ncclComm_t comm;     /* NULL when tp == 1                            */
     cudaEvent_t done[2]; /* ring slot k's work on this rank has finished  */
     unsigned char *w;    /* weight arena (wl)                            */
+    int q4_requant;      /* 4-bit code pieces int4 requantized (upload)  */
     unsigned char *a;    /* activation arena (al)                        */
     uint16_t *kv;        /* [L][K|V][num_blocks][KVl][block_size][hd]     */
     bufs b;              /* pointers into a (bufs_of)                     */
@@ -650,7 +651,8 @@ static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
         (rc = CUBLAS_RC(err, cublasCreate(&r->blas))) ||
         (rc = CUBLAS_RC(err, cublasSetStream(r->blas, r->st))) ||
         (rc = dev_alloc(r, (void **)&r->w, r->wl.total, "weights", err)) ||
-        (rc = cuda_upload(be->m, &be->cfg, &r->sh, &r->d, &r->wl, r->w, r->st, err)) ||
+        (rc = cuda_upload(be->m, &be->cfg, &r->sh, &r->d, &r->wl, r->w, r->st, &r->q4_requant,
+                           err)) ||
         (rc = dev_alloc(r, (void **)&r->a, r->al.total, "activation buffers", err)) ||
         /* on our stream: a non-blocking stream does not wait for cudaMemset's */
         (rc = CUDA_RC(err, cudaMemsetAsync(r->a, 0, r->al.total, r->st))) ||
@@ -713,9 +715,13 @@ static int plan_rank(const model *m, const cuda_config *cfg, int rank, cuda_shar
                        .quant = cfg->quant};
     if (lim.quant < CUDA_QUANT_NONE || lim.quant > CUDA_QUANT_INT4)
         return inf_fail(err, INF_ERR_INVALID, "cuda: unknown quantization %d", lim.quant);
-    if (model_has_q4(m)) /* app/ loads them so for the CPU's int4 alone */
-        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: GPTQ / AWQ linears bound as 4-bit codes "
-                        "run on the CPU's int4 kernels; load them dequantized for the GPU");
+    if (m->codes_dropped) /* another backend packed them and the model let them go */
+        return inf_fail(err, INF_ERR_INVALID, "cuda: the model's 4-bit codes were released "
+                        "after a backend packed them (model_drop_layer_codes)");
+    if (model_has_q4(m) && lim.quant != CUDA_QUANT_INT4) /* the upload reads them for int4 */
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: linears bound as 4-bit codes (GPTQ, "
+                        "AWQ, GGUF Q4_0) run with --quantization int4; load them dequantized "
+                        "otherwise");
     if (model_is_w8a8(m)) { /* a compressed-tensors int8 checkpoint runs as stored */
         if (lim.quant == CUDA_QUANT_INT4)
             return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: a compressed-tensors int8 "
@@ -883,4 +889,5 @@ void cuda_backend_info(const be_backend *base, cuda_info *o)
     o->kv = be->kv_bytes;
     o->num_blocks = be->base.num_blocks;
     o->n_buckets = be->nb;
+    o->q4_requant = be->rk[0].q4_requant;
 }

@@ -117,6 +117,9 @@ typedef struct cuda_info {
     size_t kv;            /* KV cache per rank                                */
     int num_blocks;       /* including the null block                         */
     int n_buckets;        /* decode batch sizes with a CUDA graph             */
+    int q4_requant;       /* pieces of layer matrices bound as 4-bit codes that
+                             int4 requantized (zero points, desc_act's sorted
+                             inputs: not held as stored), rank 0's            */
 } cuda_info;
 
 void cuda_backend_info(const be_backend *be, cuda_info *out);

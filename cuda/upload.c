@@ -83,11 +83,83 @@ static void piece_row_f32(const cuda_piece *p, int64_t r, float *f)
                      t->dtype, (size_t)p->nc, f);
 }
 
+/* Group g's 32 codes (q + 8, 8 past the row) in the GPU's int4 byte order
+ * (cuda/kern.h: k and k + 16 share a byte). */
+static void q4_put(unsigned char *out, int g, const uint8_t u[QDEF_Q4_GROUP])
+{
+    for (int i = 0; i < 16; i++)
+        out[(size_t)g * 16 + i] = (uint8_t)(u[i] | u[i + 16] << 4);
+}
+
+/* The K values in f as ld groups of int4 by engine/qdef's rules, as the CPU
+ * backend quantizes. */
+static void q4_quantize(const float *f, int K, int ld, unsigned char *out, uint16_t *s16)
+{
+    for (int g = 0; g < ld; g++) {
+        uint8_t u[QDEF_Q4_GROUP];
+        int k0 = g * QDEF_Q4_GROUP;
+        qdef_q4_group(f + k0, K - k0 < QDEF_Q4_GROUP ? K - k0 : QDEF_Q4_GROUP, u, &s16[g]);
+        q4_put(out, g, u);
+    }
+}
+
+/* Code j of row n of t's 4-bit codes (model_tensor.q4: j even, low nibble). */
+static int q4_code(const model_tensor *t, int64_t n, int64_t j)
+{
+    uint8_t b = t->q4[n * (t->cols / 2) + j / 2];
+    return j & 1 ? b >> 4 : b & 15;
+}
+
+/* 1 when the GPU's int4 holds piece p of a matrix bound as 4-bit codes as
+ * stored: every group whole and symmetric (zero 8: a GGUF Q4_0 file, GPTQ
+ * with sym), its inputs in order (not desc_act's sorted ones). */
+static int q4_as_stored(const cuda_piece *p, int ld)
+{
+    const model_tensor *t = p->w;
+    int64_t B = (t->cols + QDEF_Q4_GROUP - 1) / QDEF_Q4_GROUP, b0 = p->c0 / QDEF_Q4_GROUP;
+    if (t->q4_perm || p->c0 % QDEF_Q4_GROUP || p->nc != (int64_t)ld * QDEF_Q4_GROUP)
+        return 0;
+    for (int64_t n = p->r0; n < p->r0 + p->nr; n++)
+        for (int g = 0; g < ld; g++)
+            if (t->q4_zero[n * B + b0 + g] != 8)
+                return 0;
+    return 1;
+}
+
+/* Row n of a matrix bound as 4-bit codes (GPTQ, AWQ, a GGUF Q4_0 file),
+ * its columns c0..c0+K: as stored (q4_as_stored), the same integers and
+ * scales the CPU's int4 runs; else through f32, scale * (u - zero) as the
+ * loader would dequantize it (exact: an f16 times a small integer),
+ * requantized. */
+static void q4_row(const model_tensor *t, int64_t n, int64_t c0, int K, int ld, int stored,
+                   float *f, unsigned char *out, uint16_t *s16)
+{
+    int64_t B = (t->cols + QDEF_Q4_GROUP - 1) / QDEF_Q4_GROUP, b0 = c0 / QDEF_Q4_GROUP;
+    const uint16_t *sc = t->q4_scale + n * B;
+    const uint8_t *z = t->q4_zero + n * B;
+    if (stored) {
+        for (int g = 0; g < ld; g++) {
+            uint8_t u[QDEF_Q4_GROUP];
+            for (int i = 0; i < QDEF_Q4_GROUP; i++)
+                u[i] = (uint8_t)q4_code(t, n, c0 + (int64_t)g * QDEF_Q4_GROUP + i);
+            q4_put(out, g, u);
+            s16[g] = sc[b0 + g];
+        }
+        return;
+    }
+    for (int64_t j = 0; j < t->cols; j++) {
+        int64_t i = t->q4_perm ? t->q4_perm[j] : j, b = j / QDEF_Q4_GROUP;
+        if (i >= c0 && i < c0 + K)
+            f[i - c0] = inf_f16_to_f32(sc[b]) * (float)(q4_code(t, n, j) - z[b]);
+    }
+    q4_quantize(f, K, ld, out, s16);
+}
+
 /* One row of a quantized matrix: int8 (ld bytes, zeros past K, its scale
  * in s[0]) or int4 (ld groups of 16 bytes, their f16 scales in s16), by
  * engine/qdef's rules, as the CPU backend quantizes; a compressed-tensors
- * int8 row as stored. */
-static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *f,
+ * int8 row, or 4-bit codes the GPU's int4 holds, as stored. */
+static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, int stored, float *f,
                       unsigned char *out, float *s, uint16_t *s16)
 {
     const model_tensor *t = p->w;
@@ -103,14 +175,12 @@ static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *
         }
         return;
     }
-    piece_row_f32(p, r, f);
-    for (int g = 0; g < ld; g++) {
-        uint8_t u[QDEF_Q4_GROUP];
-        int k0 = g * QDEF_Q4_GROUP;
-        qdef_q4_group(f + k0, K - k0 < QDEF_Q4_GROUP ? K - k0 : QDEF_Q4_GROUP, u, &s16[g]);
-        for (int i = 0; i < 16; i++) /* cuda/kern.h: k and k + 16 share a byte */
-            out[(size_t)g * 16 + i] = (uint8_t)(u[i] | u[i + 16] << 4);
+    if (t->q4) {
+        q4_row(t, p->r0 + r, p->c0, K, ld, stored, f, out, s16);
+        return;
     }
+    piece_row_f32(p, r, f);
+    q4_quantize(f, K, ld, out, s16);
 }
 
 /* Host threads that quantize one staging chunk: engine/qdef.c is scalar,
@@ -123,7 +193,7 @@ static void quant_row(const cuda_piece *p, int64_t r, int quant, int ld, float *
 typedef struct qchunk {
     const cuda_piece *p;
     int64_t r0, nr;
-    int quant, ld, nt;
+    int quant, ld, nt, stored;
     size_t row, sb, done;
     float *f; /* [nt][nc] one widened row per thread */
     unsigned char *out, *sc;
@@ -141,7 +211,7 @@ static void *qchunk_run(void *arg)
     float *f = c->f + (size_t)q->t * (size_t)c->p->nc;
     for (int64_t r = c->nr * q->t / c->nt; r < c->nr * (q->t + 1) / c->nt; r++) {
         size_t i = c->done + (size_t)r;
-        quant_row(c->p, c->r0 + r, c->quant, c->ld, f, c->out + (size_t)r * c->row,
+        quant_row(c->p, c->r0 + r, c->quant, c->ld, c->stored, f, c->out + (size_t)r * c->row,
                   (float *)c->sc + i, (uint16_t *)(c->sc + i * c->sb));
     }
     return NULL;
@@ -167,9 +237,10 @@ static void qchunk_all(const qchunk *c)
 
 /* Matrix `which` of a layer, quantized on the host a chunk of rows at a
  * time (qchunk_all): weights to lw + wl->w[which], scales (kept on the host until the
- * end) to lw + wl->w_scale[which]. */
+ * end) to lw + wl->w_scale[which]. Pieces bound as 4-bit codes that int4
+ * requantizes are counted in *requant. */
 static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int which, int quant,
-                    const cuda_piece *p, int n, inf_err *err)
+                    const cuda_piece *p, int n, int *requant, inf_err *err)
 {
     size_t N = wl->w_rows[which], ld = wl->w_ld[which];
     size_t row = quant == CUDA_QUANT_INT8 ? ld : ld * 16, sb = quant == CUDA_QUANT_INT8 ? 4 : ld * 2;
@@ -181,19 +252,22 @@ static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int 
     unsigned char *dst = lw + wl->w[which];
     size_t done = 0;
     int64_t step = (int64_t)(STAGE_BYTES / row);
-    for (int i = 0; i < n && !rc; i++)
+    for (int i = 0; i < n && !rc; i++) {
+        int stored = quant == CUDA_QUANT_INT4 && p[i].w->q4 && q4_as_stored(&p[i], (int)ld);
+        *requant += quant == CUDA_QUANT_INT4 && p[i].w->q4 && !stored;
         for (int64_t r0 = 0; r0 < p[i].nr && !rc; r0 += step) {
             int64_t nr = p[i].nr - r0 < step ? p[i].nr - r0 : step;
             if ((rc = up_begin(u, err)))
                 break;
             qchunk c = {.p = &p[i], .r0 = r0, .nr = nr, .quant = quant, .ld = (int)ld,
-                        .nt = nr < nt ? (int)nr : nt, .row = row, .sb = sb, .done = done,
-                        .f = f, .out = u->buf[u->k], .sc = sc};
+                        .nt = nr < nt ? (int)nr : nt, .stored = stored, .row = row, .sb = sb,
+                        .done = done, .f = f, .out = u->buf[u->k], .sc = sc};
             qchunk_all(&c);
             done += (size_t)nr;
             rc = up_end(u, dst, (size_t)nr * row, err);
             dst += (size_t)nr * row;
         }
+    }
     if (!rc) /* through the staging buffers, so sc may go at once */
         rc = up_host(u, lw + wl->w_scale[which], sc, N * sb, err);
     free(f);
@@ -239,7 +313,7 @@ static int up_bias(uploader *u, unsigned char *dst, const model_layer *ly, const
 
 int cuda_upload(const model *m, const cuda_config *cfg, const cuda_shard *sh,
                 const cuda_dims *d, const cuda_wlayout *wl, unsigned char *w, cudaStream_t st,
-                inf_err *err)
+                int *q4_requant, inf_err *err)
 {
     const model_config *c = &m->cfg;
     uploader u = {.st = st};
@@ -290,7 +364,7 @@ int cuda_upload(const model *m, const cuda_config *cfg, const cuda_shard *sh,
             break;
         for (int w = 0; w < CUDA_W_COUNT && !rc; w++) {
             int n = cuda_plan_pieces(&m->layers[l], c, sh, w, p);
-            rc = d->quant ? up_quant(&u, lw, wl, w, d->quant, p, n, err)
+            rc = d->quant ? up_quant(&u, lw, wl, w, d->quant, p, n, q4_requant, err)
                             : up_pieces(&u, lw + wl->w[w], p, n, err);
         }
         /* the staging buffers hold what is still in flight: the model's

@@ -14,9 +14,11 @@
  * as bf16, or quantized by engine/qdef's rules when d->quant says so
  * (docs/cuda.md, "Quantized layer matrices"); cfg's layer_need and
  * layer_packed hear of each layer before and after its matrices are read
- * (cuda_config). */
+ * (cuda_config). Matrices bound as 4-bit codes go as stored where int4
+ * holds them; *q4_requant counts those requantized (zero points, sorted
+ * inputs). */
 int cuda_upload(const model *m, const cuda_config *cfg, const cuda_shard *sh,
                 const cuda_dims *d, const cuda_wlayout *wl, unsigned char *w, cudaStream_t st,
-                inf_err *err);
+                int *q4_requant, inf_err *err);
 
 #endif

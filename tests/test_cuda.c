@@ -1690,33 +1690,129 @@ static void test_cuda_quantized_match_cpu(void **state)
     model_destroy(m);
 }
 
-/* What only the CPU runs is refused at create, saying so: a GPTQ model whose
- * 4-bit codes were kept for the CPU's int4 kernels (model_load_opts
- * .packed_q4; app/ never asks for it on CUDA). */
+/* 4-bit codes (model_load_opts.packed_q4) are read by the int4 upload
+ * alone: a model bound so is refused with the other schemes, saying so, and
+ * once a backend has let its codes go. */
 static void test_cuda_refuses_cpu_only_linears(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const char *const names[] = {"tiny-gptq"};
-    static const char *const why[] = {"run on the CPU's int4 kernels"};
-    for (int i = 0; i < 1; i++) {
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
-        if (!is_dir(dir))
-            fail_msg("%s is missing (the Makefile makes it)", dir);
-        model_load_opts lo = {.packed_q4 = 1};
-        model *m = NULL;
-        inf_err err = {0};
-        if (model_load_with(dir, &lo, &m, &err))
-            fail_msg("%s", err.msg);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/tiny-gptq", fixtures());
+    if (!is_dir(dir))
+        fail_msg("%s is missing (the Makefile makes it)", dir);
+    model_load_opts lo = {.packed_q4 = 1};
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load_with(dir, &lo, &m, &err))
+        fail_msg("%s", err.msg);
+    for (int q = CUDA_QUANT_NONE; q <= CUDA_QUANT_INT8; q++) {
         cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
-        gc.quant = CUDA_QUANT_INT4;
+        gc.quant = q;
         be_backend *be = NULL;
         assert_int_equal(cuda_backend_create(m, &gc, &be, &err), INF_ERR_UNSUPPORTED);
         assert_null(be);
-        if (!strstr(err.msg, why[i]))
-            fail_msg("%s: %s", names[i], err.msg);
-        model_destroy(m);
+        if (!strstr(err.msg, "run with --quantization int4"))
+            fail_msg("quantization %d: %s", q, err.msg);
+    }
+    model_drop_codes(m);
+    cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    gc.quant = CUDA_QUANT_INT4;
+    be_backend *be = NULL;
+    assert_int_equal(cuda_backend_create(m, &gc, &be, &err), INF_ERR_INVALID);
+    assert_null(be);
+    if (!strstr(err.msg, "codes were released"))
+        fail_msg("after model_drop_codes: %s", err.msg);
+    model_destroy(m);
+}
+
+/* The int4 logits of fixture `name` (packed: bound as its 4-bit codes) on
+ * the GPU (cpu 0) or the CPU, n positions at once, into a new *out; returns
+ * the vocabulary. requant, when not NULL, gets the GPU's count of code
+ * pieces requantized, and of the model's layer matrices (pieces) in [1]. */
+static int int4_logits(const char *name, int packed, int cpu, const int32_t *toks, int n,
+                       float **out, int *requant)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", fixtures(), name);
+    model_load_opts lo = {.packed_q4 = packed};
+    model *m = NULL;
+    inf_err err = {0};
+    if (model_load_with(path, &lo, &m, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(model_has_q4(m), packed);
+    int V = m->cfg.vocab_size;
+    *out = malloc((size_t)n * V * sizeof **out);
+    be_backend *be = NULL;
+    if (cpu) {
+        be = cpu_make_q(m, MAXT, 256, MAXB + 1, CUDA_QUANT_INT4);
+    } else {
+        cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+        gc.quant = CUDA_QUANT_INT4;
+        be = gpu_create(m, &gc);
+        if (requant) {
+            cuda_info ci;
+            cuda_backend_info(be, &ci);
+            requant[0] = ci.q4_requant;
+            requant[1] = 7 * m->cfg.n_layers;
+        }
+    }
+    seq_logits(be, toks, n, 0, *out);
+    be_destroy(be);
+    model_destroy(m);
+    return V;
+}
+
+/* 4-bit codes on the GPU's int4 (cuda/upload.c). A GGUF Q4_0 file's go up
+ * as stored: a file whose codes requantizing would change
+ * (tiny-q4_0-seven.gguf, d = a / -7) runs its own integers, so the GPU sits
+ * within the quantized tolerance of the CPU's int4 of the same codes and
+ * closer to it than the GPU's int4 of the same file dequantized; a file
+ * written by llama.cpp's rule (which qdef gives again) runs the same bits
+ * either way. GPTQ codes with zero points, and desc_act's sorted ones, go
+ * through f32 as the loader would dequantize them: the same bits as the
+ * checkpoint's dequantized copy (-deq). */
+static void test_cuda_q4_codes_as_stored(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    enum { N = 40 };
+    int32_t toks[N];
+    toks[0] = 1;
+    for (int i = 1; i < N; i++)
+        toks[i] = (int32_t)((i * 37 + 11) % 64); /* within every fixture's vocabulary */
+    float *cpu, *codes, *deq;
+    int rq[2];
+    int V = int4_logits("tiny-q4_0-seven.gguf", 1, 1, toks, N, &cpu, NULL);
+    int4_logits("tiny-q4_0-seven.gguf", 1, 0, toks, N, &codes, rq);
+    assert_int_equal(rq[0], 0); /* every piece as stored */
+    int4_logits("tiny-q4_0-seven.gguf", 0, 0, toks, N, &deq, NULL);
+    double e_codes = worst_err(codes, cpu, N, V), e_deq = worst_err(deq, cpu, N, V);
+    print_message("tiny-q4_0-seven.gguf: the GPU's int4 of the codes is %.2f tolerances from "
+                  "the CPU's, of the file dequantized (requantized) %.2f\n", e_codes, e_deq);
+    if (e_codes > 2.5)
+        fail_msg("the codes as stored: %.2f tolerances from the CPU's int4", e_codes);
+    if (!(e_codes < 0.5 * e_deq))
+        fail_msg("the codes as stored (%.2f) are not nearer the CPU's int4 of the same codes "
+                 "than a requantized copy (%.2f)", e_codes, e_deq);
+    free(cpu);
+    free(codes);
+    free(deq);
+
+    static const char *const same[][2] = {{"tiny-q4_0.gguf", "tiny-q4_0.gguf"},
+                                          {"tiny-gptq", "tiny-gptq-deq"},
+                                          {"tiny-gptq-desc", "tiny-gptq-desc-deq"}};
+    for (int i = 0; i < 3; i++) {
+        V = int4_logits(same[i][0], 1, 0, toks, N, &codes, rq);
+        if (rq[0] != (i ? rq[1] : 0)) /* GPTQ's zero points: every piece requantized */
+            fail_msg("%s: %d of %d pieces requantized", same[i][0], rq[0], rq[1]);
+        int4_logits(same[i][1], 0, 0, toks, N, &deq, NULL);
+        if (memcmp(codes, deq, (size_t)N * V * sizeof *codes))
+            fail_msg("%s as codes and %s dequantized give different int4 logits on the GPU",
+                     same[i][0], same[i][1]);
+        print_message("%s as codes: the same bits as %s dequantized\n", same[i][0], same[i][1]);
+        free(codes);
+        free(deq);
     }
 }
 
@@ -2124,6 +2220,41 @@ static void lazy_upload_same(const char *path, int q8)
     model_destroy(eager);
 }
 
+/* The same for a model bound as 4-bit codes (packed_q4) under int4: a GGUF
+ * Q4_0 file's codes unpacked one layer at a time as the upload asks, and
+ * let go once uploaded, give the eager upload's bits. */
+static void lazy_upload_same_q4(const char *path)
+{
+    const model_load_opts eager_o = {.packed_q4 = 1}, lazy = {.lazy_layers = 1, .packed_q4 = 1};
+    model *eager = NULL, *m = NULL;
+    inf_err err = {0};
+    if (model_load_with(path, &eager_o, &eager, &err) || model_load_with(path, &lazy, &m, &err))
+        fail_msg("%s", err.msg);
+    assert_true(model_has_q4(m));
+    assert_null(m->layers[0].w_down.q4); /* deferred */
+    enum { N = 9 };
+    int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
+    int V = m->cfg.vocab_size;
+    float *a = malloc(sizeof(float) * N * (size_t)V), *b = malloc(sizeof(float) * N * (size_t)V);
+    cuda_config c = gpu_config(MAXT, MAXS, 256, 16, 0, 1);
+    c.quant = CUDA_QUANT_INT4;
+    be_backend *be_e = gpu_create(eager, &c);
+    c.layer_need = model_layer_need;
+    c.layer_packed = model_layer_packed;
+    c.layer_ctx = m;
+    be_backend *be_l = gpu_create(m, &c);
+    for (int l = 0; l < m->cfg.n_layers; l++) /* let go once uploaded */
+        assert_null(m->layers[l].w_down.q4);
+    seq_logits(be_e, toks, N, 0, a);
+    seq_logits(be_l, toks, N, 0, b);
+    assert_memory_equal(a, b, sizeof(float) * N * (size_t)V);
+    be_destroy(be_e);
+    be_destroy(be_l);
+    free(a), free(b);
+    model_destroy(m);
+    model_destroy(eager);
+}
+
 static void test_cuda_lazy_layers(void **state)
 {
     (void)state;
@@ -2135,6 +2266,9 @@ static void test_cuda_lazy_layers(void **state)
         snprintf(path, sizeof path, "%s/%s", fixtures(), names[i]);
         lazy_upload_same(path, i == 4);
     }
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny-q4_0-seven.gguf", fixtures());
+    lazy_upload_same_q4(path);
 }
 
 /* The engine on this backend, running ahead (its next decode step queued,
@@ -2533,6 +2667,7 @@ int main(void)
         cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_quantized_match_cpu),
         cmocka_unit_test(test_cuda_refuses_cpu_only_linears),
+        cmocka_unit_test(test_cuda_q4_codes_as_stored),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
         cmocka_unit_test(test_cuda_graphs_match_eager),
