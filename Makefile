@@ -121,12 +121,23 @@ T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/backend_m
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
 CUDA_FAKE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cuda/fake/*.c))
+# bench_cuda's wgmma sweep, in a folder of its own (each bench/*.c is a program)
+$(BUILD)/bench_cuda: $(BUILD)/obj/bench/bench_cuda.o $(BUILD)/obj/bench/cuda/wg_sweep.o \
+		$(BUILD)/libinferd.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 CUDA_TEST_BIN := $(BUILD)/tests/test_cuda_fake
 .DEFAULT_GOAL := all
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# wgmma is Hopper's own (sm_90a): that file is built for it alone, whatever
+# CUDA_ARCH says (cuda_k_gemm_wg refuses other devices at run time)
+$(BUILD)/obj/cuda/k_gemm_wg.o: cuda/k_gemm_wg.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a \
+	    -MMD -MP -c $< -o $@
 
 $(BUILD)/tests/test_cuda_fake: $(BUILD)/obj/tests/test_cuda.o $(BUILD)/obj/engine/common.o $(BUILD)/obj/tests/tdir.o \
 		$(CUDA_FAKE_OBJ) $(addprefix $(BUILD)/obj/,$(filter-out $(CUDA_CU:%.cu=%.o),$(T_test_cuda)))

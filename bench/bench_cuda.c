@@ -24,7 +24,11 @@
  *
  *   bench_cuda --model DIR [--draft DIR] [--json FILE] [--decode-steps 128]
  *              [--prefill 2048] [--spec-k 4] [--spec-tokens 256]
- *              [--spec-prompt "1 403 407 ..."] [--quantization int8,int4] */
+ *              [--spec-prompt "1 403 407 ..."] [--quantization int8,int4]
+ *              [--wgmma FILE]
+ *
+ * --wgmma FILE: last, cuda_k_gemm_wg (Hopper's wgmma, not chosen by anything
+ * yet) beside cuda_k_gemm and cuBLAS, its JSON to FILE (bench/cuda/wg_sweep.h). */
 #include <cJSON.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -39,6 +43,7 @@
 #include "cuda/plan.h"
 #include "engine/model.h"
 #include "app/args.h"
+#include "bench/cuda/wg_sweep.h"
 
 enum { PROMPT = 32, BATCH = 64, BS = 16 };
 
@@ -758,6 +763,7 @@ static void measure(const model *m, int inv, int quant, const int32_t *prompt, i
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *draft_dir = NULL, *json = NULL, *spec_text = NULL, *quants = "";
+    const char *wg_json = NULL;
     int steps = 128, prefill = 2048, spec_k = 4, spec_tokens = 256, help = 0;
     const arg_spec specs[] = {
         {"model", ARG_STR, &dir, "DIR", "target model (bf16, e.g. Mistral-7B-shaped)"},
@@ -771,6 +777,8 @@ int main(int argc, char **argv)
          "the spec figure's prompt: at least 32 token ids, space-separated (default random)"},
         {"quantization", ARG_STR, &quants, "LIST",
          "also measure these schemes: int8, int4 or int8,int4 (default none)"},
+        {"wgmma", ARG_STR, &wg_json, "FILE",
+         "last, time the wgmma GEMM (Hopper) beside the others; its JSON to FILE"},
     };
     int n_specs = (int)(sizeof specs / sizeof specs[0]);
     inf_err err = {0};
@@ -973,6 +981,8 @@ int main(int argc, char **argv)
     cJSON_Delete(o);
     be_destroy(dbe);
     model_destroy(dm);
+    if (wg_json && wg_sweep(m, wg_json)) /* last: a fault there loses nothing above */
+        same_bits = 0;
     model_destroy(m);
     free(prompt);
     if (!same_bits)

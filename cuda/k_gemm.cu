@@ -12,6 +12,7 @@
 // for speed, but none of them changes that chain, so a row's bits never
 // depend on M (tests/test_cuda.c checks).
 #include "cuda/dev.cuh"
+#include "cuda/k_gemm.cuh"
 #include "cuda/kern.h"
 #include "cuda/plan.h"
 
@@ -188,9 +189,7 @@ cudaError_t launch(const uint16_t *x, int ldx, const uint16_t *w, int N, int K, 
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || splits == 1)
         return e;
-    size_t n = (size_t)M * N;
-    k_gemm_reduce<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(ws, splits, M, N, y, ldy);
-    return cudaGetLastError();
+    return cuda_k_gemm_sum(ws, splits, M, N, y, ldy, st);
 }
 
 template <class S>
@@ -246,6 +245,14 @@ const variant variants[] = {
 };
 
 } // namespace
+
+cudaError_t cuda_k_gemm_sum(const float *part, int splits, int M, int N, float *y, int ldy,
+                            cudaStream_t st)
+{
+    size_t n = (size_t)M * N;
+    k_gemm_reduce<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(part, splits, M, N, y, ldy);
+    return cudaGetLastError();
+}
 
 extern "C" int cuda_k_gemm_variants(void)
 {

@@ -155,6 +155,18 @@ cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_
                                 int K, float *y, int ldy, int M, int splits, float *ws,
                                 cudaStream_t st);
 
+/* cuda_k_gemm's contract on Hopper's warpgroup MMA (cuda/k_gemm_wg.cu:
+ * wgmma m64n128k16, 64 x 128 tiles, rows padded to 64, the same K ranges):
+ * for the tests and bench_cuda, chosen by nothing until a GPU has run it.
+ * variant 0 reads the PTX ISA's descriptor offsets one way, 1 the other
+ * (the first GPU run says which the hardware means). x and w 16-byte
+ * aligned, K and ldx multiples of 8. cudaErrorNotSupported on a device
+ * other than compute capability 9.0; _setup first (shared memory). */
+cudaError_t cuda_k_gemm_wg_setup(void);
+cudaError_t cuda_k_gemm_wg(int variant, const uint16_t *x, int ldx, const uint16_t *w, int N,
+                           int K, float *y, int ldy, int M, int splits, float *ws,
+                           cudaStream_t st);
+
 /* Raises the shared-memory limits of cuda_k_gemm's shapes on the current
  * device (once per device, before any launch or capture); the device must
  * allow cuda_k_gemm_smem() bytes per block. The candidates' limits: the

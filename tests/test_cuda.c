@@ -381,6 +381,32 @@ static void test_cuda_kern_swiglu(void **state)
 
 /* ---- attention ---------------------------------------------------------------------- */
 
+/* Host reference of y = x . w^T (double): the worst |y - ref| over sum |x w|
+ * of M rows, or a failure naming the first element past 1e-4 (or not
+ * finite) when must; returns the worst (infinity when one is not finite). */
+static double gemm_ref_err(const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
+                           const float *y, int M, int must, const char *what)
+{
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)bf(x[(size_t)i * ldx + k]) * bf(w[(size_t)j * K + k]);
+                ref += p;
+                mag += fabs(p);
+            }
+            double got = y[(size_t)i * N + j], e = fabs(got - ref) / (mag + 1e-30);
+            if (!isfinite(got))
+                e = INFINITY;
+            if (must && e > 1e-4)
+                fail_msg("%s N %d K %d: y[%d][%d] = %g, reference %g", what, N, K, i, j, got,
+                         ref);
+            worst = fmax(worst, e);
+        }
+    return worst;
+}
+
 /* cuda_k_gemm against a double-precision reference on random bf16 inputs,
  * every output written; and batch invariance: the rows of a subset of the
  * product (1 to 200 rows, from another offset, alone) are the same bits as
@@ -416,21 +442,7 @@ static void test_cuda_kern_gemm_invariant(void **state)
         CK(cuda_k_gemm(dx, ldx, dw, N, K, dy, N, M, splits, ws, 0));
         CK(cudaDeviceSynchronize());
         to_host(y, dy, ybytes);
-        double worst = 0;
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) {
-                double ref = 0, mag = 0;
-                for (int k = 0; k < K; k++) {
-                    double p = (double)bf(x[(size_t)i * ldx + k]) * bf(w[(size_t)j * K + k]);
-                    ref += p;
-                    mag += fabs(p);
-                }
-                double got = y[(size_t)i * N + j], e = fabs(got - ref) / (mag + 1e-30);
-                if (!isfinite(got) || e > 1e-4)
-                    fail_msg("gemm N %d K %d: y[%d][%d] = %g, reference %g", N, K, i, j, got,
-                             ref);
-                worst = fmax(worst, e);
-            }
+        double worst = gemm_ref_err(x, ldx, w, N, K, y, M, 1, "gemm");
         for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
             int m0 = subs[k][0], cnt = subs[k][1];
             CK(cudaMemset(dy2, 0xff, ybytes));
@@ -454,6 +466,88 @@ static void test_cuda_kern_gemm_invariant(void **state)
         cudaFree(dy2);
         cudaFree(ws);
     }
+}
+
+/* cuda_k_gemm_wg (Hopper's wgmma, written without a GPU): variant 0 within
+ * 1e-4 of sum |x w| of a double reference on every element of 300 rows,
+ * every row subset the same bits (batch-invariant), and whether its bits
+ * equal cuda_k_gemm's (mma.sync) said, not asserted; variant 1 (the
+ * descriptor's offsets read the other way) reported only. Skips where the
+ * device is not compute capability 9.0. */
+static void test_cuda_kern_gemm_wgmma(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    if (cuda_k_gemm_wg_setup() == cudaErrorNotSupported) {
+        cudaGetLastError();
+        print_message("skipped: no wgmma here (the device is not compute capability 9.0, or is the fake one)\n");
+        skip();
+    }
+    CK(cuda_k_gemm_setup());
+    const int shapes[][3] = {/* N, K, ldx */
+                             {200, 64, 72},   {344, 64, 64},     {1000, 1024, 1024},
+                             {96, 4104, 4104}, {8, 8, 8},        {130, 200, 200},
+                             {200, 8200, 8200}};
+    const int subs[][2] = {{0, 1}, {7, 1}, {3, 5}, {100, 16}, {31, 17}, {200, 64}, {17, 65},
+                           {50, 200}, {299, 1}};
+    enum { M = 300 };
+    int same_as_mma = 1, v1_ok = 1;
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        int N = shapes[c][0], K = shapes[c][1], ldx = shapes[c][2];
+        uint16_t *x = malloc((size_t)M * ldx * 2), *w = malloc((size_t)N * K * 2);
+        for (size_t i = 0; i < (size_t)M * ldx; i++)
+            x[i] = inf_f32_to_bf16(frand());
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            w[i] = inf_f32_to_bf16(frand());
+        size_t ybytes = (size_t)M * N * 4;
+        uint16_t *dx = to_dev(x, (size_t)M * ldx * 2), *dw = to_dev(w, (size_t)N * K * 2);
+        float *dy = dmalloc(ybytes), *dy2 = dmalloc(ybytes);
+        float *y = malloc(ybytes), *y2 = malloc(ybytes);
+        int splits = cuda_plan_gemm_splits(N, K);
+        float *ws = dmalloc((size_t)splits * ybytes);
+        CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
+        CK(cuda_k_gemm_wg(0, dx, ldx, dw, N, K, dy, N, M, splits, ws, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(y, dy, ybytes);
+        double worst = gemm_ref_err(x, ldx, w, N, K, y, M, 1, "wgmma gemm");
+        for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
+            int m0 = subs[k][0], cnt = subs[k][1];
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            CK(cuda_k_gemm_wg(0, dx + (size_t)m0 * ldx, ldx, dw, N, K, dy2, N, cnt, splits, ws,
+                              0));
+            CK(cudaDeviceSynchronize());
+            to_host(y2, dy2, (size_t)cnt * N * 4);
+            if (memcmp(y2, y + (size_t)m0 * N, (size_t)cnt * N * 4))
+                fail_msg("wgmma gemm N %d K %d: rows %d..%d computed as %d rows differ from the "
+                         "%d-row product", N, K, m0, m0 + cnt - 1, cnt, M);
+        }
+        CK(cuda_k_gemm(dx, ldx, dw, N, K, dy2, N, M, splits, ws, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(y2, dy2, ybytes);
+        int same = !memcmp(y, y2, ybytes);
+        same_as_mma &= same;
+        CK(cudaMemset(dy2, 0xff, ybytes));
+        CK(cuda_k_gemm_wg(1, dx, ldx, dw, N, K, dy2, N, M, splits, ws, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(y2, dy2, ybytes);
+        double w1 = gemm_ref_err(x, ldx, w, N, K, y2, M, 0, "");
+        v1_ok &= w1 <= 1e-4;
+        print_message("wgmma gemm N %d K %d ldx %d, %d K range%s: worst error %.2e of sum |x w|; "
+                      "every row subset the same bits; %s mma.sync's; variant 1: %.2e\n", N, K,
+                      ldx, splits, splits > 1 ? "s" : "", worst,
+                      same ? "the same bits as" : "other bits than", w1);
+        free(x);
+        free(w);
+        free(y);
+        free(y2);
+        cudaFree(dx);
+        cudaFree(dw);
+        cudaFree(dy);
+        cudaFree(dy2);
+        cudaFree(ws);
+    }
+    print_message("wgmma: %s mma.sync's bits on every shape; variant 1 %s\n",
+                  same_as_mma ? "the same as" : "NOT", v1_ok ? "also right" : "wrong, as expected");
 }
 
 /* ---- quantized layer matrices: bit for bit against cuda/kern.h's contract ---- */
@@ -2680,6 +2774,9 @@ int main(void)
         cmocka_unit_test(test_cuda_errors),
         cmocka_unit_test(test_cuda_small_shared_memory_refused),
         cmocka_unit_test(test_cuda_tensor_parallel_matches_tp1),
+        /* last: written without a GPU, a fault there would leave the
+         * device unusable for the tests after it */
+        cmocka_unit_test(test_cuda_kern_gemm_wgmma),
     };
     /* e.g. "test_cuda_kern_*": a slow tool (racecheck) on the kernels alone */
     const char *filter = getenv("INFERD_CUDA_TEST_FILTER");

@@ -416,6 +416,21 @@ cudaError_t cuda_k_gemm_setup(void)
     return cudaSuccess;
 }
 
+/* The fake device has no warpgroup MMA: its tests skip, saying so. */
+cudaError_t cuda_k_gemm_wg_setup(void)
+{
+    return cudaErrorNotSupported;
+}
+
+cudaError_t cuda_k_gemm_wg(int variant, const uint16_t *x, int ldx, const uint16_t *w, int N,
+                           int K, float *y, int ldy, int M, int splits, float *ws,
+                           cudaStream_t st)
+{
+    (void)variant, (void)x, (void)ldx, (void)w, (void)N, (void)K, (void)y, (void)ldy, (void)M;
+    (void)splits, (void)ws, (void)st;
+    return cudaErrorNotSupported;
+}
+
 /* ---- sampling ------------------------------------------------------------------------ */
 
 typedef struct sample_args {
