@@ -407,12 +407,95 @@ static double gemm_ref_err(const uint16_t *x, int ldx, const uint16_t *w, int N,
     return worst;
 }
 
+/* A GEMM launcher with cuda_k_gemm's contract; v: a variant (cuda_k_gemm_wg's). */
+typedef cudaError_t (*gemm_fn)(int v, const uint16_t *x, int ldx, const uint16_t *w, int N,
+                               int K, float *y, int ldy, int M, int splits, float *ws,
+                               cudaStream_t st);
+
+static cudaError_t gemm_mma(int v, const uint16_t *x, int ldx, const uint16_t *w, int N, int K,
+                            float *y, int ldy, int M, int splits, float *ws, cudaStream_t st)
+{
+    (void)v;
+    return cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, splits, ws, st);
+}
+
+enum { GEMM_M = 300 };
+
+/* One case of the GEMM tests: GEMM_M x K random x (row stride ldx) and N x K
+ * random w, on the host and the device, with outputs and the K ranges'
+ * workspace. */
+typedef struct gcase {
+    int N, K, ldx, splits;
+    size_t ybytes;
+    uint16_t *x, *w, *dx, *dw;
+    float *y, *y2, *dy, *dy2, *ws;
+} gcase;
+
+static void gcase_make(gcase *g, int N, int K, int ldx)
+{
+    *g = (gcase){.N = N, .K = K, .ldx = ldx, .splits = cuda_plan_gemm_splits(N, K),
+                 .ybytes = (size_t)GEMM_M * N * 4};
+    g->x = malloc((size_t)GEMM_M * ldx * 2);
+    g->w = malloc((size_t)N * K * 2);
+    for (size_t i = 0; i < (size_t)GEMM_M * ldx; i++)
+        g->x[i] = inf_f32_to_bf16(frand());
+    for (size_t i = 0; i < (size_t)N * K; i++)
+        g->w[i] = inf_f32_to_bf16(frand());
+    g->dx = to_dev(g->x, (size_t)GEMM_M * ldx * 2);
+    g->dw = to_dev(g->w, (size_t)N * K * 2);
+    g->dy = dmalloc(g->ybytes);
+    g->dy2 = dmalloc(g->ybytes);
+    g->y = malloc(g->ybytes);
+    g->y2 = malloc(g->ybytes);
+    g->ws = dmalloc((size_t)g->splits * g->ybytes);
+}
+
+static void gcase_free(gcase *g)
+{
+    free(g->x);
+    free(g->w);
+    free(g->y);
+    free(g->y2);
+    cudaFree(g->dx);
+    cudaFree(g->dw);
+    cudaFree(g->dy);
+    cudaFree(g->dy2);
+    cudaFree(g->ws);
+}
+
+/* fn's variant v on all GEMM_M rows into out (the device output poisoned
+ * first: NaN shows an unwritten element). */
+static void gcase_run(gcase *g, gemm_fn fn, int v, float *out)
+{
+    CK(cudaMemset(g->dy, 0xff, g->ybytes));
+    CK(fn(v, g->dx, g->ldx, g->dw, g->N, g->K, g->dy, g->N, GEMM_M, g->splits, g->ws, 0));
+    CK(cudaDeviceSynchronize());
+    to_host(out, g->dy, g->ybytes);
+}
+
+/* Batch invariance: the rows of subsets of the product (1 to 200 rows, from
+ * other offsets, alone) are the same bits as g->y's. */
+static void gcase_subsets(gcase *g, gemm_fn fn, int v, const char *what)
+{
+    static const int subs[][2] = {{0, 1},    {7, 1},   {3, 5},   {100, 16}, {31, 17},
+                                  {200, 64}, {17, 65}, {50, 200}, {299, 1}};
+    for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
+        int m0 = subs[k][0], cnt = subs[k][1];
+        CK(cudaMemset(g->dy2, 0xff, g->ybytes));
+        CK(fn(v, g->dx + (size_t)m0 * g->ldx, g->ldx, g->dw, g->N, g->K, g->dy2, g->N, cnt,
+              g->splits, g->ws, 0));
+        CK(cudaDeviceSynchronize());
+        to_host(g->y2, g->dy2, (size_t)cnt * g->N * 4);
+        if (memcmp(g->y2, g->y + (size_t)m0 * g->N, (size_t)cnt * g->N * 4))
+            fail_msg("%s N %d K %d: rows %d..%d computed as %d rows differ from the %d-row "
+                     "product", what, g->N, g->K, m0, m0 + cnt - 1, cnt, GEMM_M);
+    }
+}
+
 /* cuda_k_gemm against a double-precision reference on random bf16 inputs,
- * every output written; and batch invariance: the rows of a subset of the
- * product (1 to 200 rows, from another offset, alone) are the same bits as
- * in the full 300-row product, across all four tile shapes. Widths cover
- * the 16-byte path, a padded row stride, K not a multiple of 8 (element
- * loads) and K tails. */
+ * every output written; and batch invariance (gcase_subsets) across all
+ * four tile shapes. Widths cover the 16-byte path, a padded row stride, K
+ * not a multiple of 8 (element loads) and K tails. */
 static void test_cuda_kern_gemm_invariant(void **state)
 {
     (void)state;
@@ -422,49 +505,16 @@ static void test_cuda_kern_gemm_invariant(void **state)
                              {200, 64, 72}, {344, 64, 64},    {64, 172, 172}, {1000, 1024, 1024},
                              {96, 4104, 4104}, {8, 8, 8},     {130, 200, 200},
                              {200, 8200, 8200}};
-    const int subs[][2] = {{0, 1}, {7, 1},   {3, 5},  {100, 16}, {31, 17},
-                           {200, 64}, {17, 65}, {50, 200}, {299, 1}};
-    enum { M = 300 };
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        int N = shapes[c][0], K = shapes[c][1], ldx = shapes[c][2];
-        uint16_t *x = malloc((size_t)M * ldx * 2), *w = malloc((size_t)N * K * 2);
-        for (size_t i = 0; i < (size_t)M * ldx; i++)
-            x[i] = inf_f32_to_bf16(frand());
-        for (size_t i = 0; i < (size_t)N * K; i++)
-            w[i] = inf_f32_to_bf16(frand());
-        size_t ybytes = (size_t)M * N * 4;
-        uint16_t *dx = to_dev(x, (size_t)M * ldx * 2), *dw = to_dev(w, (size_t)N * K * 2);
-        float *dy = dmalloc(ybytes), *dy2 = dmalloc(ybytes);
-        float *y = malloc(ybytes), *y2 = malloc(ybytes);
-        int splits = cuda_plan_gemm_splits(N, K);
-        float *ws = dmalloc((size_t)splits * ybytes);
-        CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
-        CK(cuda_k_gemm(dx, ldx, dw, N, K, dy, N, M, splits, ws, 0));
-        CK(cudaDeviceSynchronize());
-        to_host(y, dy, ybytes);
-        double worst = gemm_ref_err(x, ldx, w, N, K, y, M, 1, "gemm");
-        for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
-            int m0 = subs[k][0], cnt = subs[k][1];
-            CK(cudaMemset(dy2, 0xff, ybytes));
-            CK(cuda_k_gemm(dx + (size_t)m0 * ldx, ldx, dw, N, K, dy2, N, cnt, splits, ws, 0));
-            CK(cudaDeviceSynchronize());
-            to_host(y2, dy2, (size_t)cnt * N * 4);
-            if (memcmp(y2, y + (size_t)m0 * N, (size_t)cnt * N * 4))
-                fail_msg("gemm N %d K %d: rows %d..%d computed as %d rows differ from the "
-                         "%d-row product", N, K, m0, m0 + cnt - 1, cnt, M);
-        }
+        gcase g;
+        gcase_make(&g, shapes[c][0], shapes[c][1], shapes[c][2]);
+        gcase_run(&g, gemm_mma, 0, g.y);
+        double worst = gemm_ref_err(g.x, g.ldx, g.w, g.N, g.K, g.y, GEMM_M, 1, "gemm");
+        gcase_subsets(&g, gemm_mma, 0, "gemm");
         print_message("gemm N %d K %d ldx %d, %d K range%s: worst error %.2e of sum |x w|; "
-                      "every row subset the same bits\n", N, K, ldx, splits,
-                      splits > 1 ? "s" : "", worst);
-        free(x);
-        free(w);
-        free(y);
-        free(y2);
-        cudaFree(dx);
-        cudaFree(dw);
-        cudaFree(dy);
-        cudaFree(dy2);
-        cudaFree(ws);
+                      "every row subset the same bits\n", g.N, g.K, g.ldx, g.splits,
+                      g.splits > 1 ? "s" : "", worst);
+        gcase_free(&g);
     }
 }
 
@@ -473,14 +523,15 @@ static void test_cuda_kern_gemm_invariant(void **state)
  * every row subset the same bits (batch-invariant), and whether its bits
  * equal cuda_k_gemm's (mma.sync) said, not asserted; variant 1 (the
  * descriptor's offsets read the other way) reported only. Skips where the
- * device is not compute capability 9.0. */
+ * device is not compute capability 9.0. K a multiple of 8 (its contract). */
 static void test_cuda_kern_gemm_wgmma(void **state)
 {
     (void)state;
     NEED_GPU();
     if (cuda_k_gemm_wg_setup() == cudaErrorNotSupported) {
         cudaGetLastError();
-        print_message("skipped: no wgmma here (the device is not compute capability 9.0, or is the fake one)\n");
+        print_message("skipped: no wgmma here (the device is not compute capability 9.0, or is "
+                      "the fake one)\n");
         skip();
     }
     CK(cuda_k_gemm_setup());
@@ -488,63 +539,24 @@ static void test_cuda_kern_gemm_wgmma(void **state)
                              {200, 64, 72},   {344, 64, 64},     {1000, 1024, 1024},
                              {96, 4104, 4104}, {8, 8, 8},        {130, 200, 200},
                              {200, 8200, 8200}};
-    const int subs[][2] = {{0, 1}, {7, 1}, {3, 5}, {100, 16}, {31, 17}, {200, 64}, {17, 65},
-                           {50, 200}, {299, 1}};
-    enum { M = 300 };
     int same_as_mma = 1, v1_ok = 1;
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        int N = shapes[c][0], K = shapes[c][1], ldx = shapes[c][2];
-        uint16_t *x = malloc((size_t)M * ldx * 2), *w = malloc((size_t)N * K * 2);
-        for (size_t i = 0; i < (size_t)M * ldx; i++)
-            x[i] = inf_f32_to_bf16(frand());
-        for (size_t i = 0; i < (size_t)N * K; i++)
-            w[i] = inf_f32_to_bf16(frand());
-        size_t ybytes = (size_t)M * N * 4;
-        uint16_t *dx = to_dev(x, (size_t)M * ldx * 2), *dw = to_dev(w, (size_t)N * K * 2);
-        float *dy = dmalloc(ybytes), *dy2 = dmalloc(ybytes);
-        float *y = malloc(ybytes), *y2 = malloc(ybytes);
-        int splits = cuda_plan_gemm_splits(N, K);
-        float *ws = dmalloc((size_t)splits * ybytes);
-        CK(cudaMemset(dy, 0xff, ybytes)); /* NaN: an unwritten output shows */
-        CK(cuda_k_gemm_wg(0, dx, ldx, dw, N, K, dy, N, M, splits, ws, 0));
-        CK(cudaDeviceSynchronize());
-        to_host(y, dy, ybytes);
-        double worst = gemm_ref_err(x, ldx, w, N, K, y, M, 1, "wgmma gemm");
-        for (size_t k = 0; k < sizeof subs / sizeof *subs; k++) {
-            int m0 = subs[k][0], cnt = subs[k][1];
-            CK(cudaMemset(dy2, 0xff, ybytes));
-            CK(cuda_k_gemm_wg(0, dx + (size_t)m0 * ldx, ldx, dw, N, K, dy2, N, cnt, splits, ws,
-                              0));
-            CK(cudaDeviceSynchronize());
-            to_host(y2, dy2, (size_t)cnt * N * 4);
-            if (memcmp(y2, y + (size_t)m0 * N, (size_t)cnt * N * 4))
-                fail_msg("wgmma gemm N %d K %d: rows %d..%d computed as %d rows differ from the "
-                         "%d-row product", N, K, m0, m0 + cnt - 1, cnt, M);
-        }
-        CK(cuda_k_gemm(dx, ldx, dw, N, K, dy2, N, M, splits, ws, 0));
-        CK(cudaDeviceSynchronize());
-        to_host(y2, dy2, ybytes);
-        int same = !memcmp(y, y2, ybytes);
+        gcase g;
+        gcase_make(&g, shapes[c][0], shapes[c][1], shapes[c][2]);
+        gcase_run(&g, cuda_k_gemm_wg, 0, g.y);
+        double worst = gemm_ref_err(g.x, g.ldx, g.w, g.N, g.K, g.y, GEMM_M, 1, "wgmma gemm");
+        gcase_subsets(&g, cuda_k_gemm_wg, 0, "wgmma gemm");
+        gcase_run(&g, gemm_mma, 0, g.y2);
+        int same = !memcmp(g.y, g.y2, g.ybytes);
         same_as_mma &= same;
-        CK(cudaMemset(dy2, 0xff, ybytes));
-        CK(cuda_k_gemm_wg(1, dx, ldx, dw, N, K, dy2, N, M, splits, ws, 0));
-        CK(cudaDeviceSynchronize());
-        to_host(y2, dy2, ybytes);
-        double w1 = gemm_ref_err(x, ldx, w, N, K, y2, M, 0, "");
+        gcase_run(&g, cuda_k_gemm_wg, 1, g.y2);
+        double w1 = gemm_ref_err(g.x, g.ldx, g.w, g.N, g.K, g.y2, GEMM_M, 0, "");
         v1_ok &= w1 <= 1e-4;
         print_message("wgmma gemm N %d K %d ldx %d, %d K range%s: worst error %.2e of sum |x w|; "
-                      "every row subset the same bits; %s mma.sync's; variant 1: %.2e\n", N, K,
-                      ldx, splits, splits > 1 ? "s" : "", worst,
+                      "every row subset the same bits; %s mma.sync's; variant 1: %.2e\n", g.N,
+                      g.K, g.ldx, g.splits, g.splits > 1 ? "s" : "", worst,
                       same ? "the same bits as" : "other bits than", w1);
-        free(x);
-        free(w);
-        free(y);
-        free(y2);
-        cudaFree(dx);
-        cudaFree(dw);
-        cudaFree(dy);
-        cudaFree(dy2);
-        cudaFree(ws);
+        gcase_free(&g);
     }
     print_message("wgmma: %s mma.sync's bits on every shape; variant 1 %s\n",
                   same_as_mma ? "the same as" : "NOT", v1_ok ? "also right" : "wrong, as expected");
