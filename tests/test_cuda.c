@@ -2279,30 +2279,39 @@ static void test_cuda_submit_pipeline_placeholders(void **state)
     model_destroy(m);
 }
 
+/* How lazy_upload_same binds a checkpoint: its matrices as f32, a W8A16
+ * one's int8 rows (model_load_opts.packed_q8), or 4-bit codes (packed_q4,
+ * run by int4 alone). */
+enum { LZ_F32, LZ_Q8, LZ_Q4 };
+
 /* A GGUF file (tiny as Q8_0 and Q4_0 blocks), a compressed-tensors FP8
  * checkpoint, a GPTQ one with desc_act and a W8A16 one (their codes as f32;
- * q8: the W8A16 one's int8 rows, model_load_opts.packed_q8) loaded with
- * lazy layers, as serve loads them for --device
- * cuda: each layer's matrices converted just before its upload and let go
- * after (model_layer_need / _packed as the config's hooks), with the logits
- * of the same checkpoint converted whole at load, bf16 and int8; without
- * the hooks the backend refuses it. */
-static void lazy_upload_same(const char *path, int q8)
+ * LZ_Q8: the W8A16 one's int8 rows) loaded with lazy layers, as serve loads
+ * them for --device cuda: each layer's matrices converted just before its
+ * upload and let go after (model_layer_need / _packed as the config's
+ * hooks), with the logits of the same checkpoint converted whole at load,
+ * bf16 and int8 (LZ_Q4, a GGUF Q4_0 file's codes unpacked a layer at a
+ * time: int4); without the hooks the backend refuses it. */
+static void lazy_upload_same(const char *path, int mode)
 {
-    const model_load_opts eager_o = {.packed_q8 = q8}, lazy = {.lazy_layers = 1, .packed_q8 = q8};
+    const model_load_opts eager_o = {.packed_q8 = mode == LZ_Q8, .packed_q4 = mode == LZ_Q4};
+    model_load_opts lazy = eager_o;
+    lazy.lazy_layers = 1;
     model *eager = NULL, *m = NULL;
     inf_err err = {0};
     if (model_load_with(path, &eager_o, &eager, &err) || model_load_with(path, &lazy, &m, &err))
         fail_msg("%s", err.msg);
     assert_true(model_has_lazy(m));
-    assert_int_equal(model_is_w8a8(m), q8);
+    assert_int_equal(model_is_w8a8(m), mode == LZ_Q8);
+    assert_int_equal(model_has_q4(m), mode == LZ_Q4);
     enum { N = 9 };
     int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
     int V = m->cfg.vocab_size;
     float *a = malloc(sizeof(float) * N * (size_t)V), *b = malloc(sizeof(float) * N * (size_t)V);
-    for (int quant = 0; quant < 2; quant++) {
+    const int quants[2][2] = {{CUDA_QUANT_NONE, CUDA_QUANT_INT8}, {CUDA_QUANT_INT4, -1}};
+    for (int qi = 0; qi < 2 && quants[mode == LZ_Q4][qi] >= 0; qi++) {
         cuda_config c = gpu_config(MAXT, MAXS, 256, 16, 0, 1);
-        c.quant = quant ? CUDA_QUANT_INT8 : CUDA_QUANT_NONE;
+        c.quant = quants[mode == LZ_Q4][qi];
         be_backend *be = NULL;
         assert_int_not_equal(cuda_backend_create(m, &c, &be, &err), INF_OK);
         assert_non_null(strstr(err.msg, "lazy layers"));
@@ -2314,6 +2323,7 @@ static void lazy_upload_same(const char *path, int q8)
         for (int l = 0; l < m->cfg.n_layers; l++) { /* let go once uploaded */
             assert_null(m->layers[l].w_down.data);
             assert_null(m->layers[l].w_down.q8);
+            assert_null(m->layers[l].w_down.q4);
         }
         seq_logits(be_e, toks, N, 0, a);
         seq_logits(be_l, toks, N, 0, b);
@@ -2326,55 +2336,18 @@ static void lazy_upload_same(const char *path, int q8)
     model_destroy(eager);
 }
 
-/* The same for a model bound as 4-bit codes (packed_q4) under int4: a GGUF
- * Q4_0 file's codes unpacked one layer at a time as the upload asks, and
- * let go once uploaded, give the eager upload's bits. */
-static void lazy_upload_same_q4(const char *path)
-{
-    const model_load_opts eager_o = {.packed_q4 = 1}, lazy = {.lazy_layers = 1, .packed_q4 = 1};
-    model *eager = NULL, *m = NULL;
-    inf_err err = {0};
-    if (model_load_with(path, &eager_o, &eager, &err) || model_load_with(path, &lazy, &m, &err))
-        fail_msg("%s", err.msg);
-    assert_true(model_has_q4(m));
-    assert_null(m->layers[0].w_down.q4); /* deferred */
-    enum { N = 9 };
-    int32_t toks[N] = {1, 5, 9, 33, 2, 17, 60, 8, 41};
-    int V = m->cfg.vocab_size;
-    float *a = malloc(sizeof(float) * N * (size_t)V), *b = malloc(sizeof(float) * N * (size_t)V);
-    cuda_config c = gpu_config(MAXT, MAXS, 256, 16, 0, 1);
-    c.quant = CUDA_QUANT_INT4;
-    be_backend *be_e = gpu_create(eager, &c);
-    c.layer_need = model_layer_need;
-    c.layer_packed = model_layer_packed;
-    c.layer_ctx = m;
-    be_backend *be_l = gpu_create(m, &c);
-    for (int l = 0; l < m->cfg.n_layers; l++) /* let go once uploaded */
-        assert_null(m->layers[l].w_down.q4);
-    seq_logits(be_e, toks, N, 0, a);
-    seq_logits(be_l, toks, N, 0, b);
-    assert_memory_equal(a, b, sizeof(float) * N * (size_t)V);
-    be_destroy(be_e);
-    be_destroy(be_l);
-    free(a), free(b);
-    model_destroy(m);
-    model_destroy(eager);
-}
-
 static void test_cuda_lazy_layers(void **state)
 {
     (void)state;
     NEED_GPU();
-    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8", "tiny-gptq-desc",
-                                        "tiny-w8a16", "tiny-w8a16"};
-    for (int i = 0; i < 5; i++) { /* the last as its int8 rows (packed_q8) */
+    static const char *const names[] = {"tiny-q8_0.gguf", "tiny-fp8",   "tiny-gptq-desc",
+                                        "tiny-w8a16",     "tiny-w8a16", "tiny-q4_0-seven.gguf"};
+    static const int modes[] = {LZ_F32, LZ_F32, LZ_F32, LZ_F32, LZ_Q8, LZ_Q4};
+    for (int i = 0; i < 6; i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", fixtures(), names[i]);
-        lazy_upload_same(path, i == 4);
+        lazy_upload_same(path, modes[i]);
     }
-    char path[600];
-    snprintf(path, sizeof path, "%s/tiny-q4_0-seven.gguf", fixtures());
-    lazy_upload_same_q4(path);
 }
 
 /* The engine on this backend, running ahead (its next decode step queued,
