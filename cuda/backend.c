@@ -51,6 +51,7 @@ typedef struct cuda_rank {
     cudaEvent_t done[2]; /* ring slot k's work on this rank has finished  */
     unsigned char *w;    /* weight arena (wl)                            */
     int q4_requant;      /* 4-bit code pieces int4 requantized (upload)  */
+    int gemm_wg;         /* cuda_config.gemm_wgmma                       */
     unsigned char *a;    /* activation arena (al)                        */
     uint16_t *kv;        /* [L][K|V][num_blocks][KVl][block_size][hd]     */
     bufs b;              /* pointers into a (bufs_of)                     */
@@ -220,6 +221,9 @@ static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int
         if (splits > 1 && (size_t)splits * M * N * sizeof(float) > r->al.total - r->al.gws)
             return inf_fail(err, INF_ERR_INVALID, "cuda: a %d x %d x %d GEMM in %d K ranges "
                             "does not fit the planned workspace", M, N, K, splits);
+        if (r->gemm_wg && M > 64) /* cuda_config.gemm_wgmma: a measurement */
+            return CUDA_RC(err, cuda_k_gemm_wg(0, x, ldx, w, N, K, y, ldy, M, splits, r->b.gws,
+                                               r->st));
         return CUDA_RC(err, cuda_k_gemm(x, ldx, w, N, K, y, ldy, M, splits, r->b.gws, r->st));
     }
     const float one = 1.0f, zero = 0.0f;
@@ -644,8 +648,15 @@ static int static_scales(cuda_be *be, inf_err *err)
 static int rank_init(cuda_be *be, cuda_rank *r, inf_err *err)
 {
     int rc;
-    if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) || (rc = CUDA_RC(err, cudaFree(NULL))) ||
-        (rc = CUDA_RC(err, cudaStreamCreateWithFlags(&r->st, cudaStreamNonBlocking))) ||
+    if ((rc = CUDA_RC(err, cudaSetDevice(r->dev))) || (rc = CUDA_RC(err, cudaFree(NULL))))
+        return rc;
+    r->gemm_wg = be->cfg.gemm_wgmma && r->d.invariant; /* before the upload: refused early */
+    if (r->gemm_wg && cuda_k_gemm_wg_setup() != cudaSuccess) {
+        cudaGetLastError();
+        return inf_fail(err, INF_ERR_UNSUPPORTED, "cuda: gemm_wgmma needs a device of compute "
+                        "capability 9.0 (Hopper's wgmma)");
+    }
+    if ((rc = CUDA_RC(err, cudaStreamCreateWithFlags(&r->st, cudaStreamNonBlocking))) ||
         (rc = CUDA_RC(err, cudaEventCreateWithFlags(&r->done[0], cudaEventDisableTiming))) ||
         (rc = CUDA_RC(err, cudaEventCreateWithFlags(&r->done[1], cudaEventDisableTiming))) ||
         (rc = CUBLAS_RC(err, cublasCreate(&r->blas))) ||

@@ -61,6 +61,13 @@ typedef struct cuda_config {
                                       GEMMs and prefill tiles (results vary
                                       with the batch: cuBLAS picks kernels
                                       by the number of rows); 1               */
+    int gemm_wgmma;                /* 1 (measurement, Hopper): bf16 GEMMs of
+                                      more than 64 rows through
+                                      cuda_k_gemm_wg rather than mma.sync;
+                                      batch-invariant only if its bits equal
+                                      mma.sync's (test_cuda_kern_gemm_wgmma
+                                      says), so off until a GPU has shown it;
+                                      refused off compute capability 9.0; 0  */
     int quant;                     /* CUDA_QUANT_*: the attention and MLP
                                       matrices quantized at upload as the CPU
                                       quantizes them (a compressed-tensors

@@ -1796,6 +1796,34 @@ static void test_cuda_quantized_match_cpu(void **state)
     model_destroy(m);
 }
 
+/* cuda_config.gemm_wgmma (a measurement switch): accepted on compute
+ * capability 9.0, else refused at create, saying why. */
+static void test_cuda_gemm_wgmma_switch(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    int hopper = cuda_k_gemm_wg_setup() == cudaSuccess;
+    cudaGetLastError();
+    char dir[600];
+    model *m = load_test_model(0, dir);
+    cuda_config gc = gpu_config(MAXT, MAXS, 256, MAXB + 1, 1, 1);
+    gc.gemm_wgmma = 1;
+    be_backend *be = NULL;
+    inf_err err = {0};
+    int rc = cuda_backend_create(m, &gc, &be, &err);
+    if (hopper) {
+        if (rc)
+            fail_msg("gemm_wgmma on compute capability 9.0: %s", err.msg);
+        be_destroy(be);
+    } else {
+        assert_int_equal(rc, INF_ERR_UNSUPPORTED);
+        assert_null(be);
+        assert_non_null(strstr(err.msg, "compute capability 9.0"));
+    }
+    print_message("gemm_wgmma: %s\n", hopper ? "accepted (Hopper)" : err.msg);
+    model_destroy(m);
+}
+
 /* 4-bit codes (model_load_opts.packed_q4) are read by the int4 upload
  * alone: a model bound so is refused with the other schemes, saying so, and
  * once a backend has let its codes go. */
@@ -2746,6 +2774,7 @@ int main(void)
         cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_quantized_match_cpu),
         cmocka_unit_test(test_cuda_refuses_cpu_only_linears),
+        cmocka_unit_test(test_cuda_gemm_wgmma_switch),
         cmocka_unit_test(test_cuda_q4_codes_as_stored),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),

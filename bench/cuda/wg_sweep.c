@@ -87,12 +87,13 @@ static uint16_t *dev_rand(size_t n, float scale, uint32_t seed)
     return d;
 }
 
-int wg_sweep(const model *m, const char *json)
+int wg_sweep(const model *m, cJSON *o)
 {
     if (cuda_k_gemm_wg_setup() != cudaSuccess || cuda_k_gemm_setup() != cudaSuccess) {
         cudaGetLastError();
         printf("wgmma: not run (the device is not compute capability 9.0)\n");
-        return 0;
+        cJSON_AddStringToObject(o, "not_run", "the device is not compute capability 9.0");
+        return 1;
     }
     const model_config *c = &m->cfg;
     int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
@@ -117,7 +118,7 @@ int wg_sweep(const model *m, const char *json)
     int rc = !x.x || !x.w || !ref || !got || cublasCreate(&x.h) != CUBLAS_STATUS_SUCCESS ||
              cudaMalloc((void **)&x.y, yn * 4) != cudaSuccess ||
              cudaMalloc((void **)&x.ws, CUDA_GEMM_MAX_SPLITS * yn * 4) != cudaSuccess;
-    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "wgmma_gemm_shapes");
+    cJSON *arr = cJSON_AddArrayToObject(o, "wgmma_gemm_shapes");
     printf("\nwgmma (cuda/k_gemm_wg.cu, variant 0) beside cuda_k_gemm (mma.sync) and cuBLAS\n"
            "%-8s %5s %6s %6s %10s %10s %10s %9s %12s %9s\n", "gemm", "M", "N", "K", "cuBLAS us",
            "mma us", "wgmma us", "TFLOP/s", "max rel diff", "same bits");
@@ -167,18 +168,6 @@ int wg_sweep(const model *m, const char *json)
     if (rc)
         fprintf(stderr, "bench_cuda: the wgmma sweep failed: %s\n",
                 cudaGetErrorString(cudaGetLastError()));
-    if (json) {
-        char *txt = cJSON_Print(o);
-        FILE *f = fopen(json, "w");
-        if (!txt || !f || fputs(txt, f) < 0) {
-            fprintf(stderr, "bench_cuda: cannot write %s\n", json);
-            rc = 1;
-        }
-        if (f)
-            fclose(f);
-        cJSON_free(txt);
-    }
-    cJSON_Delete(o);
     if (x.h)
         cublasDestroy(x.h);
     cudaFree((void *)x.x);
