@@ -233,10 +233,39 @@ static int gemm(cuda_rank *r, const uint16_t *x, int ldx, const uint16_t *w, int
                                        CUBLAS_GEMM_DEFAULT));
 }
 
+/* A checkpoint's static input scale of layer l's matrix `which`, or 0:
+ * its activations are quantized per token. */
+static float in_scale(const cuda_rank *r, int l, int which)
+{
+    return r->in_scale ? r->in_scale[(size_t)l * CUDA_W_COUNT + which] : 0.0f;
+}
+
+/* 1 when the norm before layer l's matrix `which` quantizes its output
+ * itself (cuda_k_add_rmsnorm_q): a quantized layer whose activations are
+ * quantized per token, its input the norm's whole row (one rank). */
+static int norm_quantizes(const cuda_rank *r, int l, int which)
+{
+    return r->d.quant && in_scale(r, l, which) == 0.0f && (int)r->wl.w_cols[which] == r->d.D;
+}
+
+/* The residual add and norm (gain) into xn, and when norm_quantizes, xn
+ * quantized into xq and sx in the same launch. */
+static int norm_in(cuda_be *be, cuda_rank *r, int l, int which, const float *delta,
+                   const float *gain, int T, inf_err *err)
+{
+    const bufs *b = &r->b;
+    if (norm_quantizes(r, l, which))
+        return CUDA_RC(err, cuda_k_add_rmsnorm_q(b->x, delta, gain, r->d.D, be->eps, T, b->xn,
+                                                 b->xq, r->d.ldq, b->sx, r->st));
+    return CUDA_RC(err, cuda_k_add_rmsnorm(b->x, delta, gain, r->d.D, be->eps, NULL, T, b->xn,
+                                           r->st));
+}
+
 /* Layer l's matrix `which` (CUDA_W_*) applied to x [T][ldx] bf16: y [T][ldy]
- * f32. Quantized matrices take x quantized per row first (cuda/kern.h). */
+ * f32. Quantized matrices take x quantized per row first (cuda/kern.h),
+ * unless the norm that wrote x did (quantized: xq and sx already hold it). */
 static int layer_gemm(cuda_rank *r, int l, int which, const uint16_t *x, int ldx, float *y,
-                      int ldy, int T, inf_err *err)
+                      int ldy, int T, int quantized, inf_err *err)
 {
     const cuda_wlayout *wl = &r->wl;
     int N = (int)wl->w_rows[which], K = (int)wl->w_cols[which];
@@ -244,11 +273,12 @@ static int layer_gemm(cuda_rank *r, int l, int which, const uint16_t *x, int ldx
         return gemm(r, x, ldx, wmat(r, l, which), N, K, y, ldy, T, err);
     const unsigned char *lw = r->w + wl->layer0 + (size_t)l * wl->layer_stride;
     const bufs *b = &r->b;
-    float s = r->in_scale ? r->in_scale[(size_t)l * CUDA_W_COUNT + which] : 0.0f;
-    int rc = CUDA_RC(err, s > 0.0f ? cuda_k_quant_rows_static(x, ldx, K, T, s, b->xq, r->d.ldq,
-                                                               b->sx, r->st)
-                                   : cuda_k_quant_rows(x, ldx, K, T, b->xq, r->d.ldq, b->sx,
-                                                       r->st));
+    float s = in_scale(r, l, which);
+    int rc = quantized ? INF_OK
+             : CUDA_RC(err, s > 0.0f ? cuda_k_quant_rows_static(x, ldx, K, T, s, b->xq,
+                                                                 r->d.ldq, b->sx, r->st)
+                                     : cuda_k_quant_rows(x, ldx, K, T, b->xq, r->d.ldq, b->sx,
+                                                         r->st));
     if (rc)
         return rc;
     if (r->d.quant == CUDA_QUANT_INT8)
@@ -322,15 +352,15 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
     const float *bias = d->bias ? wvec(r, l, r->wl.bias) : NULL;
     const float *qkg = d->qk_norm ? wvec(r, l, r->wl.qk_gain) : NULL;
     if ((l > 0 && (rc = post_norm(be, r, l - 1, 1, T, err))) ||
-        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, l ? b->delta : NULL, wnorm(r, l, 0), d->D,
-                                              be->eps, NULL, T, b->xn, r->st))) ||
-        (rc = layer_gemm(r, l, CUDA_W_QKV, b->xn, d->D, b->qkv, d->qkv, T, err)) ||
+        (rc = norm_in(be, r, l, CUDA_W_QKV, l ? b->delta : NULL, wnorm(r, l, 0), T, err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_QKV, b->xn, d->D, b->qkv, d->qkv, T,
+                         norm_quantizes(r, l, CUDA_W_QKV), err)) ||
         (rc = CUDA_RC(err, cuda_k_qkv_prep(b->qkv, T, md->bias_qkv ? bias : NULL, qkg, d->Hl,
                                            d->KVl, d->hd, be->eps, r->st))) ||
         (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, &rope, d->Hl, d->KVl,
                                           d->hd, kc, vc, d->block_size, r->st))) ||
         (rc = CUDA_RC(err, attention(d, &a, s, r->st))) ||
-        (rc = layer_gemm(r, l, CUDA_W_O, b->att, d->Hl * d->hd, b->delta, d->D, T, err)))
+        (rc = layer_gemm(r, l, CUDA_W_O, b->att, d->Hl * d->hd, b->delta, d->D, T, 0, err)))
         return rc;
     /* o's bias (delta as rows of one "head" of width D): rank 0 only, so the
      * all-reduce over the ranks' partial products adds it once */
@@ -348,13 +378,13 @@ static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_e
     int T = s->T, rc;
     int gelu = be->m->cfg.desc.act == MD_ACT_GELU_TANH;
     if ((rc = post_norm(be, r, l, 0, T, err)) ||
-        (rc = CUDA_RC(err, cuda_k_add_rmsnorm(b->x, b->delta, wnorm(r, l, 1), d->D, be->eps,
-                                              NULL, T, b->xn, r->st))) ||
-        (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T, err)) ||
+        (rc = norm_in(be, r, l, CUDA_W_GU, b->delta, wnorm(r, l, 1), T, err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T,
+                         norm_quantizes(r, l, CUDA_W_GU), err)) ||
         (rc = CUDA_RC(err, gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)
                                 : cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
         return rc;
-    return layer_gemm(r, l, CUDA_W_DOWN, b->act, d->Fl, b->delta, d->D, T, err);
+    return layer_gemm(r, l, CUDA_W_DOWN, b->act, d->Fl, b->delta, d->D, T, 0, err);
 }
 
 typedef int (*phase_fn)(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err);

@@ -5,6 +5,7 @@
 // (-ffp-contract=off) are written with __fmul_rn / __fadd_rn so nvcc does not
 // fuse them into FMAs either.
 #include "cuda/dev.cuh"
+#include "cuda/k_norm.cuh"
 #include "cuda/kern.h"
 #include "cuda/plan.h"
 
@@ -107,26 +108,13 @@ static __global__ void __launch_bounds__(256)
     int i = blockIdx.x, r = rows ? rows[i] : i;
     float *xr = x + (size_t)r * D;
     const float *dr = delta ? delta + (size_t)r * D : nullptr;
-    float ss = 0.0f;
     // with rows (the final norm) x stays as it is: a row may be listed
     // twice, and two blocks must not both add delta into it
     int keep = dr && rows;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float v = xr[j];
-        if (dr) {
-            v = __fadd_rn(v, dr[j]);
-            if (!keep)
-                xr[j] = v; // each thread rereads only what it wrote
-        }
-        ss = __fmaf_rn(v, v, ss);
-    }
-    ss = block_sum(ss, red);
-    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    float inv = rms_row(xr, dr, keep, D, eps, red);
     uint16_t *o = out + (size_t)i * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float v = keep ? __fadd_rn(xr[j], dr[j]) : xr[j];
-        o[j] = f2bf(__fmul_rn(__fmul_rn(v, inv), gain[j]));
-    }
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        o[j] = rms_out(xr, dr, keep, gain, j, inv);
 }
 
 extern "C" cudaError_t cuda_k_add_rmsnorm(float *x, const float *delta, const float *gain,

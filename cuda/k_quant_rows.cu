@@ -8,9 +8,13 @@
 //   - vec (CUDA_QR_VEC): the same block, 16-byte loads of 8 values held in
 //     registers between the two passes (rows up to 16,384 values; the rest
 //     of a longer row is read again), 8-byte stores. Rows whose K or
-//     stride is not a multiple of 8 take the block kernel. Written without
-//     a GPU at hand: not chosen until one has run and timed it.
+//     stride is not a multiple of 8 take the block kernel. The one
+//     cuda_k_quant_rows runs since the H200 timed it (2026-11-27: 6.0-7.1
+//     us against 8.6-10.0 at K = 4096, 6.2-8.0 against 17.9-19.7 at 14336).
+// And cuda_k_add_rmsnorm_q: the residual add and RMSNorm (cuda/k_norm.cuh)
+// with the quantization of the row it writes, one launch for two.
 #include "cuda/dev.cuh"
+#include "cuda/k_norm.cuh"
 #include "cuda/kern.h"
 
 namespace {
@@ -157,6 +161,50 @@ extern "C" cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int 
         return cudaErrorInvalidValue;
     if (T > 0)
         k_quant_rows_static<<<(unsigned)T, THREADS, 0, st>>>(x, ldx, K, s, q, ldq, sx);
+    return cudaGetLastError();
+}
+
+namespace {
+
+// Row blockIdx.x: cuda_k_add_rmsnorm's x update and bf16 output (rms_row,
+// rms_out), then k_quant_rows's steps on the bf16 values just written (each
+// thread rereads its own), so q and sx are the bits the two launches give.
+__global__ void __launch_bounds__(THREADS)
+    k_add_rmsnorm_q(float *__restrict__ x, const float *__restrict__ delta,
+                    const float *__restrict__ gain, int D, float eps, uint16_t *__restrict__ out,
+                    int8_t *__restrict__ q, int ldq, float *__restrict__ sx)
+{
+    __shared__ float red[32], red2[32]; // two: a block_sum's last reads race a block_max's writes
+    int i = blockIdx.x;
+    float *xr = x + (size_t)i * D;
+    const float *dr = delta ? delta + (size_t)i * D : nullptr;
+    float inv = rms_row(xr, dr, 0, D, eps, red);
+    uint16_t *o = out + (size_t)i * D;
+    float amax = 0.0f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        uint16_t h = rms_out(xr, dr, 0, gain, j, inv);
+        o[j] = h;
+        amax = amax_with(amax, h);
+    }
+    amax = block_max(amax, red2);
+    float qi = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int8_t *qr = q + (size_t)i * ldq;
+    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
+        qr[k] = (int8_t)(k < D ? q_of(o[k], qi) : 0);
+    if (threadIdx.x == 0)
+        sx[i] = __fdiv_rn(amax, 127.0f);
+}
+
+} // namespace
+
+extern "C" cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain,
+                                            int D, float eps, int n, uint16_t *out, int8_t *q,
+                                            int ldq, float *sx, cudaStream_t st)
+{
+    if (D < 0 || ldq < D || ldq % 32)
+        return cudaErrorInvalidValue;
+    if (n > 0)
+        k_add_rmsnorm_q<<<(unsigned)n, THREADS, 0, st>>>(x, delta, gain, D, eps, out, q, ldq, sx);
     return cudaGetLastError();
 }
 

@@ -199,6 +199,14 @@ cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *
  *   q = (int)rint(min(max(v / s, -127), 127)) (NaN -> -127), sx[t] = s. */
 cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T, float s,
                                      int8_t *q, int ldq, float *sx, cudaStream_t st);
+
+/* cuda_k_add_rmsnorm (rows NULL) over n rows of width D, then
+ * cuda_k_quant_rows of the out it wrote (K = ldx = D) into q and sx, in one
+ * launch: the same bits as the two (a quantized layer GEMM's input, one
+ * launch and one pass over the row fewer). ldq >= D, a multiple of 32. */
+cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain, int D,
+                                 float eps, int n, uint16_t *out, int8_t *q, int ldq, float *sx,
+                                 cudaStream_t st);
 /* Its kernels (cuda/k_quant_rows.cu), the same bits: CUDA_QR_BLOCK and
  * CUDA_QR_VEC (16-byte loads held between the passes: the one
  * cuda_k_quant_rows runs, 1.4-2.9x faster on an H200; it falls back to the

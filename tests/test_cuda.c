@@ -271,6 +271,77 @@ static void test_cuda_kern_add_rmsnorm(void **state)
     }
 }
 
+/* cuda_k_add_rmsnorm_q against cuda_k_add_rmsnorm then cuda_k_quant_rows on
+ * the same inputs: x, the bf16 rows, q (padding zeros included) and sx the
+ * same bits, with and without delta, at widths a block covers in one pass,
+ * in several, and not a multiple of 8. */
+static void test_cuda_kern_add_rmsnorm_q_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    uint64_t saved = rng_state; /* draws of its own: later tests' inputs stay as they were */
+    rng_state = 99;
+    const int Ds[] = {64, 80, 4096, 5003};
+    for (size_t k = 0; k < sizeof Ds / sizeof Ds[0]; k++) {
+        int D = Ds[k], R = 9, ldq = (D + 31) / 32 * 32 + 32;
+        float *x = malloc((size_t)R * D * 4), *delta = malloc((size_t)R * D * 4);
+        float *g = malloc((size_t)D * 4);
+        for (int i = 0; i < R * D; i++) {
+            x[i] = 3.0f * frand();
+            delta[i] = frand();
+        }
+        x[D + 5] = 0.0f; /* a row whose largest value is at the start of a chunk */
+        for (int i = 0; i < D; i++)
+            g[i] = 1.0f + 0.5f * frand();
+        for (int with = 0; with < 2; with++) {
+            float *xs[2], *sxs[2], *dd = to_dev(delta, (size_t)R * D * 4);
+            float *dg = to_dev(g, (size_t)D * 4);
+            uint16_t *outs[2];
+            int8_t *qs[2];
+            for (int v = 0; v < 2; v++) {
+                xs[v] = to_dev(x, (size_t)R * D * 4);
+                outs[v] = dmalloc((size_t)R * D * 2);
+                qs[v] = dmalloc((size_t)R * ldq);
+                sxs[v] = dmalloc((size_t)R * 4);
+                CK(cudaMemset(qs[v], 0x55, (size_t)R * ldq)); /* padding must be written */
+            }
+            CK(cuda_k_add_rmsnorm(xs[0], with ? dd : NULL, dg, D, 1e-5f, NULL, R, outs[0], 0));
+            CK(cuda_k_quant_rows(outs[0], D, D, R, qs[0], ldq, sxs[0], 0));
+            CK(cuda_k_add_rmsnorm_q(xs[1], with ? dd : NULL, dg, D, 1e-5f, R, outs[1], qs[1], ldq,
+                                    sxs[1], 0));
+            CK(cudaDeviceSynchronize());
+            size_t sz[4] = {(size_t)R * D * 4, (size_t)R * D * 2, (size_t)R * ldq, (size_t)R * 4};
+            const void *dv[4][2] = {{xs[0], xs[1]}, {outs[0], outs[1]}, {qs[0], qs[1]},
+                                    {sxs[0], sxs[1]}};
+            const char *what[4] = {"x", "the bf16 rows", "q", "sx"};
+            for (int p = 0; p < 4; p++) {
+                void *a = malloc(sz[p]), *b = malloc(sz[p]);
+                to_host(a, dv[p][0], sz[p]);
+                to_host(b, dv[p][1], sz[p]);
+                if (memcmp(a, b, sz[p]))
+                    fail_msg("add_rmsnorm_q D %d delta %d: %s differ from the two launches'", D,
+                             with, what[p]);
+                free(a);
+                free(b);
+            }
+            for (int v = 0; v < 2; v++) {
+                cudaFree(xs[v]);
+                cudaFree(outs[v]);
+                cudaFree(qs[v]);
+                cudaFree(sxs[v]);
+            }
+            cudaFree(dd);
+            cudaFree(dg);
+        }
+        print_message("add_rmsnorm_q D %d: x, rows, q and sx the same bits as the two "
+                      "launches, with and without delta\n", D);
+        free(x);
+        free(delta);
+        free(g);
+    }
+    rng_state = saved;
+}
+
 /* RoPE as the CPU computes it (double angles, float rotation): q in place
  * within 1e-6 relative, K in the cache within 1 bf16 ulp, V exact, at the
  * slot's [block][head][offset] and nowhere else. */
@@ -2761,6 +2832,7 @@ int main(void)
         cmocka_unit_test(test_cuda_available_never_crashes),
         cmocka_unit_test(test_cuda_kern_embed_exact),
         cmocka_unit_test(test_cuda_kern_add_rmsnorm),
+        cmocka_unit_test(test_cuda_kern_add_rmsnorm_q_exact),
         cmocka_unit_test(test_cuda_kern_rope_kv),
         cmocka_unit_test(test_cuda_kern_swiglu),
         cmocka_unit_test(test_cuda_kern_gemm_invariant),

@@ -74,6 +74,18 @@ cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *
     return cuda_k_quant_rows_with(CUDA_QR_BLOCK, x, ldx, K, T, q, ldq, sx, st);
 }
 
+/* The fake device's fused norm and quantization: the two references in turn. */
+cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain, int D,
+                                 float eps, int n, uint16_t *out, int8_t *q, int ldq, float *sx,
+                                 cudaStream_t st)
+{
+    if (D < 0 || ldq < D || ldq % 32)
+        return cudaErrorInvalidValue;
+    cudaError_t e = cuda_k_add_rmsnorm(x, delta, gain, D, eps, NULL, n, out, st);
+    return e == cudaSuccess ? cuda_k_quant_rows(out, D, D, n, q, ldq, sx, st) : e;
+}
+
+
 cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T, float s,
                                      int8_t *q, int ldq, float *sx, cudaStream_t st)
 {
