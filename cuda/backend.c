@@ -240,12 +240,18 @@ static float in_scale(const cuda_rank *r, int l, int which)
     return r->in_scale ? r->in_scale[(size_t)l * CUDA_W_COUNT + which] : 0.0f;
 }
 
-/* 1 when the norm before layer l's matrix `which` quantizes its output
- * itself (cuda_k_add_rmsnorm_q): a quantized layer whose activations are
- * quantized per token, its input the norm's whole row (one rank). */
+/* 1 when the kernel before layer l's matrix `which` quantizes its output
+ * itself (cuda_k_add_rmsnorm_q, cuda_k_glu_q): a quantized layer whose
+ * activations are quantized per token, its input that kernel's whole row
+ * (K of width, as on one rank). */
+static int fused_quant(const cuda_rank *r, int l, int which, int K)
+{
+    return r->d.quant && in_scale(r, l, which) == 0.0f && (int)r->wl.w_cols[which] == K;
+}
+
 static int norm_quantizes(const cuda_rank *r, int l, int which)
 {
-    return r->d.quant && in_scale(r, l, which) == 0.0f && (int)r->wl.w_cols[which] == r->d.D;
+    return fused_quant(r, l, which, r->d.D);
 }
 
 /* The residual add and norm (gain) into xn, and when norm_quantizes, xn
@@ -377,14 +383,17 @@ static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_e
     const bufs *b = &r->b;
     int T = s->T, rc;
     int gelu = be->m->cfg.desc.act == MD_ACT_GELU_TANH;
+    int fq = fused_quant(r, l, CUDA_W_DOWN, d->Fl); /* the activation quantizes down's input */
     if ((rc = post_norm(be, r, l, 0, T, err)) ||
         (rc = norm_in(be, r, l, CUDA_W_GU, b->delta, wnorm(r, l, 1), T, err)) ||
         (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T,
                          norm_quantizes(r, l, CUDA_W_GU), err)) ||
-        (rc = CUDA_RC(err, gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)
-                                : cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
+        (rc = CUDA_RC(err, fq     ? cuda_k_glu_q(b->gu, d->Fl, T, gelu, b->act, b->xq, r->d.ldq,
+                                                 b->sx, r->st)
+                           : gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)
+                                  : cuda_k_swiglu(b->gu, d->Fl, T, b->act, r->st))))
         return rc;
-    return layer_gemm(r, l, CUDA_W_DOWN, b->act, d->Fl, b->delta, d->D, T, 0, err);
+    return layer_gemm(r, l, CUDA_W_DOWN, b->act, d->Fl, b->delta, d->D, T, fq, err);
 }
 
 typedef int (*phase_fn)(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_err *err);

@@ -5,6 +5,7 @@
 // (-ffp-contract=off) are written with __fmul_rn / __fadd_rn so nvcc does not
 // fuse them into FMAs either.
 #include "cuda/dev.cuh"
+#include "cuda/k_act.cuh"
 #include "cuda/k_norm.cuh"
 #include "cuda/kern.h"
 #include "cuda/plan.h"
@@ -192,8 +193,7 @@ static __global__ void k_swiglu(const float *gu, int F, uint16_t *out)
     if (i >= F)
         return;
     const float *r = gu + (size_t)t * 2 * F;
-    float g = r[i], u = r[F + i];
-    out[(size_t)t * F + i] = f2bf(__fmul_rn(g / __fadd_rn(1.0f, expf(-g)), u));
+    out[(size_t)t * F + i] = swiglu_of(r[i], r[F + i]);
 }
 
 extern "C" cudaError_t cuda_k_swiglu(const float *gu, int F, int T, uint16_t *out,
@@ -212,11 +212,7 @@ static __global__ void k_geglu(const float *gu, int F, uint16_t *out)
     if (i >= F)
         return;
     const float *r = gu + (size_t)t * 2 * F;
-    float g = r[i], u = r[F + i];
-    float cube = __fmul_rn(__fmul_rn(g, g), g);
-    float inner = __fmul_rn(0.7978845608028654f, __fadd_rn(g, __fmul_rn(0.044715f, cube)));
-    float a = __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
-    out[(size_t)t * F + i] = f2bf(__fmul_rn(a, u));
+    out[(size_t)t * F + i] = geglu_of(r[i], r[F + i]);
 }
 
 extern "C" cudaError_t cuda_k_geglu(const float *gu, int F, int T, uint16_t *out, cudaStream_t st)

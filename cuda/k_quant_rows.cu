@@ -11,9 +11,11 @@
 //     stride is not a multiple of 8 take the block kernel. The one
 //     cuda_k_quant_rows runs since the H200 timed it (2026-11-27: 6.0-7.1
 //     us against 8.6-10.0 at K = 4096, 6.2-8.0 against 17.9-19.7 at 14336).
-// And cuda_k_add_rmsnorm_q: the residual add and RMSNorm (cuda/k_norm.cuh)
-// with the quantization of the row it writes, one launch for two.
+// And cuda_k_add_rmsnorm_q / cuda_k_glu_q: the residual add and RMSNorm
+// (cuda/k_norm.cuh), or the gated activation (cuda/k_act.cuh), with the
+// quantization of the row it writes, one launch for two.
 #include "cuda/dev.cuh"
+#include "cuda/k_act.cuh"
 #include "cuda/k_norm.cuh"
 #include "cuda/kern.h"
 
@@ -195,7 +197,42 @@ __global__ void __launch_bounds__(THREADS)
         sx[i] = __fdiv_rn(amax, 127.0f);
 }
 
+// Row blockIdx.x of gu [T][2F]: the gated activation (GeGLU when gelu, else
+// SwiGLU) into out [T][F] as bf16, then k_quant_rows's steps on it.
+__global__ void __launch_bounds__(THREADS)
+    k_glu_q(const float *__restrict__ gu, int F, int gelu, uint16_t *__restrict__ out,
+            int8_t *__restrict__ q, int ldq, float *__restrict__ sx)
+{
+    __shared__ float red[32];
+    int t = blockIdx.x;
+    const float *r = gu + (size_t)t * 2 * F;
+    uint16_t *o = out + (size_t)t * F;
+    float amax = 0.0f;
+    for (int i = threadIdx.x; i < F; i += blockDim.x) {
+        uint16_t h = gelu ? geglu_of(r[i], r[F + i]) : swiglu_of(r[i], r[F + i]);
+        o[i] = h;
+        amax = amax_with(amax, h);
+    }
+    amax = block_max(amax, red);
+    float qi = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int8_t *qr = q + (size_t)t * ldq;
+    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
+        qr[k] = (int8_t)(k < F ? q_of(o[k], qi) : 0);
+    if (threadIdx.x == 0)
+        sx[t] = __fdiv_rn(amax, 127.0f);
+}
+
 } // namespace
+
+extern "C" cudaError_t cuda_k_glu_q(const float *gu, int F, int T, int gelu, uint16_t *out,
+                                    int8_t *q, int ldq, float *sx, cudaStream_t st)
+{
+    if (F < 0 || ldq < F || ldq % 32)
+        return cudaErrorInvalidValue;
+    if (T > 0)
+        k_glu_q<<<(unsigned)T, THREADS, 0, st>>>(gu, F, gelu, out, q, ldq, sx);
+    return cudaGetLastError();
+}
 
 extern "C" cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain,
                                             int D, float eps, int n, uint16_t *out, int8_t *q,

@@ -207,6 +207,12 @@ cudaError_t cuda_k_quant_rows_static(const uint16_t *x, int ldx, int K, int T, f
 cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain, int D,
                                  float eps, int n, uint16_t *out, int8_t *q, int ldq, float *sx,
                                  cudaStream_t st);
+
+/* cuda_k_geglu (gelu) or cuda_k_swiglu over T rows, then cuda_k_quant_rows
+ * of the out it wrote (K = ldx = F), in one launch: the same bits as the
+ * two (the down projection's quantized input). ldq >= F, a multiple of 32. */
+cudaError_t cuda_k_glu_q(const float *gu, int F, int T, int gelu, uint16_t *out, int8_t *q,
+                         int ldq, float *sx, cudaStream_t st);
 /* Its kernels (cuda/k_quant_rows.cu), the same bits: CUDA_QR_BLOCK and
  * CUDA_QR_VEC (16-byte loads held between the passes: the one
  * cuda_k_quant_rows runs, 1.4-2.9x faster on an H200; it falls back to the

@@ -271,6 +271,18 @@ static void test_cuda_kern_add_rmsnorm(void **state)
     }
 }
 
+/* Fails unless device buffers a and b hold the same n bytes. */
+static void same_dev_bytes(const void *a, const void *b, size_t n, const char *what)
+{
+    void *ha = malloc(n), *hb = malloc(n);
+    to_host(ha, a, n);
+    to_host(hb, b, n);
+    if (memcmp(ha, hb, n))
+        fail_msg("%s differ", what);
+    free(ha);
+    free(hb);
+}
+
 /* cuda_k_add_rmsnorm_q against cuda_k_add_rmsnorm then cuda_k_quant_rows on
  * the same inputs: x, the bf16 rows, q (padding zeros included) and sx the
  * same bits, with and without delta, at widths a block covers in one pass,
@@ -310,20 +322,15 @@ static void test_cuda_kern_add_rmsnorm_q_exact(void **state)
             CK(cuda_k_add_rmsnorm_q(xs[1], with ? dd : NULL, dg, D, 1e-5f, R, outs[1], qs[1], ldq,
                                     sxs[1], 0));
             CK(cudaDeviceSynchronize());
-            size_t sz[4] = {(size_t)R * D * 4, (size_t)R * D * 2, (size_t)R * ldq, (size_t)R * 4};
-            const void *dv[4][2] = {{xs[0], xs[1]}, {outs[0], outs[1]}, {qs[0], qs[1]},
-                                    {sxs[0], sxs[1]}};
-            const char *what[4] = {"x", "the bf16 rows", "q", "sx"};
-            for (int p = 0; p < 4; p++) {
-                void *a = malloc(sz[p]), *b = malloc(sz[p]);
-                to_host(a, dv[p][0], sz[p]);
-                to_host(b, dv[p][1], sz[p]);
-                if (memcmp(a, b, sz[p]))
-                    fail_msg("add_rmsnorm_q D %d delta %d: %s differ from the two launches'", D,
-                             with, what[p]);
-                free(a);
-                free(b);
-            }
+            char what[80];
+            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: x", D, with);
+            same_dev_bytes(xs[0], xs[1], (size_t)R * D * 4, what);
+            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: the rows", D, with);
+            same_dev_bytes(outs[0], outs[1], (size_t)R * D * 2, what);
+            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: q", D, with);
+            same_dev_bytes(qs[0], qs[1], (size_t)R * ldq, what);
+            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: sx", D, with);
+            same_dev_bytes(sxs[0], sxs[1], (size_t)R * 4, what);
             for (int v = 0; v < 2; v++) {
                 cudaFree(xs[v]);
                 cudaFree(outs[v]);
@@ -338,6 +345,57 @@ static void test_cuda_kern_add_rmsnorm_q_exact(void **state)
         free(x);
         free(delta);
         free(g);
+    }
+    rng_state = saved;
+}
+
+/* cuda_k_glu_q against cuda_k_swiglu / cuda_k_geglu then cuda_k_quant_rows:
+ * the bf16 rows, q (padding included) and sx the same bits, both
+ * activations, widths of one block pass, several, and odd. */
+static void test_cuda_kern_glu_q_exact(void **state)
+{
+    (void)state;
+    NEED_GPU();
+    uint64_t saved = rng_state; /* draws of its own, as above */
+    rng_state = 101;
+    const int Fs[] = {64, 80, 5003, 14336};
+    for (size_t k = 0; k < sizeof Fs / sizeof Fs[0]; k++) {
+        int F = Fs[k], T = 5, ldq = (F + 31) / 32 * 32 + 32;
+        float *gu = malloc((size_t)T * 2 * F * 4);
+        for (int i = 0; i < T * 2 * F; i++)
+            gu[i] = 4.0f * frand();
+        float *dgu = to_dev(gu, (size_t)T * 2 * F * 4);
+        for (int gelu = 0; gelu < 2; gelu++) {
+            uint16_t *outs[2];
+            int8_t *qs[2];
+            float *sxs[2];
+            for (int v = 0; v < 2; v++) {
+                outs[v] = dmalloc((size_t)T * F * 2);
+                qs[v] = dmalloc((size_t)T * ldq);
+                sxs[v] = dmalloc((size_t)T * 4);
+                CK(cudaMemset(qs[v], 0x55, (size_t)T * ldq));
+            }
+            CK(gelu ? cuda_k_geglu(dgu, F, T, outs[0], 0) : cuda_k_swiglu(dgu, F, T, outs[0], 0));
+            CK(cuda_k_quant_rows(outs[0], F, F, T, qs[0], ldq, sxs[0], 0));
+            CK(cuda_k_glu_q(dgu, F, T, gelu, outs[1], qs[1], ldq, sxs[1], 0));
+            CK(cudaDeviceSynchronize());
+            char what[80];
+            snprintf(what, sizeof what, "glu_q F %d gelu %d: the rows", F, gelu);
+            same_dev_bytes(outs[0], outs[1], (size_t)T * F * 2, what);
+            snprintf(what, sizeof what, "glu_q F %d gelu %d: q", F, gelu);
+            same_dev_bytes(qs[0], qs[1], (size_t)T * ldq, what);
+            snprintf(what, sizeof what, "glu_q F %d gelu %d: sx", F, gelu);
+            same_dev_bytes(sxs[0], sxs[1], (size_t)T * 4, what);
+            for (int v = 0; v < 2; v++) {
+                cudaFree(outs[v]);
+                cudaFree(qs[v]);
+                cudaFree(sxs[v]);
+            }
+        }
+        print_message("glu_q F %d: rows, q and sx the same bits as the two launches, SwiGLU "
+                      "and GeGLU\n", F);
+        cudaFree(dgu);
+        free(gu);
     }
     rng_state = saved;
 }
@@ -2833,6 +2891,7 @@ int main(void)
         cmocka_unit_test(test_cuda_kern_embed_exact),
         cmocka_unit_test(test_cuda_kern_add_rmsnorm),
         cmocka_unit_test(test_cuda_kern_add_rmsnorm_q_exact),
+        cmocka_unit_test(test_cuda_kern_glu_q_exact),
         cmocka_unit_test(test_cuda_kern_rope_kv),
         cmocka_unit_test(test_cuda_kern_swiglu),
         cmocka_unit_test(test_cuda_kern_gemm_invariant),

@@ -74,7 +74,16 @@ cudaError_t cuda_k_quant_rows(const uint16_t *x, int ldx, int K, int T, int8_t *
     return cuda_k_quant_rows_with(CUDA_QR_BLOCK, x, ldx, K, T, q, ldq, sx, st);
 }
 
-/* The fake device's fused norm and quantization: the two references in turn. */
+/* The fake device's fused kernels: the two references in turn. */
+cudaError_t cuda_k_glu_q(const float *gu, int F, int T, int gelu, uint16_t *out, int8_t *q,
+                         int ldq, float *sx, cudaStream_t st)
+{
+    if (F < 0 || ldq < F || ldq % 32)
+        return cudaErrorInvalidValue;
+    cudaError_t e = gelu ? cuda_k_geglu(gu, F, T, out, st) : cuda_k_swiglu(gu, F, T, out, st);
+    return e == cudaSuccess ? cuda_k_quant_rows(out, F, F, T, q, ldq, sx, st) : e;
+}
+
 cudaError_t cuda_k_add_rmsnorm_q(float *x, const float *delta, const float *gain, int D,
                                  float eps, int n, uint16_t *out, int8_t *q, int ldq, float *sx,
                                  cudaStream_t st)
