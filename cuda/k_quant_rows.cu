@@ -55,6 +55,20 @@ __device__ __forceinline__ int q_of(uint16_t h, float inv)
     return (int)rintf(t);
 }
 
+// The rest of a row's quantization once each thread holds the amax of its
+// share of the bf16 values o[0..K): the block's amax, inv, q over all ldq
+// columns (zeros past K, each thread its own share again), and the scale.
+__device__ __forceinline__ void quant_tail(const uint16_t *o, int K, float amax, float *red,
+                                           int8_t *qr, int ldq, float *sxr)
+{
+    amax = block_max(amax, red);
+    float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
+        qr[k] = (int8_t)(k < K ? q_of(o[k], inv) : 0);
+    if (threadIdx.x == 0)
+        *sxr = __fdiv_rn(amax, 127.0f);
+}
+
 // One block per row t: amax, then q over all ldq columns (zeros past K).
 __global__ void __launch_bounds__(THREADS)
     k_quant_rows(const uint16_t *__restrict__ x, int ldx, int K, int8_t *__restrict__ q,
@@ -62,16 +76,10 @@ __global__ void __launch_bounds__(THREADS)
 {
     __shared__ float red[32];
     const uint16_t *xr = x + (size_t)blockIdx.x * ldx;
-    int8_t *qr = q + (size_t)blockIdx.x * ldq;
     float amax = 0.0f;
     for (int k = threadIdx.x; k < K; k += blockDim.x)
         amax = amax_with(amax, xr[k]);
-    amax = block_max(amax, red);
-    float inv = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
-        qr[k] = (int8_t)(k < K ? q_of(xr[k], inv) : 0);
-    if (threadIdx.x == 0)
-        sx[blockIdx.x] = __fdiv_rn(amax, 127.0f);
+    quant_tail(xr, K, amax, red, q + (size_t)blockIdx.x * ldq, ldq, sx + blockIdx.x);
 }
 
 // 8 values of a chunk as 8 q bytes, little-endian in two words
@@ -188,13 +196,7 @@ __global__ void __launch_bounds__(THREADS)
         o[j] = h;
         amax = amax_with(amax, h);
     }
-    amax = block_max(amax, red2);
-    float qi = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    int8_t *qr = q + (size_t)i * ldq;
-    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
-        qr[k] = (int8_t)(k < D ? q_of(o[k], qi) : 0);
-    if (threadIdx.x == 0)
-        sx[i] = __fdiv_rn(amax, 127.0f);
+    quant_tail(o, D, amax, red2, q + (size_t)i * ldq, ldq, sx + i);
 }
 
 // Row blockIdx.x of gu [T][2F]: the gated activation (GeGLU when gelu, else
@@ -213,13 +215,7 @@ __global__ void __launch_bounds__(THREADS)
         o[i] = h;
         amax = amax_with(amax, h);
     }
-    amax = block_max(amax, red);
-    float qi = amax > 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    int8_t *qr = q + (size_t)t * ldq;
-    for (int k = threadIdx.x; k < ldq; k += blockDim.x)
-        qr[k] = (int8_t)(k < F ? q_of(o[k], qi) : 0);
-    if (threadIdx.x == 0)
-        sx[t] = __fdiv_rn(amax, 127.0f);
+    quant_tail(o, F, amax, red, q + (size_t)t * ldq, ldq, sx + t);
 }
 
 } // namespace
