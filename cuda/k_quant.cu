@@ -9,18 +9,19 @@
 // __int2float_rn) so nvcc can neither contract nor reorder them, and W4A8's
 // per-group chain runs in increasing g inside one thread per output.
 //
-// Each GEMM has three kernels, chosen by M:
+// Each GEMM has four kernels, chosen by M (cuda_k_qgemm_kernel):
 //   - rows (decode): a warp per weight row, the row read
 //     once per pass of up to 8 activation rows (templated on the pass, so
 //     M = 1 carries no idle rows), lanes on 16-byte chunks so the warp
 //     reads the row coalesced, several loads in flight; memory-bound.
-//   - tiled (prefill): 64 x 64 outputs per block through shared memory, so
-//     the weights are read M / 64 times rather than M / 8.
+//     int8 up to 16 rows, int4 up to 4.
 //   - warp: 8 activation rows a pass at every M (int8: the row kernel so;
 //     int4: the first decode kernel, whose chains advance every 32
-//     groups); int4 runs it for 5 to 32 rows, where it measured faster.
-// A fourth, on the tensor cores (mma, cuda/k_quant_mma.cu), is not chosen
-// until a GPU has run and timed it.
+//     groups); int4 runs it for 5 to 16 rows, where it measured faster.
+//   - mma (cuda/k_quant_mma.cu): 64 x 64 tiles on the int8 tensor cores,
+//     above 16 rows (1.6-2.6x the tiles on an H200).
+//   - tiled: 64 x 64 outputs per block through shared memory on the CUDA
+//     cores; the prefill kernel until mma, now chosen by nothing.
 // All give the same bits; cuda_k_qgemm_kernel says which runs for M.
 // Pointers q, w and w4 must be 16-byte aligned (cudaMalloc'd, and the
 // contract's strides keep every row so); the launchers refuse otherwise.
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(WARP_ROWS * 32)
     }
 }
 
-// ---- warp kernel (int4 for 5 to 32 rows) -------------------------------------
+// ---- warp kernel (int4 for 5 to 16 rows) -------------------------------------
 
 // The first int4 decode kernel: 8 activation rows a pass at every M,
 // predicated on the pass's rows. Lane l takes groups l, l + 32, ... (16
