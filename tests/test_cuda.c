@@ -1925,8 +1925,10 @@ static void test_cuda_quantized_match_cpu(void **state)
     model_destroy(m);
 }
 
-/* cuda_config.gemm_wgmma (a measurement switch): accepted on compute
- * capability 9.0, else refused at create, saying why. */
+/* cuda_config.gemm_wgmma (a measurement switch): refused at create off
+ * compute capability 9.0, saying why; on it, a 120-token prefill (its GEMMs
+ * through wgmma) within the tolerance of mma.sync's logits, and whether the
+ * bits are the same said. Runs last, after the wgmma kernel's own test. */
 static void test_cuda_gemm_wgmma_switch(void **state)
 {
     (void)state;
@@ -1943,7 +1945,34 @@ static void test_cuda_gemm_wgmma_switch(void **state)
     if (hopper) {
         if (rc)
             fail_msg("gemm_wgmma on compute capability 9.0: %s", err.msg);
+        /* a 120-token prefill: its GEMMs (more than 64 rows) through wgmma,
+         * against the same backend without the switch */
+        enum { N = 120 };
+        int32_t toks[N];
+        toks[0] = 1;
+        for (int i = 1; i < N; i++)
+            toks[i] = (int32_t)((i * 37 + 11) % m->cfg.vocab_size);
+        size_t bytes = (size_t)N * m->cfg.vocab_size * sizeof(float);
+        float *wg = malloc(bytes), *mma = malloc(bytes);
+        seq_logits(be, toks, N, 0, wg);
         be_destroy(be);
+        gc.gemm_wgmma = 0;
+        be = gpu_create(m, &gc);
+        seq_logits(be, toks, N, 0, mma);
+        be_destroy(be);
+        double worst = 0;
+        for (int i = 0; i < N; i++) {
+            double tol, e = row_err(wg + (size_t)i * m->cfg.vocab_size,
+                                    mma + (size_t)i * m->cfg.vocab_size, m->cfg.vocab_size, &tol);
+            worst = fmax(worst, e / tol);
+        }
+        print_message("gemm_wgmma: a %d-token prefill %s mma.sync's logits (worst %.2f of the "
+                      "tolerance)\n", N, memcmp(wg, mma, bytes) ? "differs from" : "is the same "
+                      "bits as", worst);
+        if (!(worst <= 1.0))
+            fail_msg("gemm_wgmma: logits %.2f tolerances from mma.sync's", worst);
+        free(wg);
+        free(mma);
     } else {
         assert_int_equal(rc, INF_ERR_UNSUPPORTED);
         assert_null(be);
@@ -2905,7 +2934,6 @@ int main(void)
         cmocka_unit_test(test_cuda_families_match_cpu),
         cmocka_unit_test(test_cuda_quantized_match_cpu),
         cmocka_unit_test(test_cuda_refuses_cpu_only_linears),
-        cmocka_unit_test(test_cuda_gemm_wgmma_switch),
         cmocka_unit_test(test_cuda_q4_codes_as_stored),
         cmocka_unit_test(test_cuda_model_greedy_64_matches_cpu),
         cmocka_unit_test(test_cuda_model_batched_chunked_paged),
@@ -2922,6 +2950,7 @@ int main(void)
         /* last: written without a GPU, a fault there would leave the
          * device unusable for the tests after it */
         cmocka_unit_test(test_cuda_kern_gemm_wgmma),
+        cmocka_unit_test(test_cuda_gemm_wgmma_switch),
     };
     /* e.g. "test_cuda_kern_*": a slow tool (racecheck) on the kernels alone */
     const char *filter = getenv("INFERD_CUDA_TEST_FILTER");
