@@ -121,8 +121,8 @@ T_test_cuda := $(CUDA_C:%.c=%.o) $(CUDA_CU:%.cu=%.o) cpu/backend.o cpu/backend_m
 # CUDA runtime, cuBLAS and NCCL on the host, kernels as C references), so the
 # backend's host code runs end to end without a GPU. Not a test of the kernels.
 CUDA_FAKE_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cuda/fake/*.c))
-# bench_cuda's wgmma sweep, in a folder of its own (each bench/*.c is a program)
-$(BUILD)/bench_cuda: $(BUILD)/obj/bench/bench_cuda.o $(BUILD)/obj/bench/cuda/wg_sweep.o \
+# bench_cuda's GEMM sweeps, in a folder of their own (each bench/*.c is a program)
+$(BUILD)/bench_cuda: $(BUILD)/obj/bench/bench_cuda.o $(BUILD)/obj/bench/cuda/gemms.o \
 		$(BUILD)/libinferd.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 CUDA_TEST_BIN := $(BUILD)/tests/test_cuda_fake

@@ -28,7 +28,7 @@
  *              [--wgmma FILE]
  *
  * --wgmma FILE: last, cuda_k_gemm_wg (Hopper's wgmma, not chosen by anything
- * yet) beside cuda_k_gemm and cuBLAS, its JSON to FILE (bench/cuda/wg_sweep.h). */
+ * yet) beside cuda_k_gemm and cuBLAS, its JSON to FILE (bench/cuda/gemms.h). */
 #include <cJSON.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -43,18 +43,23 @@
 #include "cuda/plan.h"
 #include "engine/model.h"
 #include "app/args.h"
-#include "bench/cuda/wg_sweep.h"
+#include "bench/cuda/gemms.h"
 
 enum { PROMPT = 32, BATCH = 64, BS = 16 };
 
-#define TRY(call)                                                                      \
-    do {                                                                               \
-        if ((call) != 0) {                                                             \
-            fprintf(stderr, "bench_cuda: %s failed at %s:%d\n", #call, __FILE__,       \
-                    __LINE__);                                                         \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
+/* o as JSON into path; 1, saying so, when it cannot be written. */
+static int write_json(const cJSON *o, const char *path)
+{
+    char *txt = cJSON_Print(o);
+    FILE *f = txt ? fopen(path, "w") : NULL;
+    int ok = f && fputs(txt, f) >= 0;
+    if (f && fclose(f))
+        ok = 0;
+    cJSON_free(txt);
+    if (!ok)
+        fprintf(stderr, "bench_cuda: cannot write %s\n", path);
+    return !ok;
+}
 
 /* ---- machine limits ------------------------------------------------------------ */
 
@@ -88,22 +93,6 @@ static double copy_bandwidth(void)
     return best;
 }
 
-/* n bf16 values uniform in [-scale, scale) into a new device buffer (timing
- * on constant data or zeros flatters tensor cores). */
-static uint16_t *dev_random_bf16(size_t n, float scale, uint32_t seed)
-{
-    uint16_t *h = malloc(n * 2), *d = NULL;
-    if (!h) {
-        fprintf(stderr, "bench_cuda: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++, seed = seed * 1664525u + 1013904223u)
-        h[i] = inf_f32_to_bf16(((float)(seed >> 8) / 8388608.0f - 1.0f) * scale);
-    TRY(cudaMalloc((void **)&d, n * 2));
-    TRY(cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
 
 /* y[M][N] = x[M][K] w[N][K]^T in bf16 with f32 accumulate and output, as
  * the backend calls it: TFLOP/s, best of 10 after warm-ups. */
@@ -142,347 +131,6 @@ static double gemm_rate(int M, int N, int K)
     return best;
 }
 
-/* ---- the batch-invariant GEMM's tile shapes ------------------------------------------ */
-
-enum { K_CUBLAS = -2, K_DEFAULT = -1 }; /* else a candidate shape of cuda_k_gemm */
-
-static void gemm_once(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
-                      int K, float *y, int M, float *ws)
-{
-    int splits = cuda_plan_gemm_splits(N, K);
-    const float one = 1.0f, zero = 0.0f;
-    if (kind == K_CUBLAS)
-        TRY(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, CUDA_R_16BF, K, x,
-                         CUDA_R_16BF, K, &zero, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT));
-    else if (kind == K_DEFAULT)
-        TRY(cuda_k_gemm(x, K, w, N, K, y, N, M, splits, ws, 0));
-    else
-        TRY(cuda_k_gemm_variant(kind, x, K, w, N, K, y, N, M, splits, ws, 0));
-}
-
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median milliseconds of 15 timed runs of fn(ctx) after 3 warm-ups. */
-static double median_ms(void (*fn)(const void *), const void *ctx)
-{
-    cudaEvent_t e0, e1;
-    TRY(cudaEventCreate(&e0));
-    TRY(cudaEventCreate(&e1));
-    float t[15];
-    for (int i = 0; i < 18; i++) {
-        TRY(cudaEventRecord(e0, 0));
-        fn(ctx);
-        TRY(cudaEventRecord(e1, 0));
-        TRY(cudaEventSynchronize(e1));
-        if (i >= 3)
-            TRY(cudaEventElapsedTime(&t[i - 3], e0, e1));
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    qsort(t, 15, sizeof *t, cmp_float);
-    return t[7];
-}
-
-typedef struct gemm_call {
-    int kind, N, K, M;
-    cublasHandle_t h;
-    const uint16_t *x, *w;
-    float *y, *ws;
-} gemm_call;
-
-static void gemm_call_once(const void *p)
-{
-    const gemm_call *c = p;
-    gemm_once(c->kind, c->h, c->x, c->w, c->N, c->K, c->y, c->M, c->ws);
-}
-
-static double gemm_ms(int kind, cublasHandle_t h, const uint16_t *x, const uint16_t *w, int N,
-                      int K, float *y, int M, float *ws)
-{
-    gemm_call c = {.kind = kind, .N = N, .K = K, .M = M, .h = h, .x = x, .w = w, .y = y,
-                   .ws = ws};
-    return median_ms(gemm_call_once, &c);
-}
-
-/* The layer's four GEMMs (N, K): fused q|k|v, o, fused gate|up, down. */
-static const char *const gemm_names[4] = {"qkv", "o", "gate_up", "down"};
-
-static void layer_gemms(const model *m, int shapes[4][2])
-{
-    const model_config *c = &m->cfg;
-    int D = c->hidden_size, hd = c->head_dim, F = c->intermediate_size;
-    const int s[4][2] = {{(c->n_heads + 2 * c->n_kv_heads) * hd, D},
-                         {D, c->n_heads * hd},
-                         {2 * F, D},
-                         {D, F}};
-    memcpy(shapes, s, sizeof s);
-}
-
-/* Times cuBLAS, cuda_k_gemm and every candidate shape on the model's four
- * GEMMs at several M, on random data; checks that every candidate gives the
- * default's bits (first 64 rows). Returns 0 when one does not. */
-static int gemm_sweep(const model *m, cJSON *out)
-{
-    int shapes[4][2];
-    layer_gemms(m, shapes);
-    const int Ms[] = {1, 4, 16, 32, 64, 256, 2048};
-    int nM = (int)(sizeof Ms / sizeof *Ms), nv = cuda_k_gemm_variants(), ok = 1;
-    size_t wmax = 0, kmax = 0, nmax = 0;
-    for (int s = 0; s < 4; s++) {
-        size_t nk = (size_t)shapes[s][0] * shapes[s][1];
-        wmax = nk > wmax ? nk : wmax;
-        kmax = (size_t)shapes[s][1] > kmax ? (size_t)shapes[s][1] : kmax;
-        nmax = (size_t)shapes[s][0] > nmax ? (size_t)shapes[s][0] : nmax;
-    }
-    size_t xn = 2048 * kmax, yn = 2048 * nmax, cmp_n = 64 * nmax;
-    uint16_t *dx = dev_random_bf16(xn, 1.0f, 99), *dw = dev_random_bf16(wmax, 0.05f, 101);
-    float *dy = NULL, *dws = NULL, *ref = malloc(cmp_n * 4), *got = malloc(cmp_n * 4);
-    TRY(cudaMalloc((void **)&dy, yn * 4));
-    TRY(cudaMalloc((void **)&dws, CUDA_GEMM_MAX_SPLITS * yn * 4));
-    TRY(cuda_k_gemm_setup());
-    TRY(cuda_k_gemm_variants_setup());
-    cublasHandle_t h;
-    TRY(cublasCreate(&h));
-    cJSON *arr = cJSON_AddArrayToObject(out, "gemm_shapes");
-    printf("\n%-8s %5s %6s %6s %10s %10s  %-22s %10s\n", "gemm", "M", "N", "K", "cuBLAS us",
-           "ours us", "best shape", "best us");
-    for (int s = 0; s < 4; s++)
-        for (int mi = 0; mi < nM; mi++) {
-            int N = shapes[s][0], K = shapes[s][1], M = Ms[mi];
-            size_t cmp = (size_t)(M < 64 ? M : 64) * N;
-            double tc = gemm_ms(K_CUBLAS, h, dx, dw, N, K, dy, M, dws);
-            double td = gemm_ms(K_DEFAULT, h, dx, dw, N, K, dy, M, dws);
-            TRY(cudaMemcpy(ref, dy, cmp * 4, cudaMemcpyDeviceToHost));
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "gemm", gemm_names[s]);
-            cJSON_AddNumberToObject(e, "M", M);
-            cJSON_AddNumberToObject(e, "N", N);
-            cJSON_AddNumberToObject(e, "K", K);
-            cJSON_AddNumberToObject(e, "k_ranges", cuda_plan_gemm_splits(N, K));
-            cJSON_AddNumberToObject(e, "cublas_us", tc * 1e3);
-            cJSON_AddNumberToObject(e, "default_us", td * 1e3);
-            cJSON *vs = cJSON_AddObjectToObject(e, "shapes_us");
-            int best = -1;
-            double tb = 1e30;
-            for (int v = 0; v < nv; v++) {
-                TRY(cudaMemset(dy, 0xff, cmp * 4));
-                double tv = gemm_ms(v, h, dx, dw, N, K, dy, M, dws);
-                TRY(cudaMemcpy(got, dy, cmp * 4, cudaMemcpyDeviceToHost));
-                if (memcmp(got, ref, cmp * 4)) {
-                    printf("shape %s: NOT the same bits as the default at M %d N %d K %d\n",
-                           cuda_k_gemm_variant_name(v), M, N, K);
-                    ok = 0;
-                }
-                cJSON_AddNumberToObject(vs, cuda_k_gemm_variant_name(v), tv * 1e3);
-                if (tv < tb) {
-                    tb = tv;
-                    best = v;
-                }
-            }
-            cJSON_AddItemToArray(arr, e);
-            printf("%-8s %5d %6d %6d %10.1f %10.1f  %-22s %10.1f\n", gemm_names[s], M, N, K,
-                   tc * 1e3, td * 1e3, cuda_k_gemm_variant_name(best), tb * 1e3);
-        }
-    cublasDestroy(h);
-    cudaFree(dx);
-    cudaFree(dw);
-    cudaFree(dy);
-    cudaFree(dws);
-    free(ref);
-    free(got);
-    return ok;
-}
-
-/* ---- the quantized GEMMs' kernels ------------------------------------------------ */
-
-/* One quantized GEMM (or, with kernel -1, the activations' quantization). */
-typedef struct qcall {
-    int quant, kernel, qr, M, N, K; /* kernel -1: cuda_k_quant_rows_with kernel qr */
-    const uint16_t *x;
-    int8_t *q;
-    float *sx, *y;
-    const int8_t *w;
-    const float *sw;
-    const uint8_t *w4;
-    const uint16_t *d;
-} qcall;
-
-static void qcall_once(const void *p)
-{
-    const qcall *c = p;
-    if (c->kernel < 0)
-        TRY(cuda_k_quant_rows_with(c->qr, c->x, c->K, c->K, c->M, c->q, c->K, c->sx, 0));
-    else if (c->quant == CUDA_QUANT_INT8)
-        TRY(cuda_k_gemm_i8_with(c->kernel, c->q, c->K, c->sx, c->w, c->K, c->sw, c->N, c->K,
-                                c->y, c->N, c->M, 0));
-    else
-        TRY(cuda_k_gemm_i4_with(c->kernel, c->q, c->K, c->sx, c->w4, c->d, c->N, c->K / 32,
-                                c->y, c->N, c->M, 0));
-}
-
-/* n random bytes into a new device buffer: int8 weights and activations
- * ([-127, 127] with avoid_min), int4 nibbles. */
-static void *dev_random_bytes(size_t n, uint32_t seed, int avoid_min)
-{
-    uint8_t *h = malloc(n);
-    void *d = NULL;
-    if (!h) {
-        fprintf(stderr, "bench_cuda: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < n; i++, seed = seed * 1664525u + 1013904223u) {
-        h[i] = (uint8_t)(seed >> 24);
-        if (avoid_min && h[i] == 0x80)
-            h[i] = 0x81;
-    }
-    TRY(cudaMalloc(&d, n));
-    TRY(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    free(h);
-    return d;
-}
-
-/* Times each kernel of cuda_k_gemm_i8 and _i4 (cuda/kern.h, CUDA_QK_*) and
- * the activations' quantization on the model's four GEMMs at several M, on
- * random data: microseconds, and the weight bytes read per second against
- * the copy bandwidth bw (GB/s); checks that every kernel timed gives the
- * same bits (first 64 rows). Returns 0 when one does not. */
-static int qgemm_sweep(const model *m, double bw, cJSON *out)
-{
-    int shapes[4][2];
-    layer_gemms(m, shapes);
-    const int Ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 2048};
-    int nM = (int)(sizeof Ms / sizeof *Ms), ok = 1;
-    size_t wmax = 0, kmax = 0, nmax = 0;
-    for (int s = 0; s < 4; s++) {
-        if (shapes[s][1] % 32) {
-            printf("quantized kernels: K %d is not a multiple of 32; not timed\n", shapes[s][1]);
-            return 1;
-        }
-        size_t nk = (size_t)shapes[s][0] * shapes[s][1];
-        wmax = nk > wmax ? nk : wmax;
-        kmax = (size_t)shapes[s][1] > kmax ? (size_t)shapes[s][1] : kmax;
-        nmax = (size_t)shapes[s][0] > nmax ? (size_t)shapes[s][0] : nmax;
-    }
-    size_t cmp_max = 64 * nmax;
-    qcall qc = {.x = dev_random_bf16(2048 * kmax, 1.0f, 5),
-                .w = dev_random_bytes(wmax, 17, 0),
-                .w4 = dev_random_bytes(wmax / 2, 19, 0),
-                .d = dev_random_bf16(wmax / 32, 0.01f, 23)};
-    /* f16 scales: bf16 bits read as f16 are finite, small and of both signs */
-    float *hsw = malloc(nmax * 4);
-    for (size_t n = 0; n < nmax; n++)
-        hsw[n] = 0.001f * (float)(1 + n % 13);
-    TRY(cudaMalloc((void **)&qc.sw, nmax * 4));
-    TRY(cudaMemcpy((void *)qc.sw, hsw, nmax * 4, cudaMemcpyHostToDevice));
-    free(hsw);
-    TRY(cudaMalloc((void **)&qc.q, 2048 * kmax));
-    TRY(cudaMalloc((void **)&qc.sx, 2048 * 4));
-    TRY(cudaMalloc((void **)&qc.y, 2048 * nmax * 4));
-    TRY(cuda_k_quant_rows(qc.x, (int)kmax, (int)kmax, 2048, qc.q, (int)kmax, qc.sx, 0));
-    float *ref = malloc(cmp_max * 4), *got = malloc(cmp_max * 4);
-    int8_t *qref = malloc(64 * kmax), *qgot = malloc(64 * kmax);
-    float sxref[64], sxgot[64];
-    cJSON *arr = cJSON_AddArrayToObject(out, "quantized_gemm_shapes");
-    printf("\nquantized GEMMs (us; GB/s of weights read by the launcher's choice, %% of the "
-           "copy bandwidth %.0f; qx_: the activations' quantization)\n%-8s %5s %6s %6s %5s",
-           bw, "gemm", "M", "N", "K", "quant");
-    for (int r = 0; r < CUDA_QR_KERNELS; r++)
-        printf("  qx_%-6s", cuda_k_quant_rows_kernel_name(r));
-    for (int k = 0; k < CUDA_QK_KERNELS; k++)
-        printf(" %9s", cuda_k_qgemm_kernel_name(k));
-    printf(" %6s %9s %6s\n", "chosen", "GB/s", "of bw");
-    for (int s = 0; s < 4; s++)
-        for (int mi = 0; mi < nM; mi++)
-            for (int qi = 0; qi < 2; qi++) {
-                int quant = qi ? CUDA_QUANT_INT4 : CUDA_QUANT_INT8;
-                qc.quant = quant;
-                qc.N = shapes[s][0];
-                qc.K = shapes[s][1];
-                qc.M = Ms[mi];
-                qc.kernel = -1;
-                double tq[CUDA_QR_KERNELS];
-                size_t qn = (size_t)(qc.M < 64 ? qc.M : 64);
-                /* vec first, into qgot; block last, into qref: the GEMMs read its q */
-                for (int r = CUDA_QR_VEC; r >= CUDA_QR_BLOCK; r--) {
-                    qc.qr = r;
-                    tq[r] = median_ms(qcall_once, &qc);
-                    TRY(cudaMemcpy(r ? qgot : qref, qc.q, qn * qc.K, cudaMemcpyDeviceToHost));
-                    TRY(cudaMemcpy(r ? sxgot : sxref, qc.sx, qn * 4, cudaMemcpyDeviceToHost));
-                }
-                if (memcmp(qgot, qref, qn * qc.K) || memcmp(sxgot, sxref, qn * 4)) {
-                    printf("\nquantizing kernel vec: NOT the block kernel's bits at M %d K %d\n",
-                           qc.M, qc.K);
-                    ok = 0;
-                }
-                size_t cmp = (size_t)(qc.M < 64 ? qc.M : 64) * qc.N;
-                double wbytes = quant == CUDA_QUANT_INT8
-                                    ? (double)qc.N * qc.K + 4.0 * qc.N
-                                    : (double)qc.N * qc.K / 2 + 2.0 * qc.N * (qc.K / 32);
-                int chosen = cuda_k_qgemm_kernel(qi ? 4 : 8, qc.M);
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "gemm", gemm_names[s]);
-                cJSON_AddStringToObject(e, "quant", qi ? "int4" : "int8");
-                cJSON_AddNumberToObject(e, "M", qc.M);
-                cJSON_AddNumberToObject(e, "N", qc.N);
-                cJSON_AddNumberToObject(e, "K", qc.K);
-                cJSON_AddNumberToObject(e, "weight_bytes", wbytes);
-                cJSON *qx = cJSON_AddObjectToObject(e, "quant_rows_us");
-                for (int r = 0; r < CUDA_QR_KERNELS; r++)
-                    cJSON_AddNumberToObject(qx, cuda_k_quant_rows_kernel_name(r), tq[r] * 1e3);
-                cJSON_AddStringToObject(e, "chosen", cuda_k_qgemm_kernel_name(chosen));
-                cJSON *ks = cJSON_AddObjectToObject(e, "kernels_us");
-                printf("%-8s %5d %6d %6d %5s", gemm_names[s], qc.M, qc.N, qc.K,
-                       qi ? "int4" : "int8");
-                for (int r = 0; r < CUDA_QR_KERNELS; r++)
-                    printf(" %10.1f", tq[r] * 1e3);
-                double tch = 0;
-                int have_ref = 0;
-                for (int k = 0; k < CUDA_QK_KERNELS; k++) {
-                    if ((k == CUDA_QK_ROWS || k == CUDA_QK_WARP) && k != chosen && qc.M > 256) {
-                        printf(" %9s", "-"); /* a warp a weight row: minutes at large M */
-                        continue;
-                    }
-                    qc.kernel = k;
-                    TRY(cudaMemset(qc.y, 0xff, cmp * 4));
-                    double t = median_ms(qcall_once, &qc);
-                    TRY(cudaMemcpy(have_ref ? got : ref, qc.y, cmp * 4,
-                                   cudaMemcpyDeviceToHost));
-                    if (have_ref++ && memcmp(got, ref, cmp * 4)) {
-                        printf("\nkernel %s: NOT the first kernel's bits at M %d N %d K %d\n",
-                               cuda_k_qgemm_kernel_name(k), qc.M, qc.N, qc.K);
-                        ok = 0;
-                    }
-                    cJSON_AddNumberToObject(ks, cuda_k_qgemm_kernel_name(k), t * 1e3);
-                    printf(" %9.1f", t * 1e3);
-                    if (k == chosen)
-                        tch = t;
-                }
-                double gbs = wbytes / (tch * 1e-3) / 1e9;
-                cJSON_AddNumberToObject(e, "chosen_weight_gbs", gbs);
-                cJSON_AddNumberToObject(e, "chosen_fraction_of_copy_bw", gbs / bw);
-                cJSON_AddItemToArray(arr, e);
-                printf(" %6s %9.0f %5.1f%%\n", cuda_k_qgemm_kernel_name(chosen), gbs,
-                       100 * gbs / bw);
-            }
-    cudaFree((void *)qc.x);
-    cudaFree((void *)qc.w);
-    cudaFree((void *)qc.w4);
-    cudaFree((void *)qc.sw);
-    cudaFree((void *)qc.d);
-    cudaFree(qc.q);
-    cudaFree(qc.sx);
-    cudaFree(qc.y);
-    free(ref);
-    free(got);
-    free(qref);
-    free(qgot);
-    return ok;
-}
 
 /* ---- driving the backend ------------------------------------------------------------- */
 
@@ -599,12 +247,16 @@ static double decode(be_backend *be, seqs *s, int steps)
     return t;
 }
 
+/* The backend's GEMMs: cuBLAS, the batch-invariant kernels, or those with
+ * wgmma for more than 64 rows (cuda_config.gemm_wgmma: --wgmma's figures). */
+enum { INV_CUBLAS, INV_MMA, INV_WGMMA };
+
 static be_backend *make(const model *m, int max_tokens, int num_blocks, int max_ctx, int inv,
                         int quant)
 {
     cuda_config c = cuda_config_default();
-    c.batch_invariant = inv != 0;
-    c.gemm_wgmma = inv == 2; /* --wgmma's model figures */
+    c.batch_invariant = inv != INV_CUBLAS;
+    c.gemm_wgmma = inv == INV_WGMMA;
     c.quant = quant;
     c.max_tokens = max_tokens;
     c.max_seqs = BATCH;
@@ -858,8 +510,8 @@ int main(int argc, char **argv)
         }
     }
     figs fi, fc; /* batch-invariant kernels; cuBLAS and prefill tiles */
-    measure(m, 1, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fi);
-    measure(m, 0, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fc);
+    measure(m, INV_MMA, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fi);
+    measure(m, INV_CUBLAS, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fc);
     double roof = (double)stream / (bw * 1e9);
     printf("\n%-34s %14s %14s %9s %12s\n", "figure", "invariant", "vs limit", "target",
            "cuBLAS");
@@ -883,7 +535,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nq; i++) {
         const char *name = qs[i] == CUDA_QUANT_INT8 ? "int8" : "int4";
         model_sizes(m, qs[i], &qstream[i], &params);
-        measure(m, 1, qs[i], prompt, prefill, steps, params, &fq[i]);
+        measure(m, INV_MMA, qs[i], prompt, prefill, steps, params, &fq[i]);
         double qroof = (double)qstream[i] / (bw * 1e9);
         printf("%s: decode 1 sequence %.2f ms (%.1f%% of its roofline %.2f ms, %.2f GB a "
                "step; %.2fx bf16's speed), 64 sequences %.0f t/s (%.1fx), prefill %.1f "
@@ -897,8 +549,8 @@ int main(int argc, char **argv)
     be_backend *dbe = NULL;
     if (dm) {
         int sl = PROMPT + spec_tokens + 2 * spec_k + 2, sb = (sl + BS - 1) / BS + 1;
-        be_backend *tgt = make(m, max_tokens, sb, sl, 1, CUDA_QUANT_NONE);
-        dbe = make(dm, max_tokens, sb, sl, 1, CUDA_QUANT_NONE);
+        be_backend *tgt = make(m, max_tokens, sb, sl, INV_MMA, CUDA_QUANT_NONE);
+        dbe = make(dm, max_tokens, sb, sl, INV_MMA, CUDA_QUANT_NONE);
         seqs sq;
         seqs_init(&sq, 1, sl, 1);
         prefill_all(tgt, &sq, spec_prompt);
@@ -971,13 +623,8 @@ int main(int argc, char **argv)
             cJSON_AddNumberToObject(sp_, "limit", 1.8);
             cJSON_AddBoolToObject(sp_, "meets_limit", spec_ratio >= 1.8);
         }
-        char *txt = cJSON_Print(o);
-        FILE *f = fopen(json, "w");
-        if (!f || fputs(txt, f) < 0 || fclose(f)) {
-            fprintf(stderr, "bench_cuda: cannot write %s\n", json);
+        if (write_json(o, json))
             return 1;
-        }
-        cJSON_free(txt);
     }
     cJSON_Delete(o);
     be_destroy(dbe);
@@ -985,9 +632,9 @@ int main(int argc, char **argv)
     if (wg_json) { /* last: a fault there loses nothing above */
         cJSON *wj = cJSON_CreateObject();
         int wrc = wg_sweep(m, wj);
-        if (wrc == 0) { /* the model with it for more than 64 rows (inv 2) */
+        if (wrc == 0) { /* the model with it for more than 64 rows */
             figs fw;
-            measure(m, 2, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fw);
+            measure(m, INV_WGMMA, CUDA_QUANT_NONE, prompt, prefill, steps, params, &fw);
             printf("with wgmma above 64 rows: decode 1 sequence %.2f ms, 64 sequences %.0f t/s, "
                    "prefill %.1f TF/s (mma.sync alone: %.1f, cuBLAS mode %.1f)\n", fw.t1 * 1e3,
                    fw.tps64, fw.pflops, fi.pflops, fc.pflops);
@@ -1001,17 +648,8 @@ int main(int argc, char **argv)
         }
         cJSON_AddStringToObject(wj, "device", why);
         cJSON_AddStringToObject(wj, "model", dir);
-        char *txt = cJSON_Print(wj);
-        FILE *f = fopen(wg_json, "w");
-        if (!txt || !f || fputs(txt, f) < 0)
-            wrc = 1;
-        if (f)
-            fclose(f);
-        cJSON_free(txt);
+        write_json(wj, wg_json);
         cJSON_Delete(wj);
-        if (wrc)
-            fprintf(stderr, "bench_cuda: the wgmma figures were not all written (%s)\n",
-                    wg_json);
     }
     model_destroy(m);
     free(prompt);
