@@ -149,20 +149,11 @@ static void q4_row_codes(q4_job *j, int n)
 {
     cpu_q4w *q = j->q;
     const model_tensor *t = j->t;
-    const uint8_t *c = t->q4 + (size_t)n * (size_t)(q->K / 2);
+    const uint8_t *codes = t->q4 + (size_t)n * (size_t)(q->K / 2);
     for (int g = 0; g < q->G; g++) {
         uint8_t u[CPU_Q4_GROUP];
         size_t b = (size_t)n * q->G + g;
-        if ((g + 1) * CPU_Q4_GROUP <= q->K) /* a whole group: 16 bytes, low code first */
-            for (int j = 0; j < CPU_Q4_GROUP / 2; j++) {
-                u[2 * j] = c[g * CPU_Q4_GROUP / 2 + j] & 15;
-                u[2 * j + 1] = c[g * CPU_Q4_GROUP / 2 + j] >> 4;
-            }
-        else
-            for (int k = 0; k < CPU_Q4_GROUP; k++) { /* past K any code: activations are 0 */
-                int kk = g * CPU_Q4_GROUP + k;
-                u[k] = kk < q->K ? (uint8_t)(c[kk / 2] >> (4 * (kk % 2)) & 15) : 0;
-            }
+        qdef_q4_codes(codes, q->K, g, 0, u); /* past K any code: activations are 0 */
         cpu_q4w_set_group(q, n, g, u, t->q4_scale[b]);
         cpu_q4w_set_zero(q, n, g, t->q4_zero[b]);
     }

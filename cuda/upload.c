@@ -103,13 +103,6 @@ static void q4_quantize(const float *f, int K, int ld, unsigned char *out, uint1
     }
 }
 
-/* Code j of row n of t's 4-bit codes (model_tensor.q4: j even, low nibble). */
-static int q4_code(const model_tensor *t, int64_t n, int64_t j)
-{
-    uint8_t b = t->q4[n * (t->cols / 2) + j / 2];
-    return j & 1 ? b >> 4 : b & 15;
-}
-
 /* 1 when the GPU's int4 holds piece p of a matrix bound as 4-bit codes as
  * stored: every group whole and symmetric (zero 8: a GGUF Q4_0 file, GPTQ
  * with sym), its inputs in order (not desc_act's sorted ones). */
@@ -136,21 +129,23 @@ static void q4_row(const model_tensor *t, int64_t n, int64_t c0, int K, int ld, 
 {
     int64_t B = (t->cols + QDEF_Q4_GROUP - 1) / QDEF_Q4_GROUP, b0 = c0 / QDEF_Q4_GROUP;
     const uint16_t *sc = t->q4_scale + n * B;
-    const uint8_t *z = t->q4_zero + n * B;
+    const uint8_t *z = t->q4_zero + n * B, *codes = t->q4 + n * (t->cols / 2);
+    uint8_t u[QDEF_Q4_GROUP];
     if (stored) {
         for (int g = 0; g < ld; g++) {
-            uint8_t u[QDEF_Q4_GROUP];
-            for (int i = 0; i < QDEF_Q4_GROUP; i++)
-                u[i] = (uint8_t)q4_code(t, n, c0 + (int64_t)g * QDEF_Q4_GROUP + i);
+            qdef_q4_codes(codes, t->cols, b0 + g, 8, u);
             q4_put(out, g, u);
             s16[g] = sc[b0 + g];
         }
         return;
     }
-    for (int64_t j = 0; j < t->cols; j++) {
-        int64_t i = t->q4_perm ? t->q4_perm[j] : j, b = j / QDEF_Q4_GROUP;
-        if (i >= c0 && i < c0 + K)
-            f[i - c0] = inf_f16_to_f32(sc[b]) * (float)(q4_code(t, n, j) - z[b]);
+    for (int64_t b = 0; b < B; b++) { /* code j of group b stands for input perm[j] */
+        qdef_q4_codes(codes, t->cols, b, 8, u);
+        for (int i = 0; i < QDEF_Q4_GROUP && b * QDEF_Q4_GROUP + i < t->cols; i++) {
+            int64_t j = b * QDEF_Q4_GROUP + i, in = t->q4_perm ? t->q4_perm[j] : j;
+            if (in >= c0 && in < c0 + K)
+                f[in - c0] = inf_f16_to_f32(sc[b]) * (float)(u[i] - z[b]);
+        }
     }
     q4_quantize(f, K, ld, out, s16);
 }
@@ -253,8 +248,9 @@ static int up_quant(uploader *u, unsigned char *lw, const cuda_wlayout *wl, int 
     size_t done = 0;
     int64_t step = (int64_t)(STAGE_BYTES / row);
     for (int i = 0; i < n && !rc; i++) {
-        int stored = quant == CUDA_QUANT_INT4 && p[i].w->q4 && q4_as_stored(&p[i], (int)ld);
-        *requant += quant == CUDA_QUANT_INT4 && p[i].w->q4 && !stored;
+        int codes = quant == CUDA_QUANT_INT4 && p[i].w->q4;
+        int stored = codes && q4_as_stored(&p[i], (int)ld);
+        *requant += codes && !stored;
         for (int64_t r0 = 0; r0 < p[i].nr && !rc; r0 += step) {
             int64_t nr = p[i].nr - r0 < step ? p[i].nr - r0 : step;
             if ((rc = up_begin(u, err)))

@@ -189,8 +189,8 @@ void model_prefetch(const model *m, void (*progress)(void *user, size_t done, si
 size_t model_weight_bytes(const model *m);
 size_t model_tensor_bytes(const model_tensor *t);
 
-/* 1 when a layer matrix is bound as 4-bit codes (model_tensor.q4): only the
- * CPU's int4 path runs them. */
+/* 1 when a layer matrix is bound as 4-bit codes (model_tensor.q4): the
+ * int4 paths run them (the CPU's; CUDA's upload). */
 int model_has_q4(const model *m);
 
 /* Frees layer `layer`'s 4-bit codes (model_tensor.q4, q4_scale, q4_zero:

@@ -75,3 +75,12 @@ void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *
     }
     *d16 = h;
 }
+
+void qdef_q4_codes(const uint8_t *codes, int64_t cols, int64_t g, uint8_t fill,
+                   uint8_t u[QDEF_Q4_GROUP])
+{
+    for (int i = 0; i < QDEF_Q4_GROUP; i++) {
+        int64_t k = g * QDEF_Q4_GROUP + i;
+        u[i] = k < cols ? (uint8_t)(codes[k / 2] >> (4 * (k % 2)) & 15) : fill;
+    }
+}

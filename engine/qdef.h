@@ -34,4 +34,10 @@ void qdef_q4_group(const float *v, int len, uint8_t u[QDEF_Q4_GROUP], uint16_t *
  * *inv = 1 / D (0 when D is 0), for SIMD versions of the rule. */
 uint16_t qdef_q4_scale(float a, float *inv);
 
+/* The 32 codes u (0..15) of group g of a row of 4-bit codes as a checkpoint
+ * stores them (model_tensor.q4: two a byte, the lower index in the low
+ * nibble; codes [cols / 2] bytes); past cols: fill. */
+void qdef_q4_codes(const uint8_t *codes, int64_t cols, int64_t g, uint8_t fill,
+                   uint8_t u[QDEF_Q4_GROUP]);
+
 #endif
