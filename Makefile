@@ -133,7 +133,7 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 # wgmma is Hopper's own (sm_90a): that file is built for it alone, whatever
-# CUDA_ARCH says (cuda_k_gemm_wg refuses other devices at run time)
+# CUDA_ARCH says (cuda_k_gemm_wg_setup refuses other devices at run time)
 $(BUILD)/obj/cuda/k_gemm_wg.o: cuda/k_gemm_wg.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) -gencode arch=compute_90a,code=sm_90a \

@@ -249,18 +249,13 @@ static int fused_quant(const cuda_rank *r, int l, int which, int K)
     return r->d.quant && in_scale(r, l, which) == 0.0f && (int)r->wl.w_cols[which] == K;
 }
 
-static int norm_quantizes(const cuda_rank *r, int l, int which)
-{
-    return fused_quant(r, l, which, r->d.D);
-}
-
-/* The residual add and norm (gain) into xn, and when norm_quantizes, xn
- * quantized into xq and sx in the same launch. */
-static int norm_in(cuda_be *be, cuda_rank *r, int l, int which, const float *delta,
+/* The residual add and norm (gain) into xn, and with quantize, xn quantized
+ * into xq and sx in the same launch. */
+static int norm_in(cuda_be *be, cuda_rank *r, int quantize, const float *delta,
                    const float *gain, int T, inf_err *err)
 {
     const bufs *b = &r->b;
-    if (norm_quantizes(r, l, which))
+    if (quantize)
         return CUDA_RC(err, cuda_k_add_rmsnorm_q(b->x, delta, gain, r->d.D, be->eps, T, b->xn,
                                                  b->xq, r->d.ldq, b->sx, r->st));
     return CUDA_RC(err, cuda_k_add_rmsnorm(b->x, delta, gain, r->d.D, be->eps, NULL, T, b->xn,
@@ -357,10 +352,10 @@ static int attn_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_
     const mdesc *md = &be->m->cfg.desc;
     const float *bias = d->bias ? wvec(r, l, r->wl.bias) : NULL;
     const float *qkg = d->qk_norm ? wvec(r, l, r->wl.qk_gain) : NULL;
+    int fq = fused_quant(r, l, CUDA_W_QKV, d->D); /* the norm quantizes QKV's input */
     if ((l > 0 && (rc = post_norm(be, r, l - 1, 1, T, err))) ||
-        (rc = norm_in(be, r, l, CUDA_W_QKV, l ? b->delta : NULL, wnorm(r, l, 0), T, err)) ||
-        (rc = layer_gemm(r, l, CUDA_W_QKV, b->xn, d->D, b->qkv, d->qkv, T,
-                         norm_quantizes(r, l, CUDA_W_QKV), err)) ||
+        (rc = norm_in(be, r, fq, l ? b->delta : NULL, wnorm(r, l, 0), T, err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_QKV, b->xn, d->D, b->qkv, d->qkv, T, fq, err)) ||
         (rc = CUDA_RC(err, cuda_k_qkv_prep(b->qkv, T, md->bias_qkv ? bias : NULL, qkg, d->Hl,
                                            d->KVl, d->hd, be->eps, r->st))) ||
         (rc = CUDA_RC(err, cuda_k_rope_kv(b->qkv, T, b->pos, b->slot, &rope, d->Hl, d->KVl,
@@ -383,11 +378,11 @@ static int mlp_phase(cuda_be *be, cuda_rank *r, int l, const cuda_step *s, inf_e
     const bufs *b = &r->b;
     int T = s->T, rc;
     int gelu = be->m->cfg.desc.act == MD_ACT_GELU_TANH;
+    int fn = fused_quant(r, l, CUDA_W_GU, d->D);    /* the norm quantizes gate|up's input */
     int fq = fused_quant(r, l, CUDA_W_DOWN, d->Fl); /* the activation quantizes down's input */
     if ((rc = post_norm(be, r, l, 0, T, err)) ||
-        (rc = norm_in(be, r, l, CUDA_W_GU, b->delta, wnorm(r, l, 1), T, err)) ||
-        (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T,
-                         norm_quantizes(r, l, CUDA_W_GU), err)) ||
+        (rc = norm_in(be, r, fn, b->delta, wnorm(r, l, 1), T, err)) ||
+        (rc = layer_gemm(r, l, CUDA_W_GU, b->xn, d->D, b->gu, 2 * d->Fl, T, fn, err)) ||
         (rc = CUDA_RC(err, fq     ? cuda_k_glu_q(b->gu, d->Fl, T, gelu, b->act, b->xq, r->d.ldq,
                                                  b->sx, r->st)
                            : gelu ? cuda_k_geglu(b->gu, d->Fl, T, b->act, r->st)

@@ -160,8 +160,9 @@ cudaError_t cuda_k_gemm_variant(int v, const uint16_t *x, int ldx, const uint16_
  * for the tests and bench_cuda, chosen by nothing until a GPU has run it.
  * variant 0 reads the PTX ISA's descriptor offsets one way, 1 the other
  * (the first GPU run says which the hardware means). x and w 16-byte
- * aligned, K and ldx multiples of 8. cudaErrorNotSupported on a device
- * other than compute capability 9.0; _setup first (shared memory). */
+ * aligned, K and ldx multiples of 8. _setup first (shared memory): it
+ * returns cudaErrorNotSupported on a device other than compute capability
+ * 9.0, where a launch fails (the kernel is built for sm_90a alone). */
 cudaError_t cuda_k_gemm_wg_setup(void);
 cudaError_t cuda_k_gemm_wg(int variant, const uint16_t *x, int ldx, const uint16_t *w, int N,
                            int K, float *y, int ldy, int M, int splits, float *ws,
