@@ -283,6 +283,42 @@ static void same_dev_bytes(const void *a, const void *b, size_t n, const char *w
     free(hb);
 }
 
+/* What a kernel that quantizes its own output writes: bf16 rows [n][w], q
+ * [n][ldq] (poisoned first: its padding must be written) and sx [n]. */
+typedef struct qrows {
+    int n, w, ldq;
+    uint16_t *out;
+    int8_t *q;
+    float *sx;
+} qrows;
+
+static qrows qrows_make(int n, int w, int ldq)
+{
+    qrows r = {.n = n, .w = w, .ldq = ldq, .out = dmalloc((size_t)n * w * 2),
+               .q = dmalloc((size_t)n * ldq), .sx = dmalloc((size_t)n * 4)};
+    CK(cudaMemset(r.q, 0x55, (size_t)n * ldq));
+    return r;
+}
+
+/* The two launches' a and the fused kernel's b hold the same bits. */
+static void qrows_same(const qrows *a, const qrows *b, const char *what)
+{
+    char m[120];
+    snprintf(m, sizeof m, "%s: the rows", what);
+    same_dev_bytes(a->out, b->out, (size_t)a->n * a->w * 2, m);
+    snprintf(m, sizeof m, "%s: q", what);
+    same_dev_bytes(a->q, b->q, (size_t)a->n * a->ldq, m);
+    snprintf(m, sizeof m, "%s: sx", what);
+    same_dev_bytes(a->sx, b->sx, (size_t)a->n * 4, m);
+}
+
+static void qrows_free(qrows *r)
+{
+    cudaFree(r->out);
+    cudaFree(r->q);
+    cudaFree(r->sx);
+}
+
 /* cuda_k_add_rmsnorm_q against cuda_k_add_rmsnorm then cuda_k_quant_rows on
  * the same inputs: x, the bf16 rows, q (padding zeros included) and sx the
  * same bits, with and without delta, at widths a block covers in one pass,
@@ -306,36 +342,25 @@ static void test_cuda_kern_add_rmsnorm_q_exact(void **state)
         for (int i = 0; i < D; i++)
             g[i] = 1.0f + 0.5f * frand();
         for (int with = 0; with < 2; with++) {
-            float *xs[2], *sxs[2], *dd = to_dev(delta, (size_t)R * D * 4);
-            float *dg = to_dev(g, (size_t)D * 4);
-            uint16_t *outs[2];
-            int8_t *qs[2];
+            float *xs[2], *dd = to_dev(delta, (size_t)R * D * 4), *dg = to_dev(g, (size_t)D * 4);
+            qrows o[2];
             for (int v = 0; v < 2; v++) {
                 xs[v] = to_dev(x, (size_t)R * D * 4);
-                outs[v] = dmalloc((size_t)R * D * 2);
-                qs[v] = dmalloc((size_t)R * ldq);
-                sxs[v] = dmalloc((size_t)R * 4);
-                CK(cudaMemset(qs[v], 0x55, (size_t)R * ldq)); /* padding must be written */
+                o[v] = qrows_make(R, D, ldq);
             }
-            CK(cuda_k_add_rmsnorm(xs[0], with ? dd : NULL, dg, D, 1e-5f, NULL, R, outs[0], 0));
-            CK(cuda_k_quant_rows(outs[0], D, D, R, qs[0], ldq, sxs[0], 0));
-            CK(cuda_k_add_rmsnorm_q(xs[1], with ? dd : NULL, dg, D, 1e-5f, R, outs[1], qs[1], ldq,
-                                    sxs[1], 0));
+            CK(cuda_k_add_rmsnorm(xs[0], with ? dd : NULL, dg, D, 1e-5f, NULL, R, o[0].out, 0));
+            CK(cuda_k_quant_rows(o[0].out, D, D, R, o[0].q, ldq, o[0].sx, 0));
+            CK(cuda_k_add_rmsnorm_q(xs[1], with ? dd : NULL, dg, D, 1e-5f, R, o[1].out, o[1].q,
+                                    ldq, o[1].sx, 0));
             CK(cudaDeviceSynchronize());
             char what[80];
             snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: x", D, with);
             same_dev_bytes(xs[0], xs[1], (size_t)R * D * 4, what);
-            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: the rows", D, with);
-            same_dev_bytes(outs[0], outs[1], (size_t)R * D * 2, what);
-            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: q", D, with);
-            same_dev_bytes(qs[0], qs[1], (size_t)R * ldq, what);
-            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d: sx", D, with);
-            same_dev_bytes(sxs[0], sxs[1], (size_t)R * 4, what);
+            snprintf(what, sizeof what, "add_rmsnorm_q D %d delta %d", D, with);
+            qrows_same(&o[0], &o[1], what);
             for (int v = 0; v < 2; v++) {
                 cudaFree(xs[v]);
-                cudaFree(outs[v]);
-                cudaFree(qs[v]);
-                cudaFree(sxs[v]);
+                qrows_free(&o[v]);
             }
             cudaFree(dd);
             cudaFree(dg);
@@ -366,31 +391,16 @@ static void test_cuda_kern_glu_q_exact(void **state)
             gu[i] = 4.0f * frand();
         float *dgu = to_dev(gu, (size_t)T * 2 * F * 4);
         for (int gelu = 0; gelu < 2; gelu++) {
-            uint16_t *outs[2];
-            int8_t *qs[2];
-            float *sxs[2];
-            for (int v = 0; v < 2; v++) {
-                outs[v] = dmalloc((size_t)T * F * 2);
-                qs[v] = dmalloc((size_t)T * ldq);
-                sxs[v] = dmalloc((size_t)T * 4);
-                CK(cudaMemset(qs[v], 0x55, (size_t)T * ldq));
-            }
-            CK(gelu ? cuda_k_geglu(dgu, F, T, outs[0], 0) : cuda_k_swiglu(dgu, F, T, outs[0], 0));
-            CK(cuda_k_quant_rows(outs[0], F, F, T, qs[0], ldq, sxs[0], 0));
-            CK(cuda_k_glu_q(dgu, F, T, gelu, outs[1], qs[1], ldq, sxs[1], 0));
+            qrows o[2] = {qrows_make(T, F, ldq), qrows_make(T, F, ldq)};
+            CK(gelu ? cuda_k_geglu(dgu, F, T, o[0].out, 0) : cuda_k_swiglu(dgu, F, T, o[0].out, 0));
+            CK(cuda_k_quant_rows(o[0].out, F, F, T, o[0].q, ldq, o[0].sx, 0));
+            CK(cuda_k_glu_q(dgu, F, T, gelu, o[1].out, o[1].q, ldq, o[1].sx, 0));
             CK(cudaDeviceSynchronize());
             char what[80];
-            snprintf(what, sizeof what, "glu_q F %d gelu %d: the rows", F, gelu);
-            same_dev_bytes(outs[0], outs[1], (size_t)T * F * 2, what);
-            snprintf(what, sizeof what, "glu_q F %d gelu %d: q", F, gelu);
-            same_dev_bytes(qs[0], qs[1], (size_t)T * ldq, what);
-            snprintf(what, sizeof what, "glu_q F %d gelu %d: sx", F, gelu);
-            same_dev_bytes(sxs[0], sxs[1], (size_t)T * 4, what);
-            for (int v = 0; v < 2; v++) {
-                cudaFree(outs[v]);
-                cudaFree(qs[v]);
-                cudaFree(sxs[v]);
-            }
+            snprintf(what, sizeof what, "glu_q F %d gelu %d", F, gelu);
+            qrows_same(&o[0], &o[1], what);
+            qrows_free(&o[0]);
+            qrows_free(&o[1]);
         }
         print_message("glu_q F %d: rows, q and sx the same bits as the two launches, SwiGLU "
                       "and GeGLU\n", F);
