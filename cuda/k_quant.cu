@@ -19,7 +19,7 @@
 //     int4: the first decode kernel, whose chains advance every 32
 //     groups); int4 runs it for 5 to 16 rows, where it measured faster.
 //   - mma (cuda/k_quant_mma.cu): 64 x 64 tiles on the int8 tensor cores,
-//     above 16 rows (1.6-2.6x the tiles on an H200).
+//     above 16 rows (1.4-2.8x the tiles at M 64-2048 on an H200).
 //   - tiled: 64 x 64 outputs per block through shared memory on the CUDA
 //     cores; the prefill kernel until mma, now chosen by nothing.
 // All give the same bits; cuda_k_qgemm_kernel says which runs for M.

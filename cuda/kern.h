@@ -216,7 +216,7 @@ cudaError_t cuda_k_glu_q(const float *gu, int F, int T, int gelu, uint16_t *out,
                          int ldq, float *sx, cudaStream_t st);
 /* Its kernels (cuda/k_quant_rows.cu), the same bits: CUDA_QR_BLOCK and
  * CUDA_QR_VEC (16-byte loads held between the passes: the one
- * cuda_k_quant_rows runs, 1.4-2.9x faster on an H200; it falls back to the
+ * cuda_k_quant_rows runs, 1.3-3.2x faster on an H200; it falls back to the
  * block kernel on rows not aligned for it). For bench_cuda's sweep and the
  * tests. */
 enum { CUDA_QR_BLOCK, CUDA_QR_VEC, CUDA_QR_KERNELS };
@@ -251,7 +251,7 @@ cudaError_t cuda_k_gemm_i4(const int8_t *q, int ldq, const float *sx, const uint
  * longer chosen), CUDA_QK_WARP (8 rows a pass at every M: int8's row kernel
  * so, int4's first decode kernel, its chains advancing every 32 groups) and
  * CUDA_QK_MMA (64 x 64 tiles on the int8 tensor cores, sm_80 and later,
- * cuda/k_quant_mma.cu: chosen above 16 rows, where the H200 ran it 1.6-2.6x
+ * cuda/k_quant_mma.cu: chosen above 16 rows, where the H200 ran it 1.4-2.8x
  * faster than the tiles). The _with launches run the one named, for
  * bench_cuda's sweep and the exact tests. */
 enum { CUDA_QK_ROWS, CUDA_QK_TILED, CUDA_QK_WARP, CUDA_QK_MMA, CUDA_QK_KERNELS };
