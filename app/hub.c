@@ -27,7 +27,9 @@ static int wanted(const char *f)
         if (!strcmp(f, names[i]))
             return 1;
     size_t n = strlen(f);
-    return (!strchr(f, '/') && n > 12 && !strcmp(f + n - 12, ".safetensors")) ||
+    /* no "..": a name the cache joins to a path never climbs out (as GGUF names) */
+    return (!strchr(f, '/') && !strstr(f, "..") && n > 12 &&
+            !strcmp(f + n - 12, ".safetensors")) ||
            hub_gguf_name(f); /* one model of them is fetched (hub_gguf_pick) */
 }
 

@@ -77,7 +77,8 @@ static void test_hub_revision_parse(void **state)
                     "{\"rfilename\":\"config.json\"},{\"rfilename\":\"README.md\"},"
                     "{\"rfilename\":\"model-00001-of-00002.safetensors\"},"
                     "{\"rfilename\":\"onnx/model.safetensors\"},{\"rfilename\":\"tokenizer.json\"},"
-                    "{\"rfilename\":\"pytorch_model.bin\"}]}";
+                    "{\"rfilename\":\"pytorch_model.bin\"},"
+                    "{\"rfilename\":\"mode..safetensors\"}]}";
     char commit[41], **files;
     int n;
     inf_err err = {0};
