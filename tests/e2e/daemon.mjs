@@ -28,12 +28,17 @@ export async function startDaemon(model, extra = [], opts = {}) {
     env: { ...process.env, ...(opts.env || {}) } });
   let log = '';
   proc.stderr.on('data', (d) => { log += d.toString(); });
-  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve({ code, sig })));
+  // 'error' too: a binary that cannot start never emits 'exit', and waiting on it hung
+  let gone = null;
+  const exited = new Promise((resolve) => {
+    proc.on('exit', (code, sig) => resolve({ code, sig }));
+    proc.on('error', (error) => resolve({ error: error.message }));
+  }).then((r) => { gone = r; return r; });
   const base = `${opts.scheme || 'http'}://127.0.0.1:${port}`;
   const healthy = opts.health || (async (b) => (await fetch(`${b}/health`)).status === 200);
   const deadline = Date.now() + (opts.readyMs || 30000);
   for (;;) {
-    if (proc.exitCode !== null) throw new Error(`inferd exited early:\n${log}`);
+    if (gone) throw new Error(`inferd exited early (${JSON.stringify(gone)}):\n${log}`);
     try {
       if (await healthy(base)) break;
     } catch { /* not listening yet */ }
