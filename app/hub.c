@@ -15,9 +15,18 @@
 
 enum { HUB_RETRIES = 3 };
 
+/* A name the cache may join to a snapshot's path: relative, never climbing
+ * out (a listing or an index is the Hub's text, not ours). */
+static int in_snapshot(const char *f)
+{
+    return *f && f[0] != '/' && !strstr(f, "..");
+}
+
 /* The files serving reads; anything else in a repository is left there. */
 static int wanted(const char *f)
 {
+    if (!in_snapshot(f))
+        return 0;
     static const char *names[] = {"config.json", "generation_config.json", "tokenizer.model",
                                   "tokenizer.json", "tokenizer_config.json",
                                   "special_tokens_map.json", "added_tokens.json",
@@ -27,9 +36,7 @@ static int wanted(const char *f)
         if (!strcmp(f, names[i]))
             return 1;
     size_t n = strlen(f);
-    /* no "..": a name the cache joins to a path never climbs out (as GGUF names) */
-    return (!strchr(f, '/') && !strstr(f, "..") && n > 12 &&
-            !strcmp(f + n - 12, ".safetensors")) ||
+    return (!strchr(f, '/') && n > 12 && !strcmp(f + n - 12, ".safetensors")) ||
            hub_gguf_name(f); /* one model of them is fetched (hub_gguf_pick) */
 }
 
@@ -201,7 +208,7 @@ static int snapshot_complete(const char *snap, int tokenizer_only)
     int ok = cJSON_IsObject(map);
     cJSON_ArrayForEach(it, map) {
         snprintf(p, sizeof p, "%s/%s", snap, cJSON_IsString(it) ? it->valuestring : "");
-        ok = ok && cJSON_IsString(it) && !strstr(it->valuestring, "..") && exists(p);
+        ok = ok && cJSON_IsString(it) && in_snapshot(it->valuestring) && exists(p);
     }
     cJSON_Delete(j);
     return ok;
