@@ -1970,12 +1970,7 @@ static void test_cuda_gemm_wgmma_switch(void **state)
         be = gpu_create(m, &gc);
         seq_logits(be, toks, N, 0, mma);
         be_destroy(be);
-        double worst = 0;
-        for (int i = 0; i < N; i++) {
-            double tol, e = row_err(wg + (size_t)i * m->cfg.vocab_size,
-                                    mma + (size_t)i * m->cfg.vocab_size, m->cfg.vocab_size, &tol);
-            worst = fmax(worst, e / tol);
-        }
+        double worst = worst_err(wg, mma, N, m->cfg.vocab_size);
         print_message("gemm_wgmma: a %d-token prefill %s mma.sync's logits (worst %.2f of the "
                       "tolerance)\n", N, memcmp(wg, mma, bytes) ? "differs from" : "is the same "
                       "bits as", worst);
